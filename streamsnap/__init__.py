@@ -1,0 +1,38 @@
+"""streamsnap: stateful, exactly-once, low-latency stream processing for PySpark users.
+
+Pipelines run on Apache Spark (one barrier stage per job) with Apache Flink's fault-tolerance
+design: checkpoint barriers, alignment, asynchronous snapshots, a checkpoint coordinator,
+savepoints and two-phase-commit sinks.
+
+    import streamsnap as ss
+    env = ss.StreamEnvironment(parallelism=2)
+    env.from_collection(rows).key_by("word").process(Count()).sink_to(ss.sinks.Collect())
+    result = env.execute("word count")
+"""
+
+from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy
+from streamsnap.api.datastream import DataStream, KeyedStream
+from streamsnap.api.environment import StreamEnvironment
+from streamsnap.api.functions import (
+    CheckpointedFunction, CheckpointListener, Context, Function, FunctionInitializationContext,
+    FunctionSnapshotContext, KeyedProcessFunction, RuntimeContext,
+)
+from streamsnap.api.result import JobClient, JobResult
+from streamsnap.connectors import sinks, sources
+from streamsnap.errors import (
+    ConfigurationError, JobExecutionError, RestoreError, StreamsnapError, UserFunctionError,
+)
+from streamsnap.state.descriptors import (
+    ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "StreamEnvironment", "DataStream", "KeyedStream", "CheckpointConfig", "RestartStrategy", "NetworkConfig",
+    "KeyedProcessFunction", "Function", "Context", "RuntimeContext", "CheckpointedFunction",
+    "CheckpointListener", "FunctionInitializationContext", "FunctionSnapshotContext",
+    "ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
+    "JobResult", "JobClient", "sources", "sinks",
+    "StreamsnapError", "ConfigurationError", "JobExecutionError", "UserFunctionError", "RestoreError",
+]

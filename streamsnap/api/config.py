@@ -1,0 +1,184 @@
+"""User-facing configuration objects, validated where they are built.
+
+A malformed value fails here, at construction, with a message naming the field and what is
+allowed — never later inside a Spark task.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from streamsnap.errors import ConfigurationError
+
+CHECKPOINT_MODES = ("exactly_once", "at_least_once")
+RETENTION_POLICIES = ("delete_on_cancellation", "retain_on_cancellation")
+
+
+def _positive_number(owner: str, name: str, value, *, allow_zero: bool = False, allow_none: bool = False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ConfigurationError(f"{owner}.{name} must be a number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigurationError(f"{owner}.{name} must be {bound}, got {value!r}")
+    return float(value)
+
+
+def _int_at_least(owner: str, name: str, value, minimum: int):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _choice(owner: str, name: str, value, allowed: tuple[str, ...]):
+    if value not in allowed:
+        raise ConfigurationError(
+            f"{owner}.{name} must be one of {', '.join(repr(a) for a in allowed)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """When and how checkpoints are taken (Flink's CheckpointConfig).
+
+    interval: seconds between periodic checkpoints; None disables periodic checkpoints
+      (savepoints can still be triggered).
+    mode: "exactly_once" aligns barriers; "at_least_once" tracks them without blocking.
+    directory: fsspec URL or local path under which `<job id>/chk-<n>/` is written.
+    timeout: a checkpoint not complete after this many seconds is aborted (CHECKPOINT_EXPIRED).
+    min_pause: minimum seconds from the end of one checkpoint to the start of the next.
+    max_concurrent: how many checkpoints may be in flight at once.
+    tolerable_failures: consecutive checkpoint failures tolerated before the job fails over.
+    num_retained: completed checkpoints kept; older ones are deleted when subsumed.
+    retention: whether the latest checkpoint survives `cancel()`.
+    unaligned / aligned_timeout: unaligned checkpoints (see ARCHITECTURE, step 6).
+    """
+
+    interval: float | None = 10.0
+    mode: str = "exactly_once"
+    directory: str | None = None
+    timeout: float = 600.0
+    min_pause: float = 0.0
+    max_concurrent: int = 1
+    tolerable_failures: int = 0
+    num_retained: int = 1
+    retention: str = "delete_on_cancellation"
+    unaligned: bool = False
+    aligned_timeout: float | None = None
+    # Tasks stay up after their input ends until one last checkpoint has committed their
+    # output (Flink's FLIP-147 final checkpoint); this bounds how long that may take.
+    final_checkpoint: bool = True
+
+    def __post_init__(self):
+        owner = "CheckpointConfig"
+        _positive_number(owner, "interval", self.interval, allow_none=True)
+        _choice(owner, "mode", self.mode, CHECKPOINT_MODES)
+        if self.directory is not None and (not isinstance(self.directory, str) or not self.directory):
+            raise ConfigurationError(
+                f"{owner}.directory must be a non-empty path or fsspec URL, got {self.directory!r}")
+        _positive_number(owner, "timeout", self.timeout)
+        _positive_number(owner, "min_pause", self.min_pause, allow_zero=True)
+        _int_at_least(owner, "max_concurrent", self.max_concurrent, 1)
+        _int_at_least(owner, "tolerable_failures", self.tolerable_failures, 0)
+        _int_at_least(owner, "num_retained", self.num_retained, 1)
+        _choice(owner, "retention", self.retention, RETENTION_POLICIES)
+        if not isinstance(self.unaligned, bool):
+            raise ConfigurationError(f"{owner}.unaligned must be True or False, got {self.unaligned!r}")
+        _positive_number(owner, "aligned_timeout", self.aligned_timeout, allow_zero=True, allow_none=True)
+        if self.aligned_timeout is not None and not self.unaligned:
+            raise ConfigurationError(
+                f"{owner}.aligned_timeout only applies to unaligned checkpoints; "
+                f"set unaligned=True or leave aligned_timeout=None")
+        if self.unaligned and self.mode != "exactly_once":
+            raise ConfigurationError(f"{owner}.unaligned=True requires mode='exactly_once'")
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.mode == "exactly_once"
+
+
+@dataclass(frozen=True)
+class RestartStrategy:
+    """How the JobMaster reacts to a failure (Flink's restart strategies).
+
+    Build one with `RestartStrategy.fixed_delay(...)`, `.exponential_delay(...)` or `.none()`.
+    """
+
+    kind: str = "none"
+    attempts: int = 0
+    delay: float = 0.0
+    initial: float = 1.0
+    max_delay: float = 60.0
+    multiplier: float = 2.0
+    reset_after: float = 3600.0
+
+    def __post_init__(self):
+        _choice("RestartStrategy", "kind", self.kind, ("none", "fixed_delay", "exponential_delay"))
+
+    @classmethod
+    def none(cls) -> "RestartStrategy":
+        return cls("none")
+
+    @classmethod
+    def fixed_delay(cls, attempts: int = 3, delay: float = 1.0) -> "RestartStrategy":
+        _int_at_least("RestartStrategy.fixed_delay", "attempts", attempts, 0)
+        _positive_number("RestartStrategy.fixed_delay", "delay", delay, allow_zero=True)
+        return cls("fixed_delay", attempts=attempts, delay=float(delay))
+
+    @classmethod
+    def exponential_delay(cls, initial: float = 1.0, max: float = 60.0, multiplier: float = 2.0,
+                          reset_after: float = 3600.0, attempts: int | None = None) -> "RestartStrategy":
+        owner = "RestartStrategy.exponential_delay"
+        _positive_number(owner, "initial", initial, allow_zero=True)
+        _positive_number(owner, "max", max, allow_zero=True)
+        if max < initial:
+            raise ConfigurationError(f"{owner}.max ({max}) must be >= initial ({initial})")
+        if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or multiplier < 1:
+            raise ConfigurationError(f"{owner}.multiplier must be a number >= 1, got {multiplier!r}")
+        _positive_number(owner, "reset_after", reset_after)
+        if attempts is not None:
+            _int_at_least(owner, "attempts", attempts, 0)
+        return cls("exponential_delay", attempts=-1 if attempts is None else attempts,
+                   initial=float(initial), max_delay=float(max), multiplier=float(multiplier),
+                   reset_after=float(reset_after))
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """Data-plane tuning (Flink's buffer-timeout and network buffers).
+
+    buffer_timeout: seconds a partly filled batch may wait before it is flushed (0 = flush
+      after every emitted batch, lowest latency).
+    batch_size: rows per network batch before it is flushed.
+    credits: data frames a receiver lets each channel have in flight (credit-based flow
+      control); together with `max_frame_bytes` this bounds memory per channel.
+    output_queue_frames: frames a sender queues per channel before its task stops producing.
+    """
+
+    buffer_timeout: float = 0.1
+    batch_size: int = 4096
+    credits: int = 4
+    output_queue_frames: int = 4
+    bind_host: str | None = None
+
+    def __post_init__(self):
+        owner = "NetworkConfig"
+        _positive_number(owner, "buffer_timeout", self.buffer_timeout, allow_zero=True)
+        _int_at_least(owner, "batch_size", self.batch_size, 1)
+        _int_at_least(owner, "credits", self.credits, 1)
+        _int_at_least(owner, "output_queue_frames", self.output_queue_frames, 1)
+        if self.bind_host is not None and not isinstance(self.bind_host, str):
+            raise ConfigurationError(f"NetworkConfig.bind_host must be a host name or None, got {self.bind_host!r}")
+
+
+STATE_BACKENDS = ("hashmap", "rocksdb")
+
+
+def validate_state_backend(value) -> str:
+    return _choice("StreamEnvironment", "state_backend", value, STATE_BACKENDS)
+
+
+__all__ = ["CheckpointConfig", "RestartStrategy", "NetworkConfig", "validate_state_backend",
+           "CHECKPOINT_MODES", "RETENTION_POLICIES", "STATE_BACKENDS"]

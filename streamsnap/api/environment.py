@@ -1,0 +1,191 @@
+"""StreamEnvironment: where a pipeline is defined and executed (Flink's StreamExecutionEnvironment).
+
+Configuration is validated in the constructor; the pipeline is validated as it is built and
+again, as a whole, at `execute()` — before anything is submitted to Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy, validate_state_backend
+from streamsnap.api.datastream import DataStream
+from streamsnap.api.result import JobClient, JobResult
+from streamsnap.errors import ConfigurationError
+from streamsnap.graph.execution_graph import build_execution_graph
+from streamsnap.graph.job_graph import build_job_graph
+from streamsnap.graph.stream_graph import NodeKind, StreamGraph
+
+log = logging.getLogger(__name__)
+
+MAX_MAX_PARALLELISM = 32768
+# Tests set this to a JSON object of task-side test hooks (slow a subtask down, delay phases).
+TEST_HOOKS_ENV = "STREAMSNAP_TEST_HOOKS"
+# Set by `streamsnap run --from PATH`: the restore point for jobs that do not name one, and
+# where finished jobs' results are reported back to the CLI for its summary.
+CLI_DEFAULTS: dict = {"restore_from": None, "allow_non_restored_state": False}
+
+
+class StreamEnvironment:
+    """Defines a streaming job and runs it on Spark.
+
+    parallelism: default parallelism of every operator (sources from collections use 1).
+    max_parallelism: number of key groups; the upper bound for rescaling keyed state.
+    checkpointing: a CheckpointConfig, or None for no checkpoints (and no exactly-once).
+    state_backend: "hashmap" (keyed state on the heap).
+    restart: what to do when a task fails; default: no restarts without checkpointing,
+      RestartStrategy.fixed_delay(3, 1.0) with it.
+    spark: a SparkSession; None uses the active one or starts an embedded local[N] session.
+    network: data-plane tuning (buffer timeout, batch size, flow-control credits).
+    """
+
+    def __init__(self, parallelism: int = 2, *, max_parallelism: int = 128,
+                 checkpointing: CheckpointConfig | None = None, state_backend: str = "hashmap",
+                 restart: RestartStrategy | None = None, spark=None, network: NetworkConfig | None = None,
+                 buffer_timeout: float | None = None, log_level: str = "WARNING"):
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+            raise ConfigurationError(f"StreamEnvironment.parallelism must be an integer >= 1, got {parallelism!r}")
+        if (isinstance(max_parallelism, bool) or not isinstance(max_parallelism, int)
+                or not 1 <= max_parallelism <= MAX_MAX_PARALLELISM):
+            raise ConfigurationError(
+                f"StreamEnvironment.max_parallelism must be an integer in 1..{MAX_MAX_PARALLELISM}, "
+                f"got {max_parallelism!r}")
+        if max_parallelism < parallelism:
+            raise ConfigurationError(
+                f"StreamEnvironment.max_parallelism ({max_parallelism}) must be >= parallelism ({parallelism}): "
+                f"it is the number of key groups, and every subtask needs at least one")
+        if checkpointing is not None and not isinstance(checkpointing, CheckpointConfig):
+            raise ConfigurationError(
+                f"StreamEnvironment.checkpointing must be a CheckpointConfig or None, got {type(checkpointing).__name__}")
+        if checkpointing is not None and checkpointing.directory is None:
+            raise ConfigurationError(
+                "CheckpointConfig.directory is required: where checkpoints are written "
+                "(a local path or fsspec URL such as file:///tmp/ckpt or s3://bucket/ckpt)")
+        if checkpointing is not None and checkpointing.unaligned:
+            raise ConfigurationError(
+                "CheckpointConfig.unaligned=True is not supported yet; use aligned exactly-once "
+                "checkpoints (unaligned=False) or mode='at_least_once' under heavy backpressure")
+        state_backend = validate_state_backend(state_backend)
+        if state_backend == "rocksdb":
+            raise ConfigurationError(
+                "state_backend='rocksdb' is not available yet; use state_backend='hashmap'")
+        if restart is not None and not isinstance(restart, RestartStrategy):
+            raise ConfigurationError(f"StreamEnvironment.restart must be a RestartStrategy, got {restart!r}")
+        if network is not None and not isinstance(network, NetworkConfig):
+            raise ConfigurationError(f"StreamEnvironment.network must be a NetworkConfig, got {network!r}")
+        network = network or NetworkConfig()
+        if buffer_timeout is not None:
+            network = NetworkConfig(buffer_timeout=buffer_timeout, batch_size=network.batch_size,
+                                    credits=network.credits, output_queue_frames=network.output_queue_frames,
+                                    bind_host=network.bind_host)
+        if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ConfigurationError(f"StreamEnvironment.log_level must be DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
+        if spark is not None and not hasattr(spark, "sparkContext"):
+            raise ConfigurationError(f"StreamEnvironment.spark must be a SparkSession, got {type(spark).__name__}")
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+        self.checkpointing = checkpointing
+        self.state_backend = state_backend
+        if restart is None:
+            restart = RestartStrategy.fixed_delay(3, 1.0) if checkpointing else RestartStrategy.none()
+        self.restart = restart
+        self.network = network
+        self.log_level = log_level
+        self._spark = spark
+        self._graph = StreamGraph()
+
+    # ------------------------------------------------------------------ sources
+    def _check_parallelism(self, value, what: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigurationError(f"{what} must be an integer >= 1, got {value!r}")
+        if value > self.max_parallelism:
+            raise ConfigurationError(f"{what} ({value}) exceeds max_parallelism ({self.max_parallelism})")
+
+    def from_source(self, source, *, name: str | None = None, uid: str | None = None,
+                    parallelism: int | None = None) -> DataStream:
+        from streamsnap.connectors.base import Source, SourceOperatorFactory
+
+        if not isinstance(source, Source):
+            raise ConfigurationError(
+                f"from_source takes a source such as ss.sources.Generator(...), got {source!r}")
+        source.validate()
+        parallelism = self.parallelism if parallelism is None else parallelism
+        self._check_parallelism(parallelism, f"parallelism of source '{name or 'Source'}'")
+        label = f"Source: {name}" if name else "Source"
+        node = self._graph.add_node(NodeKind.SOURCE, label, uid, SourceOperatorFactory(source),
+                                    parallelism, self.max_parallelism, source.schema)
+        return DataStream(self, (node,))
+
+    def from_collection(self, rows: list, schema=None, *, name: str | None = None,
+                        uid: str | None = None) -> DataStream:
+        """A bounded stream of the given rows (dicts), in order, from one subtask."""
+        from streamsnap.connectors.sources import CollectionSource
+
+        return self.from_source(CollectionSource(rows, schema), name=name or "collection", uid=uid,
+                                parallelism=1)
+
+    # ------------------------------------------------------------------ execution
+    def _plan(self, job_name: str):
+        self._graph.job_name = job_name
+        job_graph = build_job_graph(self._graph)
+        return build_execution_graph(job_graph)
+
+    def explain(self) -> str:
+        """The tasks and channels this pipeline would run as (after chaining)."""
+        eg = self._plan(self._graph.job_name)
+        lines = []
+        for vertex in eg.job_graph.vertices.values():
+            outs = ", ".join(f"{e.partitioner} -> {eg.job_graph.vertices[e.target_vertex].name}" for e in vertex.outputs)
+            lines.append(f"[{vertex.parallelism}x] {vertex.name}" + (f"  => {outs}" if outs else ""))
+        return "\n".join(lines)
+
+    def _start(self, job_name: str, restore_from: str | None, allow_non_restored_state: bool):
+        from streamsnap.cluster.jobmaster import JobMaster, JobSettings
+        from streamsnap.cluster.spark_session import embedded_session, require_slots
+
+        if restore_from is None and CLI_DEFAULTS.get("restore_from"):
+            restore_from = CLI_DEFAULTS["restore_from"]
+            allow_non_restored_state = allow_non_restored_state or CLI_DEFAULTS["allow_non_restored_state"]
+
+        if not isinstance(job_name, str) or not job_name:
+            raise ConfigurationError(f"execute() needs a job name, got {job_name!r}")
+        execution_graph = self._plan(job_name)
+        if restore_from is not None:
+            if not isinstance(restore_from, str) or not restore_from:
+                raise ConfigurationError(f"restore_from must be a checkpoint or savepoint path, got {restore_from!r}")
+            from streamsnap.checkpoint.metadata import read_metadata
+            from streamsnap.checkpoint.restore import plan_restore
+            from streamsnap.checkpoint.storage import resolve_restore_path
+
+            metadata_url, base = resolve_restore_path(restore_from)
+            # Fail now, not in a Spark task, if the state does not fit this job.
+            plan_restore(read_metadata(metadata_url), base, execution_graph.job_graph, allow_non_restored_state)
+        spark = self._spark or embedded_session(execution_graph.num_tasks)
+        require_slots(spark, execution_graph.num_tasks)
+        hooks = json.loads(os.environ.get(TEST_HOOKS_ENV, "{}"))
+        settings = JobSettings(job_name, self.checkpointing, self.restart, self.network, self.state_backend,
+                               restore_from, allow_non_restored_state, self.log_level, hooks)
+        master = JobMaster(spark, execution_graph, settings)
+        master.start()
+        return master
+
+    def execute(self, job_name: str = "streamsnap job", *, restore_from: str | None = None,
+                allow_non_restored_state: bool = False) -> JobResult:
+        """Run the job and block until it ends; returns its JobResult or raises JobExecutionError."""
+        master = self._start(job_name, restore_from, allow_non_restored_state)
+        try:
+            result = master.wait()
+            if "results" in CLI_DEFAULTS:
+                CLI_DEFAULTS["results"].append(result)
+            return result
+        except KeyboardInterrupt:
+            master.cancel()
+            master.wait_terminal(30)
+            raise
+
+    def execute_async(self, job_name: str = "streamsnap job", *, restore_from: str | None = None,
+                      allow_non_restored_state: bool = False) -> JobClient:
+        """Start the job and return a JobClient to watch and control it."""
+        return JobClient(self._start(job_name, restore_from, allow_non_restored_state))

@@ -1,0 +1,109 @@
+"""What a job returns (`JobResult`) and how a running job is controlled (`JobClient`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class OperatorMetrics:
+    name: str
+    uid: str
+    parallelism: int
+    records_in: int
+    records_out: int
+
+
+@dataclass(frozen=True)
+class SubtaskInfo:
+    """One running subtask, so that operators can be watched (and tests can kill them)."""
+
+    vertex: str
+    index: int
+    attempt: int
+    host: str | None
+    pid: int | None
+    state: str
+    task_index: int
+    data_address: tuple[str, int] | None = None  # where upstream subtasks connect (None: a source)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_id: str
+    job_name: str
+    status: str
+    duration: float                      # seconds from submission to the end
+    operators: dict[str, OperatorMetrics]  # by uid
+    collected: dict[str, list[dict]]     # rows of each Collect sink, by sink name
+    checkpoints: Any = None              # checkpoint.stats snapshot, None without checkpointing
+    restarts: int = 0
+    network: dict = field(default_factory=dict)
+
+    def rows(self, sink: str | None = None) -> list[dict]:
+        """Rows of the Collect sink `sink` (the only one when omitted)."""
+        if sink is None:
+            if len(self.collected) != 1:
+                raise KeyError(f"this job has {len(self.collected)} collect sinks "
+                               f"({', '.join(self.collected) or 'none'}); name the one you want")
+            return next(iter(self.collected.values()))
+        if sink not in self.collected:
+            raise KeyError(f"no collect sink named {sink!r}; sinks: {', '.join(self.collected) or 'none'}")
+        return self.collected[sink]
+
+    @property
+    def records_in(self) -> int:
+        return sum(m.records_in for m in self.operators.values() if m.name.startswith("Source"))
+
+    def summary(self) -> str:
+        lines = [f"job '{self.job_name}' {self.status} in {self.duration:.2f} s"
+                 + (f" after {self.restarts} restart(s)" if self.restarts else "")]
+        for m in self.operators.values():
+            lines.append(f"  {m.name:<28} parallelism {m.parallelism:<3} in {m.records_in:>12,}  out {m.records_out:>12,}")
+        if self.checkpoints is not None:
+            c = self.checkpoints.counts
+            lines.append(f"  checkpoints: {c.completed} completed, {c.failed} failed")
+        return "\n".join(lines)
+
+
+class JobClient:
+    """Handle on a job started with `execute_async` (Flink's JobClient)."""
+
+    def __init__(self, job_master):
+        self._master = job_master
+
+    @property
+    def job_id(self) -> str:
+        return self._master.job_id
+
+    def status(self) -> str:
+        return self._master.status.value
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        """Block until the job ends; returns its result or raises JobExecutionError."""
+        return self._master.wait(timeout)
+
+    def cancel(self, timeout: float | None = 60.0) -> None:
+        self._master.cancel()
+        self._master.wait_terminal(timeout)
+
+    def checkpoint_stats(self):
+        return self._master.checkpoint_stats()
+
+    def subtasks(self) -> list[SubtaskInfo]:
+        return self._master.subtasks()
+
+    def trigger_checkpoint(self, timeout: float | None = 60.0):
+        """Take a checkpoint now; returns the completed checkpoint."""
+        return self._master.trigger_checkpoint().result(timeout)
+
+    def trigger_savepoint(self, directory: str, timeout: float | None = 120.0) -> str:
+        """Take a savepoint into `directory`; returns the savepoint's path."""
+        return self._master.trigger_savepoint(directory, terminate=False).result(timeout)
+
+    def stop_with_savepoint(self, directory: str, drain: bool = False, timeout: float | None = 120.0) -> str:
+        """Take a savepoint, then stop the job; returns the savepoint's path."""
+        path = self._master.trigger_savepoint(directory, terminate=True, drain=drain).result(timeout)
+        self._master.wait_terminal(timeout)
+        return path

@@ -1,0 +1,656 @@
+"""The checkpoint coordinator: the driver-side state machine of the checkpoint protocol.
+
+It decides when to checkpoint (periodic trigger, request decider), tells the source tasks to
+inject barriers, collects acknowledgements into pending checkpoints, completes them (writes
+`_metadata`, retains them, tells every task to commit) or aborts them (deletes their state,
+tells every task to abort), counts failures against `tolerable_failures`, keeps statistics and
+picks the checkpoint to restore from. See ARCHITECTURE.md, "The checkpoint lifecycle".
+
+Sans-I/O: it is fed calls (status changes, task messages) and timer callbacks from the
+injected scheduler, and talks to tasks only through a `CheckpointTaskGateway`. It is not
+thread-safe: the JobMaster calls it from one thread (its event loop). Callbacks it makes
+(`fail_job`, the gateway, listeners) may call back into it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable, Iterable, Mapping, Protocol
+
+from streamsnap.api.config import CheckpointConfig
+from streamsnap.checkpoint import filesystem
+from streamsnap.checkpoint.completed import CheckpointProperties, CompletedCheckpoint, CompletedCheckpointStore
+from streamsnap.checkpoint.failure_manager import CheckpointFailureManager
+from streamsnap.checkpoint.id_counter import CheckpointIdCounter
+from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
+from streamsnap.checkpoint.metadata import read_metadata
+from streamsnap.checkpoint.pending import OperatorInfo, PendingCheckpoint, discard_subtask_state
+from streamsnap.checkpoint.reasons import AcknowledgeResult, CheckpointException, CheckpointFailureReason as R
+from streamsnap.checkpoint.request_decider import (DEFAULT_MAX_QUEUED, CheckpointRequestDecider,
+                                                   CheckpointTriggerRequest, TriggerDecision)
+from streamsnap.checkpoint.shared_registry import SharedStateRegistry
+from streamsnap.checkpoint.stats import CheckpointStatsTracker
+from streamsnap.checkpoint.storage import CheckpointStorage, CheckpointStorageLocation, resolve_restore_path
+from streamsnap.clock import Cancellable, Scheduler
+from streamsnap.cluster.status import ExecutionState, JobStatus
+from streamsnap.errors import RestoreError
+from streamsnap.graph.ids import ExecutionAttemptId
+from streamsnap.runtime.events import CheckpointOptions, CheckpointType
+
+logger = logging.getLogger(__name__)
+
+# How many finished checkpoint ids are remembered to recognise late acknowledgements.
+NUM_RECENT_CHECKPOINTS = 16
+
+
+class CheckpointTaskGateway(Protocol):
+    """How the coordinator reaches tasks; implemented by the JobMaster over the control RPC."""
+
+    def trigger_checkpoint(self, attempt: ExecutionAttemptId, checkpoint_id: int, timestamp: float,
+                           options: CheckpointOptions) -> None: ...
+
+    def notify_checkpoint_complete(self, attempt: ExecutionAttemptId, checkpoint_id: int,
+                                   timestamp: float) -> None: ...
+
+    def notify_checkpoint_aborted(self, attempt: ExecutionAttemptId, checkpoint_id: int) -> None: ...
+
+
+class CheckpointListener(Protocol):
+    """A driver-side participant of the checkpoint, e.g. the committer of a collect sink."""
+
+    def notify_checkpoint_complete(self, checkpoint: CompletedCheckpoint) -> None: ...
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Finished:
+    """A recently finished checkpoint, to recognise (and clean up after) late acknowledgements."""
+
+    location: CheckpointStorageLocation
+    completed: bool
+
+
+class CheckpointCoordinator:
+    def __init__(self, job_id: str, config: CheckpointConfig, storage: CheckpointStorage,
+                 scheduler: Scheduler, gateway: CheckpointTaskGateway,
+                 fail_job: Callable[[Exception], None], *,
+                 id_counter: CheckpointIdCounter | None = None,
+                 completed_store: CompletedCheckpointStore | None = None,
+                 stats: CheckpointStatsTracker | None = None,
+                 rng: random.Random | None = None,
+                 max_queued_requests: int = DEFAULT_MAX_QUEUED):
+        self.job_id = job_id
+        self.config = config
+        self.storage = storage
+        self._scheduler = scheduler
+        self._gateway = gateway
+        self._rng = rng or random.Random()
+        self._id_counter = id_counter or CheckpointIdCounter(storage.id_counter_url)
+        existing = storage.existing_checkpoint_ids()
+        if existing:
+            # Never reuse the id of a directory already there, even if the counter was lost.
+            self._id_counter.set_count(existing[-1] + 1)
+        self._store = completed_store or CompletedCheckpointStore(
+            config.num_retained, SharedStateRegistry(owned_directory=storage.job_directory))
+        self._stats = stats or CheckpointStatsTracker()
+        self._failure_manager = CheckpointFailureManager(config.tolerable_failures, fail_job)
+        self._decider = CheckpointRequestDecider(config.max_concurrent, config.min_pause, scheduler,
+                                                 max_queued_requests)
+        # Checkpointing more often than the minimum pause allows makes no sense.
+        self._base_interval = None if config.interval is None else max(config.interval, config.min_pause)
+
+        self._trigger_attempts: tuple[ExecutionAttemptId, ...] = ()
+        self._ack_attempts: tuple[ExecutionAttemptId, ...] = ()
+        self._commit_attempts: tuple[ExecutionAttemptId, ...] = ()
+        self._operators: dict[str, OperatorInfo] = {}
+        self._task_states: dict[ExecutionAttemptId, ExecutionState] = {}
+
+        self._pending: dict[int, PendingCheckpoint] = {}
+        self._futures: dict[int, Future] = {}
+        self._timeouts: dict[int, Cancellable] = {}
+        self._recent: OrderedDict[int, _Finished] = OrderedDict()
+        self._listeners: list[CheckpointListener] = []
+        self._last_completion: float | None = None
+        self._triggering = False
+        self._periodic = False
+        self._periodic_timer: Cancellable | None = None
+        self._periodic_due = 0.0
+        self._job_running = False
+        self._shutdown = False
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def stats(self) -> CheckpointStatsTracker:
+        return self._stats
+
+    @property
+    def completed_store(self) -> CompletedCheckpointStore:
+        return self._store
+
+    @property
+    def id_counter(self) -> CheckpointIdCounter:
+        return self._id_counter
+
+    @property
+    def failure_manager(self) -> CheckpointFailureManager:
+        return self._failure_manager
+
+    @property
+    def pending_checkpoint_ids(self) -> list[int]:
+        return sorted(self._pending)
+
+    def pending_checkpoint(self, checkpoint_id: int) -> PendingCheckpoint | None:
+        return self._pending.get(checkpoint_id)
+
+    @property
+    def num_queued_requests(self) -> int:
+        return len(self._decider)
+
+    @property
+    def is_periodic_scheduling(self) -> bool:
+        return self._periodic
+
+    @property
+    def is_shutdown(self) -> bool:
+        return self._shutdown
+
+    # ------------------------------------------------------------------ deployment and status
+
+    def set_execution_attempts(self, trigger: Iterable[ExecutionAttemptId], ack: Iterable[ExecutionAttemptId],
+                               commit: Iterable[ExecutionAttemptId], operators: Mapping[str, OperatorInfo]) -> None:
+        """Tell the coordinator the tasks of a (re)deployment.
+
+        trigger: the source tasks, told to start a checkpoint. ack: every task, each must
+        acknowledge. commit: tasks told when a checkpoint completed. operators: every operator
+        uid with the vertex it is chained into. New attempts count as not RUNNING until
+        `execution_state_changed` says so. Pending checkpoints still waiting for an attempt
+        that is gone can never complete and are aborted (JOB_FAILOVER).
+        """
+        trigger, ack, commit = tuple(trigger), tuple(ack), tuple(commit)
+        operators = dict(operators)
+        ack_vertices = {a.vertex_id for a in ack}
+        missing = sorted({info.vertex_id for info in operators.values()} - ack_vertices)
+        if missing:
+            raise ValueError(f"operators are chained into vertices {missing} that have no task to "
+                             f"acknowledge checkpoints; pass every task of the job in `ack`")
+        self._trigger_attempts, self._ack_attempts, self._commit_attempts = trigger, ack, commit
+        self._operators = operators
+        self._task_states = {a: self._task_states.get(a, ExecutionState.CREATED)
+                             for a in (*trigger, *ack, *commit)}
+        current = set(ack)
+        for pending in list(self._pending.values()):
+            gone = [a for a in pending.not_yet_acknowledged if a not in current]
+            if gone:
+                self._abort(pending, CheckpointException(
+                    R.JOB_FAILOVER, f"the job was redeployed; {gone[0]} will never acknowledge",
+                    pending.checkpoint_id), run_queued=False)
+        self._run_queued()
+
+    def execution_state_changed(self, attempt: ExecutionAttemptId, state: ExecutionState) -> None:
+        """A task changed state. A task that failed or finished will not acknowledge pending
+        checkpoints that still wait for it, so those are aborted right away."""
+        if attempt not in self._task_states:
+            return  # an attempt of an earlier deployment
+        self._task_states[attempt] = state
+        if state in (ExecutionState.FAILED, ExecutionState.CANCELED, ExecutionState.FINISHED):
+            reason = R.CHECKPOINT_DECLINED_TASK_CLOSING if state is ExecutionState.FINISHED else R.TASK_FAILURE
+            for pending in list(self._pending.values()):
+                if pending.waits_for(attempt):
+                    self._abort(pending, CheckpointException(reason, f"{attempt} is {state.value}",
+                                                             pending.checkpoint_id), run_queued=False)
+            self._run_queued()
+
+    def job_status_changed(self, status: JobStatus) -> None:
+        """RUNNING starts the periodic trigger; any other status stops it and aborts what is in
+        flight or queued (CHECKPOINT_COORDINATOR_SUSPEND), as its tasks are going away."""
+        self._job_running = status is JobStatus.RUNNING
+        if status is JobStatus.RUNNING:
+            if self._shutdown:
+                raise RuntimeError("the checkpoint coordinator is shut down; create a new one")
+            if self._base_interval is not None:
+                self._start_periodic()
+        else:
+            self._stop(CheckpointException(R.CHECKPOINT_COORDINATOR_SUSPEND, f"the job is {status.value}"))
+
+    # ------------------------------------------------------------------ periodic trigger
+
+    def _start_periodic(self) -> None:
+        self._cancel_periodic_timer()
+        self._periodic = True
+        low, high = self.config.min_pause, self._base_interval
+        initial_delay = low + self._rng.random() * (high - low)  # in [min_pause, interval)
+        logger.info("job %s: periodic checkpoints every %.3f s, first in %.3f s", self.job_id, high, initial_delay)
+        self._schedule_periodic(initial_delay)
+
+    def _schedule_periodic(self, delay: float) -> None:
+        self._cancel_periodic_timer()
+        self._periodic_due = self._scheduler.monotonic() + delay
+        self._periodic_timer = self._scheduler.call_later(delay, self._on_periodic_timer)
+
+    def _on_periodic_timer(self) -> None:
+        if not self._periodic:
+            return
+        now = self._scheduler.monotonic()
+        due = self._periodic_due + self._base_interval
+        if due <= now:  # the loop fell behind: skip the missed beats instead of bursting
+            due = now + self._base_interval
+        self._periodic_due = due
+        self._periodic_timer = self._scheduler.call_later(due - now, self._on_periodic_timer)
+        self.trigger_checkpoint(is_periodic=True)
+
+    def _cancel_periodic_timer(self) -> None:
+        if self._periodic_timer is not None:
+            self._periodic_timer.cancel()
+            self._periodic_timer = None
+
+    def _stop(self, exception: CheckpointException) -> None:
+        self._periodic = False
+        self._cancel_periodic_timer()
+        for request in self._decider.drain():
+            self._fail_request(request, exception)
+        for pending in list(self._pending.values()):
+            self._abort(pending, CheckpointException(exception.reason, exception.detail, pending.checkpoint_id),
+                        run_queued=False)
+
+    # ------------------------------------------------------------------ triggering
+
+    def trigger_checkpoint(self, is_periodic: bool = False) -> "Future[CompletedCheckpoint]":
+        """Request a checkpoint; the future completes with it or fails with a CheckpointException."""
+        return self._submit(CheckpointTriggerRequest(CheckpointProperties.for_checkpoint(is_periodic)))
+
+    def trigger_savepoint(self, target_directory: str, terminate: bool = False) -> "Future[CompletedCheckpoint]":
+        """Request a savepoint into a new directory under `target_directory`.
+
+        It goes ahead of waiting checkpoints and ignores max_concurrent and min_pause. With
+        `terminate` (stop-with-savepoint) the tasks are told to commit when it completes and
+        then finish; a plain savepoint commits nothing.
+        """
+        if not target_directory:
+            raise ValueError("trigger_savepoint needs a target directory (a path or fsspec URL)")
+        request = CheckpointTriggerRequest(CheckpointProperties.for_savepoint(terminate),
+                                           target_directory=target_directory)
+        if terminate and self._periodic:
+            # The job is about to stop: no new periodic checkpoints, unless stopping fails.
+            self._periodic = False
+            self._cancel_periodic_timer()
+            request.future.add_done_callback(self._resume_periodic_if_failed)
+        return self._submit(request)
+
+    def _resume_periodic_if_failed(self, future: Future) -> None:
+        if future.cancelled():
+            return
+        if future.exception() is not None and not self._shutdown and not self._periodic \
+                and self._base_interval is not None and self._job_running:
+            logger.info("stop-with-savepoint failed; resuming periodic checkpoints")
+            self._start_periodic()
+
+    def _submit(self, request: CheckpointTriggerRequest) -> Future:
+        if self._shutdown:
+            self._fail_request(request, CheckpointException(R.CHECKPOINT_COORDINATOR_SHUTDOWN))
+            return request.future
+        decision = self._decider.choose_request_to_execute(
+            request, is_triggering=self._triggering, num_pending=len(self._pending),
+            last_completion=self._last_completion)
+        if self._apply(decision):
+            self._run_queued()
+        return request.future
+
+    def _run_queued(self) -> None:
+        """Start waiting requests for as long as the decider lets them run."""
+        while not self._triggering and not self._shutdown:
+            decision = self._decider.choose_queued_request(
+                is_triggering=self._triggering, num_pending=len(self._pending),
+                last_completion=self._last_completion)
+            if not self._apply(decision):
+                break
+
+    def _apply(self, decision: TriggerDecision) -> bool:
+        """Carry out a decision; True if a request was started."""
+        for rejection in decision.rejected:
+            self._fail_request(rejection.request, CheckpointException(rejection.reason))
+        if decision.retry_after is not None and self._periodic:
+            logger.debug("periodic checkpoint postponed by %.3f s (min_pause)", decision.retry_after)
+            self._schedule_periodic(decision.retry_after)
+        if decision.execute is None:
+            return False
+        self._triggering = True
+        try:
+            self._trigger(decision.execute)
+        finally:
+            self._triggering = False
+        return True
+
+    def _pre_check(self, request: CheckpointTriggerRequest) -> None:
+        if self._shutdown:
+            raise CheckpointException(R.CHECKPOINT_COORDINATOR_SHUTDOWN)
+        if request.is_periodic and not self._periodic:
+            raise CheckpointException(R.PERIODIC_SCHEDULER_SHUTDOWN)
+        if not self._ack_attempts:
+            raise CheckpointException(R.NOT_ALL_REQUIRED_TASKS_RUNNING, "no tasks are deployed")
+        not_running = [a for a in dict.fromkeys((*self._trigger_attempts, *self._ack_attempts))
+                       if self._task_states.get(a) is not ExecutionState.RUNNING]
+        if not_running:
+            shown = ", ".join(f"{a} ({self._task_states.get(a, ExecutionState.CREATED).value})"
+                              for a in not_running[:5])
+            more = f" and {len(not_running) - 5} more" if len(not_running) > 5 else ""
+            raise CheckpointException(R.NOT_ALL_REQUIRED_TASKS_RUNNING, f"not RUNNING: {shown}{more}")
+
+    def _trigger(self, request: CheckpointTriggerRequest) -> None:
+        try:
+            self._pre_check(request)
+        except CheckpointException as exc:
+            self._fail_request(request, exc)
+            return
+        props = request.properties
+        timestamp = self._scheduler.wall()
+        checkpoint_id = None
+        try:
+            checkpoint_id = self._id_counter.get_and_increment()
+            if props.is_savepoint:
+                location = self.storage.initialize_savepoint_location(request.target_directory, checkpoint_id,
+                                                                      self._rng)
+            else:
+                location = self.storage.initialize_location(checkpoint_id)
+        except Exception as exc:  # storage backends raise more than OSError
+            reason = R.IO_EXCEPTION if isinstance(exc, OSError) else R.TRIGGER_CHECKPOINT_FAILURE
+            self._fail_request(request, CheckpointException(
+                reason, f"could not prepare the checkpoint location: {exc!r}", checkpoint_id), checkpoint_id)
+            return
+        unaligned = self.config.unaligned and not props.is_savepoint
+        options = CheckpointOptions(props.checkpoint_type, location.url, self.config.exactly_once, unaligned,
+                                    self.config.aligned_timeout if unaligned else None)
+        pending = PendingCheckpoint(self.job_id, checkpoint_id, timestamp, props, options, location,
+                                    self._ack_attempts, self._operators, self._store.registry)
+        self._pending[checkpoint_id] = pending
+        self._futures[checkpoint_id] = request.future
+        self._stats.report_pending(checkpoint_id, timestamp, props.checkpoint_type, pending.num_tasks)
+        self._timeouts[checkpoint_id] = self._scheduler.call_later(
+            self.config.timeout, partial(self._on_timeout, checkpoint_id))
+        logger.info("triggering %s %d for job %s at %s", props.checkpoint_type.value, checkpoint_id,
+                    self.job_id, location.url)
+        for attempt in self._trigger_attempts:
+            try:
+                self._gateway.trigger_checkpoint(attempt, checkpoint_id, timestamp, options)
+            except Exception as exc:  # the RPC layer may raise anything; the checkpoint cannot go on
+                if checkpoint_id in self._pending:
+                    self._abort(pending, CheckpointException(
+                        R.TRIGGER_CHECKPOINT_FAILURE, f"could not tell {attempt} to start it: {exc!r}",
+                        checkpoint_id), run_queued=False)
+                return
+
+    def _on_timeout(self, checkpoint_id: int) -> None:
+        pending = self._pending.get(checkpoint_id)
+        if pending is None:
+            return
+        self._timeouts.pop(checkpoint_id, None)
+        waiting = sorted(map(str, pending.not_yet_acknowledged))
+        shown = ", ".join(waiting[:5]) + (f" and {len(waiting) - 5} more" if len(waiting) > 5 else "")
+        self._abort(pending, CheckpointException(
+            R.CHECKPOINT_EXPIRED, f"not complete after {self.config.timeout:g} s "
+                                  f"(CheckpointConfig.timeout); still waiting for {shown}", checkpoint_id))
+
+    # ------------------------------------------------------------------ task messages
+
+    def receive_acknowledge(self, ack: AcknowledgeCheckpoint) -> AcknowledgeResult | None:
+        """A task finished its part of a checkpoint.
+
+        Returns what the pending checkpoint made of it; DISCARDED for a checkpoint that recently
+        completed or was aborted, None for an id this coordinator does not know. State that
+        does not become part of a checkpoint (unknown attempt, late, unknown id) is deleted so
+        nothing lingers; files a retained checkpoint references are never touched.
+        """
+        checkpoint_id = ack.checkpoint_id
+        pending = self._pending.get(checkpoint_id)
+        if pending is None:
+            finished = self._recent.get(checkpoint_id)
+            if finished is not None:
+                logger.warning("late acknowledgement of finished checkpoint %d from %s; deleting its state",
+                               checkpoint_id, ack.attempt)
+                base = finished.location.url
+            else:
+                logger.debug("acknowledgement of unknown checkpoint %d from %s; deleting its state",
+                             checkpoint_id, ack.attempt)
+                base = self.storage.checkpoint_directory(checkpoint_id)
+            self._discard_stray_state(ack, base)
+            if finished is not None and not finished.completed:
+                filesystem.delete(finished.location.url, recursive=True)
+            return AcknowledgeResult.DISCARDED if finished is not None else None
+
+        timestamp = self._scheduler.wall()
+        result = pending.acknowledge_task(ack, timestamp)
+        if result is AcknowledgeResult.SUCCESS:
+            self._stats.report_subtask(checkpoint_id, ack.attempt, timestamp,
+                                       pending.acknowledgements[ack.attempt].state_size, ack.metrics)
+            if pending.is_fully_acknowledged:
+                self._complete(pending)
+        elif result is AcknowledgeResult.DUPLICATE:
+            logger.debug("duplicate acknowledgement of checkpoint %d from %s", checkpoint_id, ack.attempt)
+        else:
+            logger.warning("acknowledgement of checkpoint %d from %s: %s; deleting its state", checkpoint_id,
+                           ack.attempt, "unknown task attempt" if result is AcknowledgeResult.UNKNOWN
+                           else "checkpoint already discarded")
+            self._discard_stray_state(ack, pending.location.url)
+        return result
+
+    def receive_decline(self, decline: DeclineCheckpoint) -> None:
+        """A task could not take its part of a checkpoint: abort the checkpoint with its reason."""
+        pending = self._pending.get(decline.checkpoint_id)
+        if pending is None:
+            logger.debug("decline of unknown or finished checkpoint %d from %s ignored",
+                         decline.checkpoint_id, decline.attempt)
+            return
+        if not pending.involves(decline.attempt):
+            logger.warning("decline of checkpoint %d from %s ignored: not a task of this checkpoint",
+                           decline.checkpoint_id, decline.attempt)
+            return
+        detail = f"declined by {decline.attempt}" + (f": {decline.detail}" if decline.detail else "")
+        self._abort(pending, CheckpointException(decline.reason, detail, decline.checkpoint_id))
+
+    def _keep_predicate(self, location_url: str) -> Callable[[str], bool]:
+        """Files that must survive discarding state: anything a retained checkpoint references,
+        task-owned files, and anything outside this job's directory and the checkpoint's own."""
+        referenced = self._store.referenced_files()
+        owned = (self.storage.job_directory.rstrip("/") + "/", filesystem.normalize(location_url).rstrip("/") + "/")
+        task_owned = self.storage.task_owned_directory.rstrip("/") + "/"
+
+        def keep(url: str) -> bool:
+            url = filesystem.normalize(url)
+            return url in referenced or url.startswith(task_owned) or not url.startswith(owned)
+
+        return keep
+
+    def _discard_stray_state(self, ack: AcknowledgeCheckpoint, base_url: str) -> None:
+        keep = self._keep_predicate(base_url)
+        for state in ack.subtask_state.values():
+            discard_subtask_state(state, base_url, registry=self._store.registry, keep=keep)
+
+    # ------------------------------------------------------------------ completion and abort
+
+    def _complete(self, pending: PendingCheckpoint) -> None:
+        checkpoint_id, props = pending.checkpoint_id, pending.properties
+        try:
+            completed = pending.finalize(self._scheduler.wall())
+        except Exception as exc:  # any failure to write _metadata makes the checkpoint unusable
+            logger.warning("could not finalize checkpoint %d: %r", checkpoint_id, exc)
+            self._abort(pending, CheckpointException(
+                R.FINALIZE_CHECKPOINT_FAILURE, f"writing {pending.location.metadata_url} failed: {exc!r}",
+                checkpoint_id))
+            return
+        if not props.is_savepoint:
+            try:
+                self._store.add_checkpoint(completed)
+            except Exception as exc:
+                logger.warning("could not retain checkpoint %d: %r", checkpoint_id, exc)
+                filesystem.delete(completed.location.url, recursive=True)
+                self._after_failure(pending, CheckpointException(
+                    R.FINALIZE_CHECKPOINT_FAILURE, f"could not be retained: {exc!r}", checkpoint_id), run_queued=True)
+                return
+        self._forget(checkpoint_id, _Finished(completed.location, completed=True))
+        self._last_completion = self._scheduler.monotonic()
+        if not props.is_savepoint:
+            for older in [p for p in self._pending.values() if p.checkpoint_id < checkpoint_id
+                          and not p.properties.is_savepoint]:
+                self._abort(older, CheckpointException(
+                    R.CHECKPOINT_SUBSUMED, f"checkpoint {checkpoint_id} completed first", older.checkpoint_id),
+                    run_queued=False)
+        self._failure_manager.handle_checkpoint_success(checkpoint_id)  # savepoints too, as in Flink
+        self._stats.report_completed(checkpoint_id, completed.completion_timestamp, completed.state_size,
+                                     completed.external_pointer)
+        logger.info("completed %s %d for job %s (%d bytes in %.3f s) at %s", props.checkpoint_type.value,
+                    checkpoint_id, self.job_id, completed.state_size, completed.duration, completed.external_pointer)
+        if not props.is_savepoint or props.is_terminating:
+            # A plain savepoint is a copy for the user: committing side effects on it would
+            # publish output that a restore from the latest checkpoint replays again.
+            for attempt in self._commit_attempts:
+                self._call("notify_checkpoint_complete", self._gateway.notify_checkpoint_complete,
+                           attempt, checkpoint_id, completed.timestamp)
+            for listener in list(self._listeners):
+                self._call("notify_checkpoint_complete", listener.notify_checkpoint_complete, completed)
+        self._run_queued()
+        _resolve(self._futures.pop(checkpoint_id, None), result=completed)
+
+    def _abort(self, pending: PendingCheckpoint, exception: CheckpointException, run_queued: bool = True) -> None:
+        if pending.is_disposed:
+            return
+        pending.abort(exception.reason, keep=self._keep_predicate(pending.location.url))
+        self._after_failure(pending, exception, run_queued)
+
+    def _after_failure(self, pending: PendingCheckpoint, exception: CheckpointException, run_queued: bool) -> None:
+        checkpoint_id = pending.checkpoint_id
+        self._forget(checkpoint_id, _Finished(pending.location, completed=False))
+        self._stats.report_failed(checkpoint_id, self._scheduler.wall(), exception.reason, exception.detail)
+        log = logger.warning if self._failure_manager.counts_toward_tolerance(exception.reason) else logger.info
+        log("%s %d of job %s aborted: %s", pending.properties.checkpoint_type.value, checkpoint_id,
+            self.job_id, exception)
+        self._failure_manager.handle_checkpoint_failure(exception, checkpoint_id,
+                                                        is_savepoint=pending.properties.is_savepoint)
+        for attempt in dict.fromkeys((*self._ack_attempts, *self._commit_attempts)):
+            self._call("notify_checkpoint_aborted", self._gateway.notify_checkpoint_aborted, attempt, checkpoint_id)
+        for listener in list(self._listeners):
+            self._call("notify_checkpoint_aborted", listener.notify_checkpoint_aborted, checkpoint_id)
+        _resolve(self._futures.pop(checkpoint_id, None), exception=exception)
+        if run_queued:
+            self._run_queued()
+
+    def _forget(self, checkpoint_id: int, finished: _Finished) -> None:
+        """Remove a finished checkpoint from the pending ones, remembering it for late messages."""
+        self._pending.pop(checkpoint_id, None)
+        timer = self._timeouts.pop(checkpoint_id, None)
+        if timer is not None:
+            timer.cancel()
+        self._recent[checkpoint_id] = finished
+        while len(self._recent) > NUM_RECENT_CHECKPOINTS:
+            self._recent.popitem(last=False)
+
+    def _fail_request(self, request: CheckpointTriggerRequest, exception: CheckpointException,
+                      checkpoint_id: int | None = None) -> None:
+        """A request that never became a pending checkpoint."""
+        log = logger.debug if exception.reason.pre_flight else logger.warning
+        log("%s request not triggered: %s", request.properties.checkpoint_type.value, exception)
+        self._failure_manager.handle_checkpoint_failure(exception, checkpoint_id, is_savepoint=request.is_savepoint)
+        _resolve(request.future, exception=exception)
+
+    def _call(self, what: str, fn: Callable, *args) -> None:
+        try:
+            fn(*args)
+        except Exception:  # one unreachable task or faulty listener must not stop the others
+            logger.warning("%s to %s failed", what, args[0], exc_info=True)
+
+    def abort_pending_checkpoints(self, reason: R) -> None:
+        """Abort every pending checkpoint, e.g. with JOB_FAILOVER when the job fails over."""
+        for pending in list(self._pending.values()):
+            self._abort(pending, CheckpointException(reason, None, pending.checkpoint_id), run_queued=False)
+        self._run_queued()
+
+    # ------------------------------------------------------------------ listeners
+
+    def add_listener(self, listener: CheckpointListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: CheckpointListener) -> None:
+        self._listeners.remove(listener)
+
+    # ------------------------------------------------------------------ restore
+
+    def restore_latest_checkpoint(self) -> CompletedCheckpoint | None:
+        """The newest retained checkpoint whose `_metadata` still reads back, or None if none is
+        retained. A corrupt newer one is skipped with a warning. The id counter moves past the
+        restored id. Raises RestoreError if checkpoints are retained but none is readable:
+        silently starting from empty state would lose it.
+        """
+        candidates = self._store.all()
+        problems = []
+        for checkpoint in reversed(candidates):
+            try:
+                metadata = read_metadata(checkpoint.location.metadata_url)
+                if metadata.checkpoint_id != checkpoint.checkpoint_id:
+                    raise RestoreError(f"{checkpoint.location.metadata_url} holds checkpoint "
+                                       f"{metadata.checkpoint_id}, expected {checkpoint.checkpoint_id}")
+            except RestoreError as exc:
+                problems.append(str(exc))
+                logger.warning("cannot restore checkpoint %d: %s; falling back to the previous retained "
+                               "checkpoint", checkpoint.checkpoint_id, exc)
+                continue
+            restored = CompletedCheckpoint(metadata, checkpoint.location, checkpoint.properties)
+            self.restored_from(restored.checkpoint_id, restored.external_pointer, restored.checkpoint_type)
+            return restored
+        if candidates:
+            raise RestoreError(
+                f"none of the {len(candidates)} retained checkpoint(s) of job {self.job_id} can be read "
+                f"({'; '.join(problems)}); restore from a savepoint or an older retained checkpoint "
+                f"explicitly, or raise CheckpointConfig.num_retained to keep more fallbacks")
+        return None
+
+    def restore_from(self, path: str) -> CompletedCheckpoint:
+        """Load a savepoint or retained checkpoint named by the user (`restore_from=` / `--from`).
+
+        It becomes the failover point until the job completes a checkpoint of its own, but the
+        job never deletes it: it belongs to the user.
+        """
+        metadata_url, base = resolve_restore_path(path)
+        metadata = read_metadata(metadata_url)
+        location = CheckpointStorageLocation(base, metadata.checkpoint_id, metadata.checkpoint_type.is_savepoint)
+        restored = CompletedCheckpoint(metadata, location, CheckpointProperties.for_restored(metadata.checkpoint_type))
+        if all(c.checkpoint_id != metadata.checkpoint_id for c in self._store.all()):
+            self._store.add_checkpoint(restored)
+        self.restored_from(restored.checkpoint_id, restored.external_pointer, restored.checkpoint_type)
+        return restored
+
+    def restored_from(self, checkpoint_id: int, external_pointer: str | None = None,
+                      checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT) -> None:
+        """Record that the job restores from a snapshot loaded by the caller: new checkpoint
+        ids continue after its id (its directory may be this job's), and the stats show it."""
+        self._id_counter.set_count(checkpoint_id + 1)
+        self._stats.report_restored(checkpoint_id, self._scheduler.wall(), external_pointer or "",
+                                    checkpoint_type)
+        logger.info("job %s restores from %s %d at %s", self.job_id, checkpoint_type.value, checkpoint_id,
+                    external_pointer or "(location not given)")
+
+    # ------------------------------------------------------------------ shutdown
+
+    def shutdown(self, job_status: JobStatus) -> None:
+        """Stop for good: abort what is pending or queued and apply the retention policy."""
+        if self._shutdown:
+            return
+        self._shutdown = True
+        self._stop(CheckpointException(R.CHECKPOINT_COORDINATOR_SHUTDOWN, f"the job is {job_status.value}"))
+        self._store.shutdown(job_status, self.config.retention)
+
+
+def _resolve(future: Future | None, *, result=None, exception: BaseException | None = None) -> None:
+    if future is None or future.done():
+        return
+    if exception is not None:
+        future.set_exception(exception)
+    else:
+        future.set_result(result)
+
+
+__all__ = ["CheckpointCoordinator", "CheckpointTaskGateway", "CheckpointListener", "OperatorInfo"]

@@ -1,0 +1,98 @@
+"""Checkpoint storage paths and files through fsspec, so `file://`, `s3://`, `hdfs://` work alike.
+
+Everything that touches checkpoint files goes through these few functions: URL joining (that
+keeps relative handle paths relative), atomic writes (temp file + rename), reads and deletes.
+A plain local path is accepted anywhere a URL is and treated as `file://`.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from typing import IO
+
+import fsspec
+from fsspec.core import url_to_fs
+
+
+def normalize(url: str) -> str:
+    """A URL with an explicit protocol; bare local paths become absolute `file://` URLs."""
+    if "://" in url:
+        return url.rstrip("/") if url.rstrip("/") else url
+    return "file://" + os.path.abspath(os.path.expanduser(url))
+
+
+def join(base: str, relative: str) -> str:
+    """Resolve `relative` (a handle path) against the directory URL `base`.
+
+    An absolute URL in `relative` is returned unchanged; `..` segments are folded.
+    """
+    if "://" in relative:
+        return relative
+    base = normalize(base)
+    protocol, _, path = base.partition("://")
+    return f"{protocol}://{posixpath.normpath(posixpath.join(path or '/', relative))}"
+
+
+def relative_to(url: str, base: str) -> str:
+    """`url` relative to `base` when it lies inside it, else `url` unchanged."""
+    url, base = normalize(url), normalize(base).rstrip("/") + "/"
+    return url[len(base):] if url.startswith(base) else url
+
+
+def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    return url_to_fs(normalize(url))
+
+
+def makedirs(url: str) -> None:
+    fs, path = filesystem(url)
+    fs.makedirs(path, exist_ok=True)
+
+
+def open_write(url: str) -> IO[bytes]:
+    fs, path = filesystem(url)
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    return fs.open(path, "wb")
+
+
+def open_read(url: str) -> IO[bytes]:
+    fs, path = filesystem(url)
+    return fs.open(path, "rb")
+
+
+def read_bytes(url: str) -> bytes:
+    fs, path = filesystem(url)
+    return fs.cat_file(path)
+
+
+def read_range(url: str, offset: int, length: int) -> bytes:
+    fs, path = filesystem(url)
+    return fs.cat_file(path, start=offset, end=offset + length)
+
+
+def write_atomic(url: str, data: bytes) -> None:
+    """Write `data` so readers see either nothing or all of it: temp file, then rename."""
+    fs, path = filesystem(url)
+    directory = posixpath.dirname(path)
+    fs.makedirs(directory, exist_ok=True)
+    temp = posixpath.join(directory, f".{posixpath.basename(path)}.inprogress-{uuid.uuid4().hex}")
+    with fs.open(temp, "wb") as out:
+        out.write(data)
+    fs.mv(temp, path)
+
+
+def exists(url: str) -> bool:
+    fs, path = filesystem(url)
+    return fs.exists(path)
+
+
+def delete(url: str, recursive: bool = False) -> None:
+    """Delete a file or (recursively) a directory; a missing target is not an error."""
+    fs, path = filesystem(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=recursive)
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"

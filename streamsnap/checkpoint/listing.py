@@ -1,0 +1,93 @@
+"""What `streamsnap checkpoints PATH` shows: the checkpoints found in a directory.
+
+A `chk-<n>` directory is reported as completed only if its `_metadata` reads back and verifies
+(checksum, matching id). Directories without it (in flight or torn when the job stopped) and
+with a damaged one are listed separately as not restorable, never as completed: restoring
+from them would fail or, worse, lose state.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from streamsnap.checkpoint import filesystem
+from streamsnap.checkpoint.metadata import read_metadata
+from streamsnap.checkpoint.storage import METADATA_FILE_NAME, checkpoint_id_of, is_directory, subdirectories
+from streamsnap.errors import RestoreError
+from streamsnap.runtime.events import CheckpointType
+
+
+class CheckpointCondition(enum.StrEnum):
+    """A string enum, so it prints and compares as "COMPLETED" etc. in tables and scripts."""
+
+    COMPLETED = "COMPLETED"
+    INCOMPLETE = "INCOMPLETE"   # no _metadata: in flight or abandoned
+    CORRUPT = "CORRUPT"         # _metadata present but unreadable, torn or not matching
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    """One `chk-<n>` directory; the metadata fields are None unless it is COMPLETED."""
+
+    path: str
+    job_id: str
+    checkpoint_id: int
+    status: CheckpointCondition
+    checkpoint_type: CheckpointType | None = None
+    triggered_at: float | None = None    # wall-clock seconds
+    completed_at: float | None = None
+    state_size: int | None = None
+    num_operators: int | None = None
+    problem: str | None = None          # why it is not COMPLETED
+
+    @property
+    def is_completed(self) -> bool:
+        return self.status is CheckpointCondition.COMPLETED
+
+
+def _summarize(job_id: str, checkpoint_id: int, url: str) -> CheckpointSummary:
+    metadata_url = filesystem.join(url, METADATA_FILE_NAME)
+    if not filesystem.exists(metadata_url):
+        return CheckpointSummary(url, job_id, checkpoint_id, CheckpointCondition.INCOMPLETE,
+                                 problem=f"no {METADATA_FILE_NAME}: the checkpoint never completed")
+    try:
+        metadata = read_metadata(metadata_url)
+    except RestoreError as exc:
+        return CheckpointSummary(url, job_id, checkpoint_id, CheckpointCondition.CORRUPT, problem=str(exc))
+    if metadata.checkpoint_id != checkpoint_id:
+        return CheckpointSummary(url, job_id, checkpoint_id, CheckpointCondition.CORRUPT,
+                                 problem=f"{metadata_url} describes checkpoint {metadata.checkpoint_id}")
+    return CheckpointSummary(url, job_id, checkpoint_id, CheckpointCondition.COMPLETED,
+                             metadata.checkpoint_type, metadata.trigger_timestamp,
+                             metadata.completion_timestamp, metadata.state_size, len(metadata.operators))
+
+
+def _checkpoints_in(job_id: str, job_url: str) -> list[CheckpointSummary]:
+    return [_summarize(job_id, checkpoint_id_of(name), url) for name, url in subdirectories(job_url)
+            if checkpoint_id_of(name) is not None]
+
+
+def list_checkpoints(directory: str) -> list[CheckpointSummary]:
+    """Every `chk-<n>` found in `directory`, sorted by job id then checkpoint id.
+
+    `directory` may be a checkpoint directory (with one subdirectory per job id), one job's
+    directory, or a single `chk-<n>` directory.
+    """
+    url = filesystem.normalize(directory)
+    if not is_directory(url):
+        raise FileNotFoundError(f"{url} is not a directory; pass the checkpoint directory "
+                                f"(CheckpointConfig.directory) or a job directory inside it")
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    own_id = checkpoint_id_of(name)
+    if own_id is not None:
+        parent = url.rstrip("/").rsplit("/", 2)[-2]
+        return [_summarize(parent, own_id, url)]
+    found = _checkpoints_in(name, url)
+    for child_name, child_url in subdirectories(url):
+        if checkpoint_id_of(child_name) is None:
+            found += _checkpoints_in(child_name, child_url)
+    return sorted(found, key=lambda s: (s.job_id, s.checkpoint_id))
+
+
+__all__ = ["list_checkpoints", "CheckpointSummary", "CheckpointCondition"]

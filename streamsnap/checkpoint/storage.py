@@ -1,0 +1,180 @@
+"""Where a job's checkpoints and savepoints live (Flink's checkpoint storage, file-system flavour).
+
+Layout of one job::
+
+    <directory>/<job id>/
+        chk-<n>/              one directory per checkpoint; `_metadata` is written into it last
+        shared/               files of incremental snapshots, referenced by several checkpoints
+        taskowned/            files owned by the tasks; the coordinator never deletes them
+        _checkpoint_id        the persisted id counter (ids never go backwards across restarts)
+    <target>/savepoint-<job id prefix>-<n>-<random>/   self-contained, relocatable
+
+The presence of `chk-<n>/_metadata` is what makes a checkpoint *completed*; a directory without
+it is a checkpoint that was in flight or torn when the job stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import random
+import re
+from dataclasses import dataclass
+
+from streamsnap.checkpoint import filesystem
+from streamsnap.errors import RestoreError
+
+logger = logging.getLogger(__name__)
+
+METADATA_FILE_NAME = "_metadata"
+SHARED_DIR = "shared"
+TASK_OWNED_DIR = "taskowned"
+ID_COUNTER_FILE = "_checkpoint_id"
+CHECKPOINT_DIR_PREFIX = "chk-"
+SAVEPOINT_DIR_PREFIX = "savepoint-"
+
+_CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
+
+
+def checkpoint_id_of(name: str) -> int | None:
+    """The id in a `chk-<n>` directory name, or None for any other name."""
+    match = _CHECKPOINT_DIR.match(name)
+    return int(match.group(1)) if match else None
+
+
+def is_directory(url: str) -> bool:
+    fs, path = filesystem.filesystem(url)
+    return fs.isdir(path)
+
+
+def subdirectories(url: str) -> list[tuple[str, str]]:
+    """(name, url) of the directories directly inside `url`; empty when it is not a directory."""
+    fs, path = filesystem.filesystem(url)
+    if not fs.isdir(path):
+        return []
+    children = []
+    for entry in fs.ls(path, detail=True):
+        if entry.get("type") == "directory":
+            name = posixpath.basename(str(entry["name"]).rstrip("/"))
+            children.append((name, filesystem.join(url, name)))
+    return sorted(children)
+
+
+@dataclass(frozen=True)
+class CheckpointStorageLocation:
+    """The directory one checkpoint or savepoint is written into.
+
+    Tasks receive `url` in their CheckpointOptions and write their state files below it; the
+    coordinator writes `_metadata` into it when the checkpoint completes.
+    """
+
+    url: str
+    checkpoint_id: int
+    is_savepoint: bool = False
+
+    @property
+    def metadata_url(self) -> str:
+        return filesystem.join(self.url, METADATA_FILE_NAME)
+
+
+class CheckpointStorage:
+    """Creates, names and deletes checkpoint locations of one job under `directory`.
+
+    Construction does no I/O; directories are created when the first location is requested.
+    """
+
+    def __init__(self, directory: str, job_id: str):
+        if not job_id or "/" in job_id:
+            raise ValueError(f"job_id must be a non-empty name without '/', got {job_id!r}")
+        self.directory = filesystem.normalize(directory)
+        self.job_id = job_id
+        self.job_directory = filesystem.join(self.directory, job_id)
+        self.shared_directory = filesystem.join(self.job_directory, SHARED_DIR)
+        self.task_owned_directory = filesystem.join(self.job_directory, TASK_OWNED_DIR)
+        self.id_counter_url = filesystem.join(self.job_directory, ID_COUNTER_FILE)
+        self._base_created = False
+
+    def __repr__(self) -> str:
+        return f"CheckpointStorage({self.job_directory!r})"
+
+    def checkpoint_directory(self, checkpoint_id: int) -> str:
+        return filesystem.join(self.job_directory, f"{CHECKPOINT_DIR_PREFIX}{checkpoint_id}")
+
+    def _create_base(self) -> None:
+        if not self._base_created:
+            for url in (self.job_directory, self.shared_directory, self.task_owned_directory):
+                filesystem.makedirs(url)
+            self._base_created = True
+
+    def initialize_location(self, checkpoint_id: int) -> CheckpointStorageLocation:
+        """Create `chk-<checkpoint_id>/`.
+
+        Refuses a directory that already holds a completed checkpoint: ids are never reused, so
+        finding one means two jobs share a job id or the id counter was lost.
+        """
+        self._create_base()
+        url = self.checkpoint_directory(checkpoint_id)
+        if filesystem.exists(filesystem.join(url, METADATA_FILE_NAME)):
+            raise FileExistsError(
+                f"{url} already holds a completed checkpoint; checkpoint ids must not be reused. "
+                f"Is another job writing to {self.job_directory} with the same job id?")
+        filesystem.makedirs(url)
+        return CheckpointStorageLocation(url, checkpoint_id)
+
+    def initialize_savepoint_location(self, target_directory: str, checkpoint_id: int,
+                                      rng: random.Random | None = None) -> CheckpointStorageLocation:
+        """Create a fresh `savepoint-<job id prefix>-<n>-<random>/` under `target_directory`.
+
+        The random suffix keeps two savepoints of the same id (e.g. of two runs) apart.
+        """
+        rng = rng or random.Random()
+        name = f"{SAVEPOINT_DIR_PREFIX}{self.job_id[:6]}-{checkpoint_id}-{rng.getrandbits(48):012x}"
+        url = filesystem.join(filesystem.normalize(target_directory), name)
+        filesystem.makedirs(url)
+        return CheckpointStorageLocation(url, checkpoint_id, is_savepoint=True)
+
+    def discard_location(self, location: CheckpointStorageLocation) -> None:
+        """Delete a location and everything in it (an aborted or subsumed checkpoint)."""
+        filesystem.delete(location.url, recursive=True)
+
+    def existing_checkpoint_ids(self) -> list[int]:
+        """Ids of every `chk-<n>` directory of this job, completed or not, ascending."""
+        ids = (checkpoint_id_of(name) for name, _ in subdirectories(self.job_directory))
+        return sorted(i for i in ids if i is not None)
+
+    def resolve_restore_path(self, path: str) -> tuple[str, str]:
+        return resolve_restore_path(path)
+
+
+def resolve_restore_path(path: str) -> tuple[str, str]:
+    """(metadata URL, base directory URL) of a checkpoint or savepoint named by the user.
+
+    Accepts a `chk-<n>` directory, a savepoint directory, or their `_metadata` file. Handle
+    paths in `_metadata` are relative to the base directory, which is why it is returned too.
+    """
+    url = filesystem.normalize(path)
+    if not filesystem.exists(url):
+        raise RestoreError(f"cannot restore from {url}: it does not exist; pass the chk-<n> or "
+                           f"savepoint-... directory of a completed checkpoint or savepoint")
+    if not is_directory(url):
+        if posixpath.basename(url) == METADATA_FILE_NAME:
+            return url, url.rsplit("/", 1)[0]
+        raise RestoreError(f"cannot restore from {url}: it is a file but not a {METADATA_FILE_NAME} "
+                           f"file; pass the chk-<n> or savepoint-... directory")
+    metadata_url = filesystem.join(url, METADATA_FILE_NAME)
+    if filesystem.exists(metadata_url):
+        return metadata_url, url
+    hint = ""
+    completed = [(checkpoint_id_of(name), name) for name, child in subdirectories(url)
+                 if checkpoint_id_of(name) is not None
+                 and filesystem.exists(filesystem.join(child, METADATA_FILE_NAME))]
+    if completed:
+        hint = (f" ({url} looks like a job's checkpoint directory; its latest completed "
+                f"checkpoint is {max(completed)[1]})")
+    raise RestoreError(f"no {METADATA_FILE_NAME} in {url}: not a completed checkpoint or savepoint; "
+                       f"pass the chk-<n> or savepoint-... directory{hint}")
+
+
+__all__ = ["CheckpointStorage", "CheckpointStorageLocation", "resolve_restore_path",
+           "checkpoint_id_of", "subdirectories", "is_directory", "METADATA_FILE_NAME",
+           "SHARED_DIR", "TASK_OWNED_DIR", "ID_COUNTER_FILE"]

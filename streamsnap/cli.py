@@ -1,0 +1,109 @@
+"""The `streamsnap` command (mirrors Flink's `flink` CLI where it makes sense).
+
+    streamsnap run job.py [--from PATH] [--allow-non-restored-state]
+    streamsnap checkpoints DIR
+    streamsnap savepoint inspect PATH
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from streamsnap.api import environment
+
+app = typer.Typer(help="streamsnap: stateful, exactly-once stream processing on Spark.", no_args_is_help=True,
+                  add_completion=False)
+savepoint_app = typer.Typer(help="Inspect savepoints.", no_args_is_help=True)
+app.add_typer(savepoint_app, name="savepoint")
+console = Console()
+
+
+@app.command()
+def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline and calls env.execute()."),
+        restore_from: str = typer.Option(None, "--from", "-s", help="Checkpoint or savepoint to start from."),
+        allow_non_restored_state: bool = typer.Option(False, "--allow-non-restored-state",
+                                                      help="Skip state of operators the job no longer has."),
+        ) -> None:
+    """Run a job file on the embedded (or active) Spark session and print a summary."""
+    if not job.is_file():
+        console.print(f"[red]no such job file: {job}[/red]")
+        raise typer.Exit(2)
+    environment.CLI_DEFAULTS.update(restore_from=restore_from, allow_non_restored_state=allow_non_restored_state)
+    environment.CLI_DEFAULTS["results"] = []
+    started = time.monotonic()
+    sys.argv = [str(job)]
+    sys.path.insert(0, str(job.resolve().parent))
+    try:
+        runpy.run_path(str(job), run_name="__main__")
+    finally:
+        environment.CLI_DEFAULTS.update(restore_from=None, allow_non_restored_state=False)
+    results = environment.CLI_DEFAULTS.pop("results", [])
+    for result in results:
+        records = result.records_in
+        rate = records / result.duration if result.duration > 0 else 0.0
+        console.print(f"[bold]{result.job_name}[/bold]: {result.status}, {records:,} source records in "
+                      f"{result.duration:.2f} s ({rate:,.0f} records/s)"
+                      + (f", {result.restarts} restart(s)" if result.restarts else ""))
+    if not results:
+        console.print(f"[yellow]{job} ran for {time.monotonic() - started:.1f} s but executed no job "
+                      f"(does it call env.execute()?)[/yellow]")
+
+
+@app.command()
+def checkpoints(directory: str = typer.Argument(..., help="Checkpoint directory (or one job's directory).")) -> None:
+    """List the completed checkpoints under DIR, verifying their checksums."""
+    from streamsnap.checkpoint.listing import list_checkpoints
+
+    summaries = list_checkpoints(directory)
+    if not summaries:
+        console.print(f"no checkpoints under {directory}")
+        raise typer.Exit(1)
+    table = Table(title=f"checkpoints under {directory}")
+    for column in ("job", "checkpoint", "status", "completed at", "state size", "operators", "path"):
+        table.add_column(column)
+    for s in summaries:
+        table.add_row(s.job_id[:12], str(s.checkpoint_id), s.status,
+                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.completed_at)) if s.completed_at else "-",
+                      _size(s.state_size) if s.state_size is not None else "-",
+                      str(s.num_operators) if s.num_operators is not None else "-", s.path)
+    console.print(table)
+    bad = [s for s in summaries if s.status != "COMPLETED"]
+    if bad:
+        console.print(f"[yellow]{len(bad)} incomplete or corrupt checkpoint(s) are not usable for restore[/yellow]")
+
+
+@savepoint_app.command("inspect")
+def savepoint_inspect(path: str = typer.Argument(..., help="Savepoint or checkpoint directory.")) -> None:
+    """Show what a savepoint (or checkpoint) holds, per operator."""
+    from streamsnap.checkpoint.metadata import read_metadata
+    from streamsnap.checkpoint.storage import resolve_restore_path
+
+    metadata_url, _ = resolve_restore_path(path)
+    metadata = read_metadata(metadata_url)
+    console.print(f"{metadata.checkpoint_type.value} {metadata.checkpoint_id} of job {metadata.job_id}, "
+                  f"{_size(metadata.state_size)} of state")
+    table = Table()
+    for column in ("operator uid", "parallelism", "max parallelism", "state size"):
+        table.add_column(column)
+    for uid, op in sorted(metadata.operators.items()):
+        table.add_row(uid, str(op.parallelism), str(op.max_parallelism), _size(op.state_size))
+    console.print(table)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,666 @@
+"""The JobMaster: runs one job on Spark from the driver (Flink's JobMaster + scheduler).
+
+Everything happens on one event-loop thread, so the checkpoint coordinator and the job's state
+are never touched concurrently: control messages from tasks, the end of a Spark job, timers,
+and user requests (cancel, savepoint) are all posted to it as events.
+
+A deployment attempt is one Spark barrier stage with a task per subtask. Tasks register over
+the control endpoint; once all did, the JobMaster sends everyone the data addresses of their
+peers (a millisecond exchange, where `BarrierTaskContext.allGather` costs a second). When all
+report RUNNING the job is RUNNING and the coordinator's periodic trigger starts.
+
+Failure is noticed by whichever comes first — a task's report, a control connection dropping
+(a killed process closes its sockets at once), or the Spark job aborting — then the attempt is
+cancelled (tasks are told to stop, the Spark job group cancelled), and the restart strategy
+decides: redeploy every subtask from the latest completed checkpoint (full restart failover),
+or fail the job with its root cause.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy
+from streamsnap.api.result import JobResult, OperatorMetrics, SubtaskInfo
+from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
+from streamsnap.checkpoint.reasons import CheckpointFailureReason
+from streamsnap.clock import SystemClock, TimerQueue
+from streamsnap.cluster.restart import RestartBackoff
+from streamsnap.cluster.spark_session import control_host, is_local
+from streamsnap.cluster.status import ExecutionState, JobStatus
+from streamsnap.errors import JobExecutionError, RestoreError, StreamsnapError
+from streamsnap.graph.execution_graph import ExecutionGraph
+from streamsnap.graph.ids import ExecutionAttemptId
+from streamsnap.graph.stream_graph import NodeKind
+from streamsnap.network import auth
+from streamsnap.network.control import ControlConnection, ControlServer
+from streamsnap.runtime.deployment import Deployment, run_subtask_partition
+
+log = logging.getLogger(__name__)
+
+DEPLOY_TIMEOUT = 180.0
+FINAL_CHECKPOINT_RETRY = 0.5
+
+
+@dataclass
+class JobSettings:
+    job_name: str
+    checkpoint: CheckpointConfig | None
+    restart: RestartStrategy
+    network: NetworkConfig
+    state_backend: str = "hashmap"
+    restore_from: str | None = None
+    allow_non_restored_state: bool = False
+    log_level: str = "WARNING"
+    test_hooks: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Subtask:
+    attempt_id: ExecutionAttemptId
+    task_index: int
+    state: ExecutionState = ExecutionState.DEPLOYING
+    connection: ControlConnection | None = None
+    pid: int | None = None
+    host: str | None = None
+    data_address: tuple | None = None
+    end_of_data: bool = False
+    metrics: dict | None = None
+
+
+class _LoopScheduler:
+    """The Scheduler the coordinator sees: timers run on the JobMaster's thread."""
+
+    def __init__(self, clock: SystemClock, timers: TimerQueue):
+        self._clock = clock
+        self._timers = timers
+
+    def monotonic(self) -> float:
+        return self._clock.monotonic()
+
+    def wall(self) -> float:
+        return self._clock.wall()
+
+    def call_later(self, delay: float, callback: Callable[[], None]):
+        return self._timers.call_later(delay, callback)
+
+
+class _CoordinatorGateway:
+    """CheckpointTaskGateway over the control connections."""
+
+    def __init__(self, master: "JobMaster"):
+        self._master = master
+
+    def _send(self, attempt: ExecutionAttemptId, message: dict) -> None:
+        subtask = self._master._subtask_of(attempt)
+        if subtask is not None and subtask.connection is not None:
+            subtask.connection.send(message)
+
+    def trigger_checkpoint(self, attempt, checkpoint_id, timestamp, options) -> None:
+        self._send(attempt, {"type": "trigger_checkpoint", "checkpoint_id": checkpoint_id,
+                             "timestamp": timestamp, "options": options.to_wire()})
+
+    def notify_checkpoint_complete(self, attempt, checkpoint_id, timestamp) -> None:
+        self._send(attempt, {"type": "notify_complete", "checkpoint_id": checkpoint_id, "timestamp": timestamp})
+
+    def notify_checkpoint_aborted(self, attempt, checkpoint_id) -> None:
+        self._send(attempt, {"type": "notify_aborted", "checkpoint_id": checkpoint_id})
+
+
+class JobMaster:
+    def __init__(self, spark, execution_graph: ExecutionGraph, settings: JobSettings):
+        self.job_id = uuid.uuid4().hex
+        self.settings = settings
+        self.execution_graph = execution_graph
+        self.job_graph = execution_graph.job_graph
+        self._spark = spark
+        self.status = JobStatus.CREATED
+        self._events: queue.Queue = queue.Queue()
+        self._clock = SystemClock()
+        self._timers = TimerQueue(self._clock)
+        self._scheduler = _LoopScheduler(self._clock, self._timers)
+        self._secret = auth.new_secret()
+        self._lock = threading.Lock()
+        self._subtasks: dict[int, _Subtask] = {}
+        self._attempt = -1
+        self._backoff = RestartBackoff(settings.restart)
+        self._failing = False
+        self._failure: str | None = None
+        self._failure_reason: str | None = None
+        self._cancel_requested = False
+        self._spark_running = False
+        self._spark_threads: list[threading.Thread] = []
+        self._deploy_timer = None
+        self._final_checkpoint_pending = False
+        self._stopping_with_savepoint: dict | None = None
+        self._started_at = time.monotonic()
+        self._done = threading.Event()
+        self._result: JobResult | None = None
+        self._error: BaseException | None = None
+        self._loop_thread = threading.Thread(target=self._run_loop, name=f"jobmaster-{self.job_id[:8]}", daemon=True)
+        self.recovery_log: list[dict] = []  # per restart: failure time, time RUNNING again
+        self._sinks: dict[str, Any] = {}
+        self._sink_names: dict[str, str] = {}
+        for node in self.job_graph.stream_graph.nodes.values():
+            if node.kind is NodeKind.SINK:
+                component = node.operator.sink.create_driver_component()
+                if component is not None:
+                    self._sinks[node.uid] = component
+                    self._sink_names[node.uid] = node.name
+        self.coordinator = None
+        self._server = ControlServer(control_host(spark), self._secret, lambda conn: None,
+                                     self._on_control_message, self._on_control_close)
+
+    # ================================================================ public (any thread)
+    def start(self) -> None:
+        if self.settings.checkpoint is not None:
+            self.coordinator = self._create_coordinator()
+        self._server.start()
+        self._loop_thread.start()
+        self._post(self._deploy)
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"job '{self.settings.job_name}' did not end within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def wait_terminal(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    def cancel(self) -> None:
+        self._post(self._cancel)
+
+    def trigger_checkpoint(self) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def trigger():
+            if self.coordinator is None:
+                future.set_exception(StreamsnapError("checkpointing is not configured for this job"))
+                return
+            _chain(self.coordinator.trigger_checkpoint(is_periodic=False), future, lambda cp: cp)
+        self._post(trigger)
+        return future
+
+    def trigger_savepoint(self, directory: str, terminate: bool = False, drain: bool = False) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._post(lambda: self._trigger_savepoint(directory, terminate, drain, future))
+        return future
+
+    @property
+    def control_address(self) -> tuple[str, int]:
+        return self._server.address
+
+    def checkpoint_stats(self):
+        if self.coordinator is None:
+            return None
+        return self._call_in_loop(lambda: self.coordinator.stats.snapshot())
+
+    def subtasks(self) -> list[SubtaskInfo]:
+        with self._lock:
+            return [SubtaskInfo(s.attempt_id.vertex_id, s.attempt_id.index, s.attempt_id.attempt, s.host,
+                                s.pid, s.state.value, s.task_index,
+                                tuple(s.data_address) if s.data_address else None)
+                    for s in sorted(self._subtasks.values(), key=lambda s: s.task_index)]
+
+    # ================================================================ event loop
+    def _post(self, fn: Callable[[], None]) -> None:
+        self._events.put(fn)
+
+    def _call_in_loop(self, fn, timeout: float = 30.0):
+        if self._done.is_set() or threading.current_thread() is self._loop_thread:
+            return fn()
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run():
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+        self._post(run)
+        return future.result(timeout)
+
+    def _run_loop(self) -> None:
+        try:
+            while not self._done.is_set():
+                due = self._timers.next_due()
+                timeout = None if due is None else max(0.0, due - self._clock.monotonic())
+                try:
+                    fn = self._events.get(timeout=min(timeout, 1.0) if timeout is not None else 1.0)
+                except queue.Empty:
+                    fn = None
+                if fn is not None:
+                    fn()
+                self._timers.run_due()
+        except BaseException as exc:
+            log.exception("the job master of '%s' failed", self.settings.job_name)
+            self._error = JobExecutionError(f"internal error in the job master: {exc!r}",
+                                            job_name=self.settings.job_name, cause=repr(exc))
+            self._cancel_spark()
+            self._cleanup()
+            self._done.set()
+
+    # ================================================================ deployment
+    def _create_coordinator(self):
+        from streamsnap.checkpoint.coordinator import CheckpointCoordinator
+        from streamsnap.checkpoint.storage import CheckpointStorage
+
+        config = self.settings.checkpoint
+        storage = CheckpointStorage(config.directory, self.job_id)
+        coordinator = CheckpointCoordinator(
+            job_id=self.job_id, config=config, storage=storage, scheduler=self._scheduler,
+            gateway=_CoordinatorGateway(self), fail_job=self._on_checkpoint_failure_limit)
+        for component in self._sinks.values():
+            if hasattr(component, "notify_checkpoint_complete"):
+                coordinator.add_listener(component)
+        return coordinator
+
+    def _subtask_of(self, attempt: ExecutionAttemptId) -> _Subtask | None:
+        for subtask in self._subtasks.values():
+            if subtask.attempt_id == attempt:
+                return subtask
+        return None
+
+    def _deploy(self) -> None:
+        if self._cancel_requested:
+            self._finalize(JobStatus.CANCELED)
+            return
+        self._attempt += 1
+        try:
+            plan = self._restore_plan()
+        except RestoreError as exc:
+            self._finalize(JobStatus.FAILED, JobExecutionError(str(exc), job_name=self.settings.job_name,
+                                                                cause=str(exc)))
+            return
+        eg = self.execution_graph
+        deployment = Deployment(
+            job_id=self.job_id, job_name=self.settings.job_name, attempt=self._attempt,
+            execution_graph=eg, secret=self._secret, driver_address=self._server.address,
+            bind_host=self.settings.network.bind_host or ("127.0.0.1" if is_local(self._spark) else ""),
+            network=self.settings.network, state_backend=self.settings.state_backend,
+            checkpointing=self.settings.checkpoint is not None,
+            exactly_once=self.settings.checkpoint is None or self.settings.checkpoint.exactly_once,
+            restore=plan.states if plan else {}, restore_base=plan.base_location if plan else None,
+            restored_checkpoint_id=plan.checkpoint_id if plan else None, log_level=self.settings.log_level,
+            test_hooks=self.settings.test_hooks)
+        with self._lock:
+            self._subtasks = {v.task_index: _Subtask(deployment.attempt_id(v.task_index), v.task_index)
+                              for v in eg.vertices}
+        if self.coordinator is not None:
+            self._configure_coordinator()
+        group = f"streamsnap-{self.job_id}-{self._attempt}"
+        self._spark_group = group
+        self._spark_running = True
+        thread = threading.Thread(target=self._run_spark_job, args=(deployment, group, self._attempt),
+                                  name=f"spark-job-{self._attempt}", daemon=True)
+        self._spark_threads.append(thread)
+        thread.start()
+        self._deploy_timer = self._timers.call_later(DEPLOY_TIMEOUT, lambda a=self._attempt: self._deploy_timed_out(a))
+
+    def _configure_coordinator(self) -> None:
+        from streamsnap.checkpoint.coordinator import OperatorInfo
+
+        attempts = [s.attempt_id for s in self._subtasks.values()]
+        sources = [s.attempt_id for s in self._subtasks.values()
+                   if self.execution_graph.job_vertex(s.attempt_id.vertex_id).is_source]
+        operators = {}
+        for vertex in self.job_graph.vertices.values():
+            for node_id in vertex.nodes:
+                node = self.job_graph.node(node_id)
+                operators[node.uid] = OperatorInfo(vertex.id, vertex.parallelism, node.max_parallelism)
+        self.coordinator.set_execution_attempts(sources, attempts, attempts, operators)
+
+    def _run_spark_job(self, deployment: Deployment, group: str, attempt: int) -> None:
+        sc = self._spark.sparkContext
+        error = None
+        try:
+            sc.setJobGroup(group, f"streamsnap job '{self.settings.job_name}' attempt {attempt}",
+                           interruptOnCancel=True)
+            n = self.execution_graph.num_tasks
+            sc.parallelize(range(n), n).barrier().mapPartitions(run_subtask_partition(deployment)).collect()
+        except BaseException as exc:
+            error = exc
+        self._post(lambda: self._on_spark_job_end(attempt, error))
+
+    def _deploy_timed_out(self, attempt: int) -> None:
+        if attempt != self._attempt or self.status is JobStatus.RUNNING or self._failing:
+            return
+        missing = [str(s.attempt_id) for s in self._subtasks.values() if s.state is not ExecutionState.RUNNING]
+        self._handle_failure(f"subtasks did not start within {DEPLOY_TIMEOUT:.0f} s: {', '.join(missing)} "
+                             f"(are there enough free Spark task slots?)", "DEPLOY_TIMEOUT")
+
+    # ================================================================ restore
+    def _restore_plan(self):
+        """What every (operator uid, subtask) of this attempt restores, or None for a fresh start.
+
+        A restart restores the latest completed checkpoint (the coordinator falls back to an
+        older one if the latest is unreadable); the first attempt restores `restore_from`.
+        """
+        from streamsnap.checkpoint.metadata import read_metadata
+        from streamsnap.checkpoint.restore import plan_restore
+        from streamsnap.checkpoint.storage import resolve_restore_path
+
+        metadata = base = None
+        if self.coordinator is not None:
+            completed = self.coordinator.restore_latest_checkpoint()
+            if completed is not None:
+                metadata, base = completed.metadata, completed.location.url
+        if metadata is None and self.settings.restore_from is not None:
+            metadata_url, base = resolve_restore_path(self.settings.restore_from)
+            metadata = read_metadata(metadata_url)
+            if self.coordinator is not None:
+                self.coordinator.restored_from(metadata.checkpoint_id)
+        if metadata is None:
+            return None
+        plan = plan_restore(metadata, base, self.job_graph, self.settings.allow_non_restored_state)
+        log.info("job '%s' attempt %d restores from checkpoint %d (%s)", self.settings.job_name,
+                 self._attempt, metadata.checkpoint_id, base)
+        return plan
+
+    # ================================================================ control messages
+    def _on_control_message(self, conn: ControlConnection, message: dict) -> None:
+        self._post(lambda: self._handle_message(conn, message))
+
+    def _on_control_close(self, conn: ControlConnection, error) -> None:
+        self._post(lambda: self._handle_close(conn, error))
+
+    def _handle_message(self, conn: ControlConnection, message: dict) -> None:
+        kind = message.get("type")
+        attempt = ExecutionAttemptId.from_wire(message["attempt"])
+        if kind == "ack":
+            if self.coordinator is not None:
+                self.coordinator.receive_acknowledge(AcknowledgeCheckpoint.from_wire(message))
+            return
+        if kind == "decline":
+            if self.coordinator is not None:
+                self.coordinator.receive_decline(DeclineCheckpoint.from_wire(message))
+            return
+        subtask = self._subtask_of(attempt)
+        if subtask is None:
+            log.debug("message %s from a previous attempt %s ignored", kind, attempt)
+            return
+        if kind == "register":
+            with self._lock:
+                subtask.connection = conn
+                subtask.pid = int(message["pid"])
+                subtask.host = str(message["host"])
+                subtask.data_address = tuple(message["data_address"]) if message.get("data_address") else None
+                subtask.state = ExecutionState.INITIALIZING
+            conn.context = subtask
+            if all(s.connection is not None for s in self._subtasks.values()):
+                addresses = {s.task_index: list(s.data_address) for s in self._subtasks.values() if s.data_address}
+                for s in self._subtasks.values():
+                    s.connection.send({"type": "peers", "addresses": addresses})
+        elif kind == "running":
+            with self._lock:
+                subtask.state = ExecutionState.RUNNING
+            if self.coordinator is not None:
+                self.coordinator.execution_state_changed(subtask.attempt_id, ExecutionState.RUNNING)
+            if all(s.state is ExecutionState.RUNNING for s in self._subtasks.values()):
+                if self._deploy_timer is not None:
+                    self._deploy_timer.cancel()
+                if self.recovery_log and "running_at" not in self.recovery_log[-1]:
+                    self.recovery_log[-1]["running_at"] = time.time()
+                self._set_status(JobStatus.RUNNING)
+        elif kind == "end_of_data":
+            subtask.end_of_data = True
+            if all(s.end_of_data for s in self._subtasks.values()):
+                self._on_all_end_of_data()
+        elif kind == "finished":
+            with self._lock:
+                subtask.state = ExecutionState.FINISHED
+                subtask.metrics = message.get("metrics")
+            if self.coordinator is not None:
+                self.coordinator.execution_state_changed(subtask.attempt_id, ExecutionState.FINISHED)
+        elif kind == "failed":
+            with self._lock:
+                subtask.state = ExecutionState.FAILED
+            reason = "USER_FUNCTION" if message.get("user_error") else "TASK_FAILURE"
+            self._handle_failure(str(message["error"]), reason)
+        elif kind == "sink":
+            component = self._sinks.get(message["uid"])
+            if component is None:
+                log.warning("message for unknown sink %s ignored", message["uid"])
+            else:
+                component.on_message(int(message["subtask"]), message)
+        else:
+            log.warning("unknown control message %r from %s", kind, attempt)
+
+    def _handle_close(self, conn: ControlConnection, error) -> None:
+        subtask = conn.context
+        if not isinstance(subtask, _Subtask) or self._subtask_of(subtask.attempt_id) is not subtask:
+            return
+        if subtask.state in (ExecutionState.FINISHED, ExecutionState.FAILED, ExecutionState.CANCELED):
+            return
+        if self._failing or self.status.is_terminal or self.status is JobStatus.CANCELLING:
+            return
+        with self._lock:
+            subtask.state = ExecutionState.FAILED
+        where = f"pid {subtask.pid} on {subtask.host}" if subtask.pid else "before it registered"
+        self._handle_failure(
+            f"lost subtask {subtask.attempt_id.vertex_id}#{subtask.attempt_id.index} ({where}): its "
+            f"connection to the driver dropped — the task process died or was killed"
+            + (f" ({error})" if error else ""), "TASK_LOST")
+
+    # ================================================================ job end
+    def _on_all_end_of_data(self) -> None:
+        if self.coordinator is None:
+            return  # tasks finish on their own without a final checkpoint
+        self._trigger_final_checkpoint()
+
+    def _trigger_final_checkpoint(self) -> None:
+        if self._failing or self.status is not JobStatus.RUNNING or self._final_checkpoint_pending:
+            return
+        self._final_checkpoint_pending = True
+        attempt = self._attempt
+        future = self.coordinator.trigger_checkpoint(is_periodic=False)
+        future.add_done_callback(lambda f: self._post(lambda: self._after_final_checkpoint(attempt, f)))
+
+    def _after_final_checkpoint(self, attempt: int, future) -> None:
+        self._final_checkpoint_pending = False
+        if attempt != self._attempt or self._failing or self.status is not JobStatus.RUNNING:
+            return
+        if future.exception() is not None:
+            log.info("final checkpoint failed (%s); retrying", future.exception())
+            self._timers.call_later(FINAL_CHECKPOINT_RETRY, self._trigger_final_checkpoint)
+            return
+        self._send_all({"type": "finish", "drain": True})
+
+    def _send_all(self, message: dict) -> None:
+        for subtask in self._subtasks.values():
+            if subtask.connection is not None:
+                subtask.connection.send(dict(message))
+
+    def _on_spark_job_end(self, attempt: int, error: BaseException | None) -> None:
+        if attempt != self._attempt:
+            return
+        self._spark_running = False
+        if self._failing:
+            self._after_attempt_stopped()
+        elif self._cancel_requested:
+            self._finalize(JobStatus.CANCELED)
+        elif all(s.state is ExecutionState.FINISHED for s in self._subtasks.values()):
+            self._finalize(JobStatus.FINISHED)
+        else:
+            self._handle_failure(_spark_error_summary(error) if error else
+                                 "the Spark job ended before all subtasks finished", "SPARK_JOB_FAILED")
+
+    def _handle_failure(self, cause: str, reason: str) -> None:
+        if self._failing or self.status.is_terminal:
+            return
+        self._failing = True
+        self._failure, self._failure_reason = cause, reason
+        log.info("job '%s' attempt %d failed: %s", self.settings.job_name, self._attempt, cause.splitlines()[0])
+        self.recovery_log.append({"failed_at": time.time(), "cause": cause})
+        if self._deploy_timer is not None:
+            self._deploy_timer.cancel()
+        self._set_status(JobStatus.FAILING)
+        if self.coordinator is not None:
+            self.coordinator.abort_pending_checkpoints(CheckpointFailureReason.JOB_FAILOVER)
+        for component in self._sinks.values():
+            if hasattr(component, "on_failover"):
+                component.on_failover()
+        self._stop_attempt()
+        if not self._spark_running:
+            self._after_attempt_stopped()
+
+    def _stop_attempt(self) -> None:
+        self._send_all({"type": "cancel"})
+        self._cancel_spark()
+
+    def _cancel_spark(self) -> None:
+        if self._spark_running:
+            try:
+                self._spark.sparkContext.cancelJobGroup(self._spark_group)
+            except Exception:  # the session may already be stopping; the job ends either way
+                log.debug("cancelling Spark job group %s failed", self._spark_group, exc_info=True)
+
+    def _after_attempt_stopped(self) -> None:
+        self._failing = False
+        for subtask in self._subtasks.values():
+            if subtask.connection is not None:
+                subtask.connection.close()
+        if self._cancel_requested:
+            self._finalize(JobStatus.CANCELED)
+            return
+        self._backoff.notify_failure(self._clock.monotonic())
+        if self._backoff.can_restart():
+            self._backoff.notify_restart()
+            self._set_status(JobStatus.RESTARTING)
+            delay = self._backoff.backoff_time
+            log.warning("job '%s' restarting (restart %d, %s) in %.1f s", self.settings.job_name,
+                        self._backoff.restarts, self._backoff.describe(), delay)
+            self._timers.call_later(delay, self._deploy)
+            return
+        restarts = self._backoff.restarts
+        message = self._failure
+        if restarts:
+            message = f"job failed after {restarts} restart(s) ({self._backoff.describe()}); last failure:\n{message}"
+        self._finalize(JobStatus.FAILED, JobExecutionError(message, job_name=self.settings.job_name,
+                                                            cause=self._failure, reason=self._failure_reason))
+
+    def _on_checkpoint_failure_limit(self, exc: BaseException) -> None:
+        """The failure manager counted more checkpoint failures than tolerated: fail over."""
+        reason = getattr(getattr(exc, "reason", None), "name", "CHECKPOINT_FAILURE")
+        self._post(lambda: self._handle_failure(f"too many checkpoint failures: {exc}", reason))
+
+    def _cancel(self) -> None:
+        if self.status.is_terminal:
+            return
+        self._cancel_requested = True
+        if self._failing:
+            return  # _after_attempt_stopped finalizes as CANCELED
+        self._set_status(JobStatus.CANCELLING)
+        self._stop_attempt()
+        if not self._spark_running:
+            self._finalize(JobStatus.CANCELED)
+
+    def _trigger_savepoint(self, directory, terminate: bool, drain: bool, result: concurrent.futures.Future) -> None:
+        if self.coordinator is None:
+            result.set_exception(StreamsnapError(
+                "savepoints need a checkpoint configuration: pass checkpointing=CheckpointConfig(interval=None, "
+                "directory=...) to StreamEnvironment (interval=None means no periodic checkpoints)"))
+            return
+        if self.status is not JobStatus.RUNNING:
+            result.set_exception(StreamsnapError(f"cannot take a savepoint while the job is {self.status.value}"))
+            return
+        attempt = self._attempt
+        future = self.coordinator.trigger_savepoint(directory, terminate=terminate)
+
+        def done(f):
+            def on_loop():
+                if f.exception() is not None:
+                    result.set_exception(f.exception())
+                    return
+                if terminate and attempt == self._attempt:
+                    self._send_all({"type": "finish", "drain": drain})
+                result.set_result(f.result().external_pointer)
+            self._post(on_loop)
+        future.add_done_callback(done)
+
+    def _set_status(self, status: JobStatus) -> None:
+        if status is self.status:
+            return
+        log.info("job '%s' %s -> %s", self.settings.job_name, self.status.value, status.value)
+        self.status = status
+        if self.coordinator is not None:
+            self.coordinator.job_status_changed(status)
+
+    def _finalize(self, status: JobStatus, error: BaseException | None = None) -> None:
+        self._set_status(status)
+        checkpointing = self.coordinator is not None
+        for component in self._sinks.values():
+            if status is JobStatus.FINISHED and hasattr(component, "on_finished"):
+                component.on_finished(checkpointing)
+        stats = None
+        if self.coordinator is not None:
+            stats = self.coordinator.stats.snapshot()
+            self.coordinator.shutdown(status)
+        if status is JobStatus.FINISHED:
+            self._result = self._build_result(stats)
+        elif error is None:
+            error = JobExecutionError(f"job '{self.settings.job_name}' was cancelled",
+                                      job_name=self.settings.job_name, reason="CANCELED")
+        self._error = error
+        self._cleanup()
+        self._done.set()
+
+    def _cleanup(self) -> None:
+        self._server.close()
+        for thread in self._spark_threads:
+            thread.join(30)
+
+    def _build_result(self, stats) -> JobResult:
+        operators: dict[str, OperatorMetrics] = {}
+        network = {"peak_input_buffered_bytes": 0, "peak_output_queued_bytes": 0, "bytes_sent": 0,
+                   "max_frame_bytes": 0, "refused_connections": self._server.refused}
+        for vertex in self.job_graph.vertices.values():
+            for node_id in vertex.nodes:
+                node = self.job_graph.node(node_id)
+                records_in = records_out = 0
+                for subtask in self._subtasks.values():
+                    m = (subtask.metrics or {}).get("operators", {}).get(node.uid)
+                    if m:
+                        records_in += m["records_in"]
+                        records_out += m["records_out"]
+                operators[node.uid] = OperatorMetrics(node.name, node.uid, node.parallelism, records_in, records_out)
+        for subtask in self._subtasks.values():
+            m = subtask.metrics or {}
+            network["peak_input_buffered_bytes"] = max(network["peak_input_buffered_bytes"],
+                                                       m.get("peak_input_buffered_bytes", 0))
+            network["peak_output_queued_bytes"] = max(network["peak_output_queued_bytes"],
+                                                      m.get("peak_output_queued_bytes", 0))
+            network["bytes_sent"] += m.get("bytes_sent", 0)
+            network["max_frame_bytes"] = max(network["max_frame_bytes"], m.get("max_frame_bytes", 0))
+            network["refused_connections"] += m.get("refused_connections", 0)
+        collected = {self._sink_names[uid]: c.rows() for uid, c in self._sinks.items() if hasattr(c, "rows")}
+        return JobResult(self.job_id, self.settings.job_name, JobStatus.FINISHED.value,
+                         time.monotonic() - self._started_at, operators, collected, stats,
+                         self._backoff.restarts, network)
+
+
+def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future, transform) -> None:
+    def done(f):
+        if f.exception() is not None:
+            target.set_exception(f.exception())
+        else:
+            target.set_result(transform(f.result()))
+    source.add_done_callback(done)
+
+
+def _spark_error_summary(error: BaseException) -> str:
+    """The first meaningful line of a Spark/py4j error, without the JVM stack trace."""
+    text = str(error)
+    for line in text.splitlines():
+        line = line.strip()
+        if "Exception" in line or "Error" in line:
+            return f"the Spark job failed: {line[:500]}"
+    return f"the Spark job failed: {text[:500]}"

@@ -1,0 +1,103 @@
+"""The Spark session jobs run on: the user's, or an embedded `local[N]` one.
+
+The embedded session is made for streaming barrier stages: enough task slots for every
+subtask, no UI, no progress bar, quiet logs, Python workers running this interpreter with
+this process's import path (so functions defined in user modules unpickle in the workers).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import shutil
+import sys
+
+from streamsnap.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_MIN_SLOTS = 16
+
+
+def check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and os.path.exists(os.path.join(java_home, "bin", "java")):
+        return
+    if shutil.which("java"):
+        return
+    raise ConfigurationError(
+        "Spark needs a Java runtime (17 or newer), and none was found: no `java` on PATH and no "
+        "JAVA_HOME. Install one (e.g. `apt install openjdk-17-jre-headless`) or set JAVA_HOME.")
+
+
+def embedded_session(min_slots: int):
+    """The active session if there is one, else a new embedded local session."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    check_java()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # embedded = this machine only
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    existing = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths + ([existing] if existing else []))
+    slots = max(EMBEDDED_MIN_SLOTS, min_slots)
+    log4j = os.path.join(os.path.dirname(__file__), "log4j2.properties")
+    session = (SparkSession.builder.master(f"local[{slots}]").appName("streamsnap")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               # A task that ignores cancellation is killed quickly, so a redeploy gets its slot.
+               .config("spark.python.task.killTimeout", "1s")
+               .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    # Stop what we started before the interpreter tears down py4j, so Spark does not log
+    # rejected task results from a half-stopped scheduler at exit.
+    atexit.register(_stop_quietly, session)
+    return session
+
+
+def _stop_quietly(session) -> None:
+    try:
+        session.stop()
+    except Exception as exc:  # at exit the gateway may already be gone; nothing to clean up then
+        log.debug("stopping the embedded Spark session at exit failed: %s", exc)
+
+
+def is_local(spark) -> bool:
+    return spark.sparkContext.master.startswith("local")
+
+
+def available_slots(spark) -> int:
+    """Task slots a barrier stage can use at once."""
+    master = spark.sparkContext.master
+    match = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master)
+    if match:
+        return (os.cpu_count() or 1) if match.group(1) == "*" else int(match.group(1))
+    if master == "local":
+        return 1
+    return spark.sparkContext.defaultParallelism
+
+
+def require_slots(spark, needed: int) -> None:
+    slots = available_slots(spark)
+    if needed > slots:
+        raise ConfigurationError(
+            f"this job runs {needed} subtasks as one Spark barrier stage, but the Spark session has "
+            f"only {slots} task slots ({spark.sparkContext.master}); use local[{needed}] or more, "
+            f"or more executor cores, or lower the parallelism")
+
+
+def control_host(spark) -> str:
+    """Address tasks use to reach the driver."""
+    if is_local(spark):
+        return "127.0.0.1"
+    return spark.sparkContext.getConf().get("spark.driver.host")

@@ -1,0 +1,223 @@
+"""What a source or a sink implements, and the operators that run them in a task.
+
+Sources are split-based (Flink's FLIP-27 shape): the source lists its splits, each subtask
+reads the splits dealt to it, and the reader's per-split positions are the source's operator
+state — split-distributed, so restoring with another parallelism deals the same splits out
+again and every split resumes where the checkpoint left it.
+
+Sinks follow the two-phase-commit shape: `write` records, `prepare_commit(n)` at the
+checkpoint's synchronous phase returns the committables of everything written before barrier
+n (kept in operator state), `commit(n)` makes them visible once checkpoint n completed, and
+`recover` on restore commits what the restored checkpoint had pre-committed and cleans up the
+rest. A non-transactional sink simply makes `prepare_commit` return [] .
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import pyarrow as pa
+
+from streamsnap.runtime.batches import Batch, num_rows
+from streamsnap.runtime.operators import OperatorContext, OperatorFactory, StreamOperator
+
+SOURCE_SPLITS_STATE = "source-splits"
+SINK_COMMITTABLES_STATE = "sink-committables"
+
+
+class SourceReader(ABC):
+    @abstractmethod
+    def assign_splits(self, splits: list) -> None:
+        """Splits (as returned by `Source.splits` or `snapshot_splits`) this reader owns."""
+
+    @abstractmethod
+    def poll(self) -> Batch | None:
+        """Next batch, or None when nothing is available right now (or the input ended)."""
+
+    @abstractmethod
+    def is_finished(self) -> bool:
+        """True once a bounded reader has emitted everything."""
+
+    @abstractmethod
+    def snapshot_splits(self, checkpoint_id: int) -> list:
+        """Current position of every owned split (msgpack-able), for the checkpoint."""
+
+    def next_available_in(self) -> float:
+        """Seconds until `poll` may return data again (rate limits, idle inputs)."""
+        return 0.0
+
+    def open(self) -> None:
+        """Called once before the first poll."""
+
+    def close(self) -> None:
+        """Called once when the subtask ends."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """A checkpoint this reader took part in completed (e.g. commit offsets upstream)."""
+
+
+class Source(ABC):
+    #: False for unbounded sources; bounded ones end, and so does the job.
+    bounded: bool = True
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """Output schema when known at build time (lets key_by validate column names)."""
+        return None
+
+    @abstractmethod
+    def splits(self, parallelism: int) -> list:
+        """All splits of this source (msgpack-able), dealt round robin to the subtasks."""
+
+    @abstractmethod
+    def create_reader(self, ctx: OperatorContext) -> SourceReader: ...
+
+    def validate(self) -> None:
+        """Raise ConfigurationError for settings that cannot work (called at build time)."""
+
+
+class SinkWriter(ABC):
+    @abstractmethod
+    def write(self, batch: Batch) -> None: ...
+
+    def open(self) -> None:
+        """Called once before the first write."""
+
+    def end_input(self) -> None:
+        """No more records will come (bounded input finished)."""
+
+    def prepare_commit(self, checkpoint_id: int) -> list:
+        """Pre-commit what was written before barrier `checkpoint_id`.
+
+        Returns every committable not yet committed (older ones too: an aborted checkpoint's
+        pre-commit is committed by the next completed one), to be kept in the checkpoint.
+        """
+        return []
+
+    def commit(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` completed: make its (and older) committables visible."""
+
+    def recover(self, committables: list) -> None:
+        """After a restore: commit these pre-committed leftovers, discard anything else."""
+
+    def close(self) -> None:
+        """Called once when the subtask ends (or fails)."""
+
+
+class Sink(ABC):
+    @abstractmethod
+    def create_writer(self, ctx: OperatorContext) -> SinkWriter: ...
+
+    def create_driver_component(self) -> Any:
+        """An object on the driver receiving this sink's messages (collect, print), or None."""
+        return None
+
+    def validate(self, schema: pa.Schema | None) -> None:
+        """Raise ConfigurationError for settings that cannot work (called at build time)."""
+
+
+class SourceOperator(StreamOperator):
+    """Runs a SourceReader; its split positions are the operator's split-distributed state."""
+
+    def __init__(self, ctx: OperatorContext, source: Source):
+        super().__init__(ctx)
+        self.source = source
+        self.reader = source.create_reader(ctx)
+        self._splits_state = None
+
+    def initialize_state(self) -> None:
+        super().initialize_state()
+        self._splits_state = self.operator_backend.get_list_state(SOURCE_SPLITS_STATE)
+        restore = self.ctx.restore
+        if restore is not None and restore.operator_state(SOURCE_SPLITS_STATE) is not None:
+            splits = self._splits_state.get()
+        else:
+            splits = self.source.splits(self.ctx.parallelism)[self.ctx.subtask_index::self.ctx.parallelism]
+        self.reader.assign_splits(list(splits))
+
+    def open(self) -> None:
+        self.reader.open()
+
+    def emit_next(self) -> bool:
+        """Emit one batch if the reader has one; returns whether it did."""
+        batch = self.reader.poll()
+        if batch is None or not num_rows(batch):
+            return False
+        self.records_in += num_rows(batch)
+        self.output.emit(batch)
+        return True
+
+    def snapshot_state(self, checkpoint_id: int, timestamp: float, location: str):
+        self._splits_state.update(self.reader.snapshot_splits(checkpoint_id))
+        return super().snapshot_state(checkpoint_id, timestamp, location)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.reader.notify_checkpoint_complete(checkpoint_id)
+        super().notify_checkpoint_complete(checkpoint_id)
+
+    def close(self) -> None:
+        self.reader.close()
+        super().close()
+
+
+class SinkOperator(StreamOperator):
+    """Runs a SinkWriter; pre-committed committables are the operator's state."""
+
+    def __init__(self, ctx: OperatorContext, sink: Sink):
+        super().__init__(ctx)
+        self.writer = sink.create_writer(ctx)
+        self._committables = None
+
+    def initialize_state(self) -> None:
+        super().initialize_state()
+        # Union: after a restore every subtask sees all committables (a rescaled sink must
+        # still commit, and clean up after, what any old subtask had pre-committed).
+        self._committables = self.operator_backend.get_union_list_state(SINK_COMMITTABLES_STATE)
+        if self.ctx.restore is not None and self.ctx.restore.operator_state(SINK_COMMITTABLES_STATE) is not None:
+            self.writer.recover(list(self._committables.get()))
+            self._committables.clear()
+
+    def open(self) -> None:
+        self.writer.open()
+
+    def process(self, batch: Batch) -> None:
+        self.records_in += num_rows(batch)
+        self.writer.write(batch)
+
+    def end_input(self) -> None:
+        self.writer.end_input()
+
+    def snapshot_state(self, checkpoint_id: int, timestamp: float, location: str):
+        self._committables.update(self.writer.prepare_commit(checkpoint_id))
+        return super().snapshot_state(checkpoint_id, timestamp, location)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.writer.commit(checkpoint_id)
+        super().notify_checkpoint_complete(checkpoint_id)
+
+    def close(self) -> None:
+        self.writer.close()
+        super().close()
+
+
+class SourceOperatorFactory(OperatorFactory):
+    def __init__(self, source: Source):
+        self.source = source
+
+    def create(self, ctx: OperatorContext) -> StreamOperator:
+        return SourceOperator(ctx, self.source)
+
+    def describe(self) -> str:
+        return f"Source: {type(self.source).__name__}"
+
+
+class SinkOperatorFactory(OperatorFactory):
+    def __init__(self, sink: Sink):
+        self.sink = sink
+
+    def create(self, ctx: OperatorContext) -> StreamOperator:
+        return SinkOperator(ctx, self.sink)
+
+    def describe(self) -> str:
+        return f"Sink: {type(self.sink).__name__}"

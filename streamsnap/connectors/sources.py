@@ -1,0 +1,176 @@
+"""Built-in sources: a deterministic generator, and collections on top of it.
+
+`Generator` produces row i from a function of i, so a replay from a checkpointed position
+reproduces exactly the same rows — the property exactly-once recovery needs from a source.
+Its index space is cut into `splits` residue classes (split j holds j, j+S, j+2S, ...); each
+split's position is checkpointed, and splits are dealt to subtasks, so a restore with another
+parallelism resumes every split where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from streamsnap.connectors.base import Source, SourceReader
+from streamsnap.errors import ConfigurationError
+from streamsnap.runtime.batches import as_record_batch
+from streamsnap.runtime.operators import OperatorContext
+
+
+class Generator(Source):
+    """Rows `fn(i)` for i = 0, 1, ... (`count` of them, or unbounded), split over subtasks.
+
+    fn: a function of the index returning a dict (a row); with `vectorized=True` a function of
+      a numpy array of indices returning a RecordBatch / Table / dict of columns.
+    count: number of rows, or None for an unbounded stream.
+    rate: rows per second over all subtasks (None = as fast as possible).
+    splits: number of splits (default: the source's parallelism at first start).
+    batch_size: rows per emitted batch.
+    schema: the output schema; inferred from row 0 when omitted.
+    """
+
+    def __init__(self, fn: Callable, *, count: int | None = None, rate: float | None = None,
+                 splits: int | None = None, batch_size: int = 1024, schema: pa.Schema | None = None,
+                 vectorized: bool = False):
+        if not callable(fn):
+            raise ConfigurationError(f"Generator needs a function of the row index, got {fn!r}")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+            raise ConfigurationError(f"Generator.count must be an integer >= 0 or None (unbounded), got {count!r}")
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0):
+            raise ConfigurationError(f"Generator.rate must be a number of rows per second > 0 or None, got {rate!r}")
+        if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int) or splits < 1):
+            raise ConfigurationError(f"Generator.splits must be an integer >= 1, got {splits!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigurationError(f"Generator.batch_size must be an integer >= 1, got {batch_size!r}")
+        if schema is not None and not isinstance(schema, pa.Schema):
+            raise ConfigurationError(f"Generator.schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        self.fn = fn
+        self.count = count
+        self.rate = float(rate) if rate is not None else None
+        self.num_splits = splits
+        self.batch_size = batch_size
+        self.vectorized = vectorized
+        self._schema = schema
+        self.bounded = count is not None
+
+    @classmethod
+    def vectorized_fn(cls, fn: Callable, **kwargs) -> "Generator":
+        """A generator whose function maps a numpy array of indices to a batch of rows."""
+        return cls(fn, vectorized=True, **kwargs)
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        if self._schema is None and self.count != 0:
+            try:
+                if self.vectorized:
+                    sample = as_record_batch(self.fn(np.arange(1, dtype=np.int64)), "Generator function")
+                else:
+                    row = self.fn(0)
+                    if not isinstance(row, dict):
+                        raise TypeError(f"it returned {type(row).__name__}, not a dict")
+                    sample = pa.RecordBatch.from_pylist([row])
+            except Exception as exc:
+                raise ConfigurationError(f"Generator function failed on index 0: {exc}") from exc
+            self._schema = sample.schema
+        return self._schema
+
+    def validate(self) -> None:
+        _ = self.schema
+
+    def splits(self, parallelism: int) -> list:
+        total = self.num_splits or parallelism
+        return [[j, total, 0] for j in range(total)]  # [split, number of splits, rows emitted]
+
+    def create_reader(self, ctx: OperatorContext) -> SourceReader:
+        return GeneratorReader(self, ctx)
+
+
+class GeneratorReader(SourceReader):
+    def __init__(self, source: Generator, ctx: OperatorContext):
+        self._source = source
+        self._splits: list[list[int]] = []
+        self._turn = 0
+        self._rate: float | None = None
+        self._started = 0.0
+        self._emitted_since_start = 0
+
+    def assign_splits(self, splits: list) -> None:
+        self._splits = [[int(j), int(total), int(pos)] for j, total, pos in splits]
+        if self._source.rate is not None and self._splits:
+            total = self._splits[0][1]
+            self._rate = self._source.rate * len(self._splits) / total
+
+    def open(self) -> None:
+        self._started = time.monotonic()
+
+    def _remaining(self, split: list[int]) -> int | None:
+        count = self._source.count
+        if count is None:
+            return None
+        j, total, pos = split
+        in_split = (count - j + total - 1) // total if j < count else 0
+        return in_split - pos
+
+    def _allowed(self) -> int:
+        if self._rate is None:
+            return self._source.batch_size
+        budget = (time.monotonic() - self._started) * self._rate - self._emitted_since_start
+        return min(self._source.batch_size, int(budget))
+
+    def next_available_in(self) -> float:
+        if self._rate is None:
+            return 0.0
+        deficit = 1 + self._emitted_since_start - (time.monotonic() - self._started) * self._rate
+        return max(0.001, deficit / self._rate)
+
+    def is_finished(self) -> bool:
+        return self._source.count is not None and all(self._remaining(s) <= 0 for s in self._splits)
+
+    def poll(self):
+        if not self._splits:
+            return None
+        allowed = self._allowed()
+        if allowed <= 0:
+            return None
+        for _ in range(len(self._splits)):
+            split = self._splits[self._turn % len(self._splits)]
+            self._turn += 1
+            remaining = self._remaining(split)
+            if remaining is not None and remaining <= 0:
+                continue
+            n = allowed if remaining is None else min(allowed, remaining)
+            j, total, pos = split
+            indices = j + total * np.arange(pos, pos + n, dtype=np.int64)
+            batch = self._generate(indices)
+            split[2] = pos + n
+            self._emitted_since_start += n
+            return batch
+        return None
+
+    def _generate(self, indices: np.ndarray):
+        fn = self._source.fn
+        if self._source.vectorized:
+            return as_record_batch(fn(indices), "Generator function")
+        return [fn(i) for i in indices.tolist()]
+
+    def snapshot_splits(self, checkpoint_id: int) -> list:
+        return [list(s) for s in self._splits]
+
+
+class CollectionSource(Generator):
+    """A fixed list of rows (Flink's fromCollection): one split, so order is preserved."""
+
+    def __init__(self, rows: list, schema: pa.Schema | None = None):
+        if not isinstance(rows, (list, tuple)):
+            raise ConfigurationError(f"from_collection takes a list of dicts, got {type(rows).__name__}")
+        bad = next((r for r in rows if not isinstance(r, dict)), None)
+        if bad is not None:
+            raise ConfigurationError(f"from_collection: every element must be a dict (a row), got {bad!r}")
+        self.rows = list(rows)
+        if schema is None and self.rows:
+            schema = pa.RecordBatch.from_pylist(self.rows).schema
+        super().__init__(self.rows.__getitem__, count=len(self.rows), splits=1, schema=schema)

@@ -1,0 +1,50 @@
+"""Exceptions users see. Each says what happened and what to do about it."""
+
+from __future__ import annotations
+
+
+class StreamsnapError(Exception):
+    """Base class of every error streamsnap raises on purpose."""
+
+
+class ConfigurationError(StreamsnapError, ValueError):
+    """A setting or a pipeline definition is invalid; raised when it is built."""
+
+
+class JobExecutionError(StreamsnapError):
+    """The job failed. `cause` is the root cause as text (user traceback, lost task, ...)."""
+
+    def __init__(self, message: str, *, job_name: str | None = None, cause: str | None = None,
+                 reason: str | None = None):
+        super().__init__(message)
+        self.job_name = job_name
+        self.cause = cause
+        self.reason = reason
+
+
+class UserFunctionError(StreamsnapError):
+    """A user function raised while processing a record.
+
+    Names the operator, the subtask and the offending record, and carries the user's own
+    traceback (not Spark's) so the error can be read without digging.
+    """
+
+    def __init__(self, operator: str, subtask: str, record, traceback_text: str):
+        self.operator = operator
+        self.subtask = subtask
+        self.record = record
+        self.traceback_text = traceback_text
+        shown = repr(record)
+        if len(shown) > 500:
+            shown = shown[:500] + "..."
+        super().__init__(
+            f"user function of operator '{operator}' (subtask {subtask}) failed on record {shown}\n"
+            f"{traceback_text.rstrip()}")
+
+
+class RestoreError(StreamsnapError):
+    """A checkpoint or savepoint cannot be restored (missing, corrupt, or incompatible)."""
+
+
+class AuthenticationError(StreamsnapError):
+    """A peer did not prove it holds the job's secret."""

@@ -1,0 +1,96 @@
+"""The StreamGraph: one node per user operation, as the DataStream API records it.
+
+Each node carries an operator factory (what to run), its name, stable `uid` (the key its state
+is stored under, so it must not change between versions of a job), parallelism and output
+schema when known. Edges carry a partitioner; `None` means "the default": forward when the
+parallelism matches, rebalance otherwise (Flink's rule).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from streamsnap.errors import ConfigurationError
+from streamsnap.graph.partitioners import Partitioner
+
+
+class NodeKind(enum.Enum):
+    SOURCE = "source"
+    OPERATOR = "operator"
+    SINK = "sink"
+
+
+@dataclass
+class StreamNode:
+    id: int
+    kind: NodeKind
+    name: str
+    uid: str
+    operator: Any  # runtime.operators.OperatorFactory
+    parallelism: int
+    max_parallelism: int
+    schema: pa.Schema | None = None
+    in_edges: list["StreamEdge"] = field(default_factory=list)
+    out_edges: list["StreamEdge"] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"{self.name} (uid {self.uid!r}, parallelism {self.parallelism})"
+
+
+@dataclass
+class StreamEdge:
+    source: int
+    target: int
+    partitioner: Partitioner | None = None
+
+
+class StreamGraph:
+    def __init__(self, job_name: str = "streamsnap job"):
+        self.job_name = job_name
+        self.nodes: dict[int, StreamNode] = {}
+        self.edges: list[StreamEdge] = []
+        self._uids: set[str] = set()
+
+    def add_node(self, kind: NodeKind, name: str, uid: str | None, operator, parallelism: int,
+                 max_parallelism: int, schema: pa.Schema | None = None) -> StreamNode:
+        node_id = len(self.nodes)
+        if uid is None:
+            base = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name.lower()) or "op"
+            uid = f"{base}-{node_id}"
+            while uid in self._uids:
+                uid += "_"
+        elif not isinstance(uid, str) or not uid or any(ch in uid for ch in "/\\\n\r\t "):
+            raise ConfigurationError(
+                f"uid of '{name}' must be a non-empty string without spaces or slashes, got {uid!r}")
+        if uid in self._uids:
+            raise ConfigurationError(f"uid {uid!r} is used by two operators; each operator needs its own uid")
+        self._uids.add(uid)
+        node = StreamNode(node_id, kind, name, uid, operator, parallelism, max_parallelism, schema)
+        self.nodes[node_id] = node
+        return node
+
+    def add_edge(self, source: StreamNode, target: StreamNode, partitioner: Partitioner | None) -> StreamEdge:
+        edge = StreamEdge(source.id, target.id, partitioner)
+        self.edges.append(edge)
+        source.out_edges.append(edge)
+        target.in_edges.append(edge)
+        return edge
+
+    def sources(self) -> list[StreamNode]:
+        return [n for n in self.nodes.values() if n.kind is NodeKind.SOURCE]
+
+    def validate(self) -> None:
+        if not self.sources():
+            raise ConfigurationError("the job has no source; add one with env.from_source(...) or env.from_collection(...)")
+        if not any(n.kind is NodeKind.SINK for n in self.nodes.values()):
+            raise ConfigurationError(
+                "the job has no sink, so it would compute nothing visible; end a stream with "
+                ".sink_to(ss.sinks.Collect()) or another sink")
+        for node in self.nodes.values():
+            if node.kind is not NodeKind.SINK and not node.out_edges:
+                raise ConfigurationError(
+                    f"the output of {node} goes nowhere; connect it to a sink with .sink_to(...)")

@@ -1,0 +1,60 @@
+"""What the driver ships to the Spark tasks of one deployment (Flink's TaskDeploymentDescriptor).
+
+One `Deployment` travels in the barrier stage's closure; task `i` (the Spark partition id)
+picks its own execution vertex from it. It carries the job graph with the user's functions,
+the job secret every connection is authenticated with, the driver's control address, and the
+state each subtask restores from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamsnap.api.config import NetworkConfig
+from streamsnap.graph.execution_graph import ExecutionGraph, ExecutionVertex
+from streamsnap.graph.ids import ExecutionAttemptId
+
+
+@dataclass
+class Deployment:
+    job_id: str
+    job_name: str
+    attempt: int
+    execution_graph: ExecutionGraph
+    secret: bytes
+    driver_address: tuple[str, int]
+    bind_host: str
+    network: NetworkConfig
+    state_backend: str = "hashmap"
+    checkpointing: bool = False
+    exactly_once: bool = True
+    # (operator uid, subtask index) -> state.assignment.SubtaskRestoreState
+    restore: dict[tuple[str, int], Any] = field(default_factory=dict)
+    restore_base: str | None = None  # directory the restored checkpoint's handle paths are relative to
+    restored_checkpoint_id: int | None = None
+    log_level: str = "WARNING"
+    # Test hooks: environment flags the task honours (e.g. slow down a subtask); never set by users.
+    test_hooks: dict = field(default_factory=dict)
+
+    def vertex(self, task_index: int) -> ExecutionVertex:
+        return self.execution_graph.vertices[task_index]
+
+    def attempt_id(self, task_index: int) -> ExecutionAttemptId:
+        v = self.vertex(task_index)
+        return ExecutionAttemptId(v.vertex_id, v.index, self.attempt)
+
+
+def run_subtask_partition(deployment: Deployment):
+    """The function Spark runs in each barrier task: run the subtask named by the partition id."""
+
+    def run(_iterator):
+        from pyspark import BarrierTaskContext
+
+        from streamsnap.runtime.task import run_task
+
+        context = BarrierTaskContext.get()
+        outcome = run_task(deployment, context.partitionId())
+        yield outcome
+
+    return run

@@ -1,0 +1,127 @@
+"""The checkpointed input of a task (Flink's CheckpointedInputGate).
+
+Reads the next item from the task's input channels, round robin over the channels that have
+frames and are not blocked. Data frames are decoded into Arrow batches for the operators (and
+their credit returned to the sender); events go to the barrier handler, which decides when the
+task snapshots. A channel the aligner blocks is simply not read any more, so its sender runs
+out of credit and stops: alignment needs no buffering here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+import pyarrow as pa
+
+from streamsnap.checkpoint.reasons import CheckpointFailureReason
+from streamsnap.network.channels import InputChannel
+from streamsnap.network.frames import FrameKind, decode_batches
+from streamsnap.network.loop import CONNECTION_CLOSED, NetworkLoop
+from streamsnap.runtime.barriers import AlignmentMetrics, create_barrier_handler
+from streamsnap.runtime.events import (
+    CancelCheckpointMarker, CheckpointBarrier, EndOfData, EndOfPartition, Watermark, decode_event,
+)
+
+log = logging.getLogger(__name__)
+
+
+class UpstreamLostError(ConnectionError):
+    """An input connection closed before its end-of-partition: the upstream task is gone."""
+
+
+class CheckpointedInput:
+    def __init__(self, channels: list[InputChannel], loop: NetworkLoop, task, exactly_once: bool, clock,
+                 task_name: str):
+        self.channels = channels
+        self._loop = loop
+        self._task = task
+        self._blocked = [False] * len(channels)
+        self._end_of_data = [False] * len(channels)
+        self._end_of_partition = [False] * len(channels)
+        self.drain = True  # False once any channel ended without draining
+        self._decoded: deque[pa.RecordBatch] = deque()
+        self._next = 0
+        self.handler = create_barrier_handler(exactly_once, len(channels), self, clock, task_name)
+        self.bytes_consumed = 0
+
+    # -------------------------------------------------------- BarrierHandlerActions
+    def block_channel(self, channel: int) -> None:
+        self._blocked[channel] = True
+
+    def resume_channel(self, channel: int) -> None:
+        self._blocked[channel] = False
+
+    def trigger_checkpoint(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
+        self._task.trigger_checkpoint_on_barrier(barrier, metrics)
+
+    def abort_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
+        self._task.abort_checkpoint_on_barrier(checkpoint_id, reason)
+
+    # -------------------------------------------------------- reading
+    @property
+    def all_end_of_data(self) -> bool:
+        return all(self._end_of_data)
+
+    @property
+    def all_end_of_partition(self) -> bool:
+        return all(self._end_of_partition)
+
+    def is_blocked(self, channel: int) -> bool:
+        return self._blocked[channel]
+
+    def poll_next(self) -> pa.RecordBatch | None:
+        """The next batch of records, or None when no unblocked channel has data now."""
+        if self._decoded:
+            return self._decoded.popleft()
+        channels = self.channels
+        n = len(channels)
+        scanned = 0
+        while scanned < n:
+            i = self._next
+            channel = channels[i]
+            if self._blocked[i] or not channel.frames:
+                self._next = (i + 1) % n
+                scanned += 1
+                continue
+            kind, payload = channel.pop()
+            if kind is FrameKind.DATA:
+                self._next = (i + 1) % n
+                self.handler.add_processed_bytes(len(payload))
+                self.bytes_consumed += len(payload)
+                self._loop.return_credit(channel)
+                batches = decode_batches(payload)
+                if not batches:
+                    continue
+                self._decoded.extend(batches[1:])
+                return batches[0]
+            if kind is FrameKind.EVENT:
+                self._on_event(i, decode_event(payload))
+                scanned = 0  # the event may have blocked or released channels
+                continue
+            if kind is CONNECTION_CLOSED:
+                if not self._end_of_partition[i]:
+                    detail = payload.decode(errors="replace")
+                    raise UpstreamLostError(
+                        f"lost the connection from upstream subtask {channel.channel_id.source_vertex}"
+                        f"#{channel.channel_id.source_index}" + (f" ({detail})" if detail else ""))
+                continue
+            raise ValueError(f"unexpected frame {kind!r} on input channel {channel.channel_id}")
+        return None
+
+    def _on_event(self, channel: int, event) -> None:
+        if isinstance(event, CheckpointBarrier):
+            self.handler.process_barrier(event, channel)
+        elif isinstance(event, CancelCheckpointMarker):
+            self.handler.process_cancellation_barrier(event, channel)
+        elif isinstance(event, EndOfData):
+            self._end_of_data[channel] = True
+            self.drain = self.drain and event.drain
+        elif isinstance(event, EndOfPartition):
+            self._end_of_data[channel] = True
+            self._end_of_partition[channel] = True
+            self.handler.process_end_of_partition(channel)
+        elif isinstance(event, Watermark):
+            log.debug("watermarks are not used by any operator yet: %s", event)
+        else:
+            raise ValueError(f"unknown event {event!r}")

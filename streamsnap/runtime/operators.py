@@ -1,0 +1,355 @@
+"""Stream operators: what runs inside a task's chain, wrapping user functions and state.
+
+A StreamNode holds an `OperatorFactory` (picklable description); each subtask builds its own
+`StreamOperator` from it. Operators receive batches (`process`), emit batches to their chain
+output, and take part in checkpoints: `prepare_snapshot_pre_barrier` before the barrier is
+sent downstream, `snapshot_state` for the synchronous part (returning the asynchronous part to
+run on another thread), and `notify_checkpoint_complete/aborted` afterwards (Flink's
+AbstractStreamOperator lifecycle).
+
+Per-row operators loop over plain dicts with the user call inside a `try` (free in Python 3.11
+until something raises); a failure becomes a UserFunctionError naming operator, subtask and row.
+"""
+
+from __future__ import annotations
+
+import traceback
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from streamsnap.api.functions import (
+    Context, FunctionInitializationContext, FunctionSnapshotContext, RuntimeContext,
+)
+from streamsnap.checkpoint.handles import OperatorSubtaskState
+from streamsnap.errors import UserFunctionError
+from streamsnap.graph.keys import KeySelector
+from streamsnap.runtime.batches import Batch, as_record_batch, num_rows, to_record_batch, to_rows
+from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
+from streamsnap.state.key_groups import KeyGroupRange, key_group_range_for_subtask
+from streamsnap.state.operator_state import OperatorStateBackend
+
+
+@dataclass
+class OperatorContext:
+    """Everything a subtask's operator needs to know about where it runs."""
+
+    name: str
+    uid: str
+    subtask_index: int
+    parallelism: int
+    max_parallelism: int
+    attempt: int
+    job_id: str
+    task_name: str
+    state_backend: str = "hashmap"
+    restore: Any = None                 # state.assignment.SubtaskRestoreState for this uid
+    restore_base: str | None = None     # the restored checkpoint's directory
+    restored_checkpoint_id: int | None = None
+    driver: Any = None                  # runtime.task.DriverLink: messages to the JobMaster
+    extra: dict = field(default_factory=dict)
+
+
+class OperatorFactory(ABC):
+    """Picklable description of an operator; `create` builds the per-subtask instance."""
+
+    #: "row" operators get lists of dicts, "batch" operators get Arrow record batches.
+    input_format = "row"
+    keyed = False
+
+    @abstractmethod
+    def create(self, ctx: OperatorContext) -> "StreamOperator": ...
+
+    def describe(self) -> str:
+        return type(self).__name__.replace("Factory", "")
+
+
+class Output:
+    """Where an operator's results go: chained operators and/or network record writers."""
+
+    __slots__ = ("_targets", "records_out")
+
+    def __init__(self, targets: list):
+        self._targets = targets
+        self.records_out = 0
+
+    def emit(self, batch: Batch) -> None:
+        n = num_rows(batch)
+        if not n:
+            return
+        self.records_out += n
+        targets = self._targets
+        if len(targets) == 1:
+            targets[0].process(batch)
+            return
+        for i, target in enumerate(targets):
+            # Siblings must not see each other's in-place edits of row dicts.
+            if isinstance(batch, list) and i < len(targets) - 1:
+                target.process([dict(r) for r in batch])
+            else:
+                target.process(batch)
+
+
+def user_error(operator: "StreamOperator", record, exc: BaseException) -> UserFunctionError:
+    """A UserFunctionError with the user's traceback, without our own frames in front."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_globals.get("__name__", "").startswith("streamsnap."):
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    return UserFunctionError(operator.ctx.name, operator.ctx.task_name, record, text)
+
+
+def _call_hook(obj, name: str, *args):
+    hook = getattr(obj, name, None)
+    if callable(hook):
+        return hook(*args)
+    return None
+
+
+class SnapshotInProgress:
+    """The asynchronous part of one operator's snapshot (run on the async checkpoint thread)."""
+
+    def __init__(self, uid: str, parts: list):
+        self.uid = uid
+        self._parts = parts  # objects with run() -> handle | None, and discard()
+
+    def run(self) -> OperatorSubtaskState:
+        keyed, operator = [], []
+        for part in self._parts:
+            handle = part.run()
+            if handle is None:
+                continue
+            (keyed if hasattr(handle, "key_group_start") else operator).append(handle)
+        return OperatorSubtaskState(tuple(keyed), tuple(operator))
+
+    def discard(self) -> None:
+        for part in self._parts:
+            part.discard()
+
+
+class StreamOperator:
+    """Base operator: state backends, user-function hooks and the checkpoint callbacks."""
+
+    def __init__(self, ctx: OperatorContext, function: Any = None, keyed: bool = False):
+        self.ctx = ctx
+        self.function = function
+        self.output: Output | None = None
+        self.records_in = 0
+        self.keyed_backend: HashMapKeyedStateBackend | None = None
+        if keyed:
+            key_groups = key_group_range_for_subtask(ctx.max_parallelism, ctx.parallelism, ctx.subtask_index)
+            self.keyed_backend = self._create_keyed_backend(key_groups)
+        self.operator_backend = OperatorStateBackend(ctx.uid)
+        self.runtime_context = RuntimeContext(
+            operator_name=ctx.name, operator_uid=ctx.uid, subtask_index=ctx.subtask_index,
+            parallelism=ctx.parallelism, max_parallelism=ctx.max_parallelism, attempt=ctx.attempt,
+            job_id=ctx.job_id, keyed_backend=self.keyed_backend, operator_backend=self.operator_backend)
+
+    def _create_keyed_backend(self, key_groups: KeyGroupRange):
+        if self.ctx.state_backend == "hashmap":
+            return HashMapKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups)
+        from streamsnap.state.backends.rocksdb import RocksDBKeyedStateBackend
+        return RocksDBKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups)
+
+    # ---------------------------------------------------------------- lifecycle
+    def initialize_state(self) -> None:
+        """Restore backends from the assigned checkpoint state, then the user's hook."""
+        restore = self.ctx.restore
+        if restore is not None:
+            if self.keyed_backend is not None:
+                self.keyed_backend.restore(restore, self.ctx.restore_base)
+            self.operator_backend.restore(restore, self.ctx.restore_base)
+        if self.function is not None and hasattr(self.function, "initialize_state"):
+            init = FunctionInitializationContext(restore is not None and restore.is_restored,
+                                                 self.runtime_context, self.ctx.restored_checkpoint_id)
+            self.function.initialize_state(init)
+
+    def open(self) -> None:
+        if self.function is not None:
+            _call_hook(self.function, "open", self.runtime_context)
+
+    def process(self, batch: Batch) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not take input")
+
+    def end_input(self) -> None:
+        """All inputs reached end of data; operators that buffer emit what they hold."""
+
+    def close(self) -> None:
+        if self.function is not None:
+            _call_hook(self.function, "close")
+        if self.keyed_backend is not None:
+            self.keyed_backend.dispose()
+
+    # ---------------------------------------------------------------- checkpoints
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        """Last chance to emit records that belong before the barrier."""
+
+    def snapshot_state(self, checkpoint_id: int, timestamp: float, location: str) -> SnapshotInProgress:
+        if self.function is not None and hasattr(self.function, "snapshot_state"):
+            self.function.snapshot_state(FunctionSnapshotContext(checkpoint_id, timestamp))
+        parts = []
+        if self.keyed_backend is not None:
+            parts.append(self.keyed_backend.snapshot(checkpoint_id, location))
+        parts.append(self.operator_backend.snapshot(checkpoint_id, location))
+        return SnapshotInProgress(self.ctx.uid, parts)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.keyed_backend is not None:
+            self.keyed_backend.notify_checkpoint_complete(checkpoint_id)
+        if self.function is not None:
+            _call_hook(self.function, "notify_checkpoint_complete", checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if self.function is not None:
+            _call_hook(self.function, "notify_checkpoint_aborted", checkpoint_id)
+
+
+# ==================================================================== per-row operators
+class MapOperator(StreamOperator):
+    def process(self, batch: Batch) -> None:
+        rows = to_rows(batch)
+        self.records_in += len(rows)
+        fn = self.function
+        out = []
+        append = out.append
+        for row in rows:
+            try:
+                result = fn(row)
+            except Exception as exc:
+                raise user_error(self, row, exc) from None
+            if type(result) is not dict:
+                raise user_error(self, row, TypeError(
+                    f"map function returned {type(result).__name__}; it must return a dict (a row)"))
+            append(result)
+        self.output.emit(out)
+
+
+class FilterOperator(StreamOperator):
+    def process(self, batch: Batch) -> None:
+        rows = to_rows(batch)
+        self.records_in += len(rows)
+        fn = self.function
+        out = []
+        append = out.append
+        for row in rows:
+            try:
+                keep = fn(row)
+            except Exception as exc:
+                raise user_error(self, row, exc) from None
+            if keep:
+                append(row)
+        self.output.emit(out)
+
+
+def _extend_results(out: list, result) -> None:
+    if result is None:
+        return
+    if type(result) is dict:
+        out.append(result)
+        return
+    for item in result:
+        if type(item) is not dict:
+            raise TypeError(f"function produced {type(item).__name__}; rows must be dicts")
+        out.append(item)
+
+
+class FlatMapOperator(StreamOperator):
+    def process(self, batch: Batch) -> None:
+        rows = to_rows(batch)
+        self.records_in += len(rows)
+        fn = self.function
+        out: list = []
+        for row in rows:
+            try:
+                _extend_results(out, fn(row))
+            except Exception as exc:
+                raise user_error(self, row, exc) from None
+        self.output.emit(out)
+
+
+class MapBatchesOperator(StreamOperator):
+    """Vectorized: a pyarrow.RecordBatch in, a RecordBatch (or Table / dict of columns) out."""
+
+    def process(self, batch: Batch) -> None:
+        record_batch = to_record_batch(batch)
+        self.records_in += record_batch.num_rows
+        try:
+            result = as_record_batch(self.function(record_batch), f"map_batches function of '{self.ctx.name}'")
+        except Exception as exc:
+            raise user_error(self, f"<RecordBatch of {record_batch.num_rows} rows, "
+                                   f"first row {record_batch.slice(0, 1).to_pylist()}>", exc) from None
+        self.output.emit(result)
+
+
+class KeyedProcessOperator(StreamOperator):
+    """Runs a KeyedProcessFunction with the keyed state backend scoped to each row's key."""
+
+    def __init__(self, ctx: OperatorContext, function, key: KeySelector):
+        super().__init__(ctx, function, keyed=True)
+        self.key = key
+        self.context = Context(self.runtime_context)
+
+    def process(self, batch: Batch) -> None:
+        rows = to_rows(batch)
+        n = len(rows)
+        self.records_in += n
+        if not n:
+            return
+        try:
+            keys = self.key.keys_of_rows(rows)
+        except Exception as exc:
+            raise user_error(self, rows[0], exc) from None
+        key_groups = self.key.key_groups(rows, self.ctx.max_parallelism, keys=keys).tolist()
+        set_key = self.keyed_backend.set_current_key
+        context = self.context
+        fn = self.function.process_element
+        out: list = []
+        append = out.append
+        for row, key, key_group in zip(rows, keys, key_groups):
+            set_key(key, key_group)
+            context.current_key = key
+            try:
+                result = fn(row, context)
+                if result is None:
+                    continue
+                if type(result) is dict:
+                    append(result)
+                else:
+                    _extend_results(out, result)
+            except Exception as exc:
+                raise user_error(self, row, exc) from None
+        self.output.emit(out)
+
+
+# ==================================================================== factories
+@dataclass(frozen=True)
+class FunctionOperatorFactory(OperatorFactory):
+    kind: str
+    function: Callable
+    input_format: str = "row"
+
+    _OPERATORS = {"map": MapOperator, "filter": FilterOperator, "flat_map": FlatMapOperator,
+                  "map_batches": MapBatchesOperator}
+
+    def create(self, ctx: OperatorContext) -> StreamOperator:
+        return self._OPERATORS[self.kind](ctx, self.function)
+
+    def describe(self) -> str:
+        return self.kind
+
+
+@dataclass(frozen=True)
+class KeyedProcessOperatorFactory(OperatorFactory):
+    function: Any
+    key: KeySelector
+    keyed = True
+
+    def create(self, ctx: OperatorContext) -> StreamOperator:
+        return KeyedProcessOperator(ctx, self.function, self.key)
+
+    def describe(self) -> str:
+        return "process"
+
+
+__all__ = ["OperatorContext", "OperatorFactory", "StreamOperator", "Output", "SnapshotInProgress",
+           "FunctionOperatorFactory", "KeyedProcessOperatorFactory", "user_error"]

@@ -1,0 +1,517 @@
+"""A subtask running inside one Spark barrier task (Flink's Task + StreamTask).
+
+Set-up: connect to the driver's control endpoint and register (pid, host, data port); receive
+the peers' data addresses from the driver; connect outputs, wait for inputs; build the operator
+chain, restore its state, open it; report RUNNING.
+
+Then the mailbox loop, on one thread: run queued mails (checkpoint triggers, notifications,
+finish, cancel), then one unit of default work — one input batch through the chain, or one
+source batch — when every output has room; flush batches whose buffer timeout passed; sleep
+on the mailbox otherwise. Checkpoints are performed in this thread (`perform_checkpoint`):
+pre-barrier hook, barrier broadcast, synchronous snapshot; the asynchronous part (writing state
+files) runs on a separate thread, which then acknowledges to the coordinator.
+
+End of input follows Flink's final-checkpoint protocol (FLIP-147): a task whose input ended
+emits EndOfData and reports it, but keeps taking part in checkpoints until the driver — after
+a final checkpoint committed everything — tells it to finish; only then EndOfPartition flows
+and the task exits. Without checkpointing it finishes right away.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import os
+import socket
+import time
+import traceback
+
+from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, CheckpointMetrics, DeclineCheckpoint
+from streamsnap.checkpoint.reasons import CheckpointFailureReason
+from streamsnap.clock import SystemClock
+from streamsnap.errors import StreamsnapError, UserFunctionError
+from streamsnap.graph.stream_graph import NodeKind
+from streamsnap.network.channels import InputChannel, OutputChannel
+from streamsnap.network.control import connect_control
+from streamsnap.network.loop import DataServer, NetworkLoop, connect_output
+from streamsnap.runtime.barriers import AlignmentMetrics
+from streamsnap.runtime.deployment import Deployment
+from streamsnap.runtime.events import (
+    CancelCheckpointMarker, CheckpointBarrier, CheckpointOptions, CheckpointType, EndOfData, EndOfPartition,
+)
+from streamsnap.runtime.input import CheckpointedInput
+from streamsnap.runtime.mailbox import Mailbox
+from streamsnap.runtime.operators import OperatorContext, Output
+from streamsnap.runtime.output import RecordWriter
+
+log = logging.getLogger(__name__)
+
+SETUP_TIMEOUT = 120.0
+_MAX_IDLE_WAIT = 0.5
+
+
+class TaskCancelled(Exception):
+    """The driver cancelled the task, or the connection to the driver is gone."""
+
+
+class AsyncCheckpointRunner:
+    """One background thread running the asynchronous parts of snapshots, in order."""
+
+    def __init__(self, name: str, on_error):
+        self._on_error = on_error
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name=f"{name}-async", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn, *args) -> None:
+        self._queue.put((fn, args))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except BaseException as exc:  # fail the task rather than stall its checkpoints
+                log.exception("asynchronous checkpoint work failed")
+                self._on_error(exc)
+                return
+
+    def shutdown(self, timeout: float) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("an asynchronous snapshot was still running after %.0f s; abandoning it", timeout)
+
+
+class DriverLink:
+    """Messages from this subtask to the JobMaster, stamped with the execution attempt."""
+
+    def __init__(self, connection, attempt_wire: list):
+        self._connection = connection
+        self._attempt = attempt_wire
+
+    def send(self, message: dict) -> None:
+        message["attempt"] = self._attempt
+        if not self._connection.send(message):
+            raise TaskCancelled("the connection to the driver is closed")
+
+
+class StreamTask:
+    def __init__(self, deployment: Deployment, task_index: int):
+        self.deployment = deployment
+        self.vertex = deployment.vertex(task_index)
+        self.job_vertex = deployment.execution_graph.job_vertex(self.vertex.vertex_id)
+        self.attempt_id = deployment.attempt_id(task_index)
+        self.name = f"{self.job_vertex.name} ({self.vertex.index + 1}/{self.vertex.parallelism})"
+        self.clock = SystemClock()
+        self.mailbox = Mailbox()
+        self.cancelled = False
+        self._control = None
+        self.driver: DriverLink | None = None
+        self._loop: NetworkLoop | None = None
+        self._server: DataServer | None = None
+        self._input: CheckpointedInput | None = None
+        self._inputs: list[InputChannel] = []
+        self._outputs: list[OutputChannel] = []
+        self.writers: list[RecordWriter] = []
+        self.operators: list = []          # topological order, head first
+        self.head = None
+        self._async: AsyncCheckpointRunner | None = None
+        self._peers: dict | None = None
+        self._background_error: BaseException | None = None
+        self._end_of_data = False
+        self._finish_requested = False
+        self._drain = True
+        self._eop_sent = False
+        self._suspended = False  # a source after a terminating savepoint's barrier
+        self._aborted_checkpoints: set[int] = set()
+        self._source_wait = 0.0
+        self._hooks = deployment.test_hooks or {}
+
+    # ================================================================== set-up
+    def _on_control_message(self, _conn, message: dict) -> None:
+        kind = message.get("type")
+        if kind == "cancel":
+            self.cancelled = True
+        self.mailbox.put(message)
+
+    def _on_control_close(self, _conn, error) -> None:
+        if not self._eop_sent or not self._all_drained():
+            self.cancelled = True
+        self.mailbox.put({"type": "driver_lost"})
+
+    def _on_background_error(self, exc: BaseException) -> None:
+        """A network or async-snapshot thread failed: the mailbox thread fails the task."""
+        self._background_error = exc
+        self.mailbox.wake()
+
+    def setup(self) -> None:
+        d = self.deployment
+        network = d.network
+        self._loop = NetworkLoop(self.name, self.mailbox.wake, self.mailbox.wake, self._on_background_error)
+        self._inputs = [InputChannel(i, cid, network.credits) for i, cid in enumerate(self.vertex.inputs)]
+        if self._inputs:
+            self._server = DataServer(d.bind_host, d.secret, self.name,
+                                      {ch.channel_id: ch for ch in self._inputs}, self._loop)
+            self._server.start()
+        self._loop.start()
+        self._control = connect_control(d.driver_address, d.secret, self.name,
+                                        self._on_control_message, self._on_control_close)
+        self.driver = DriverLink(self._control, self.attempt_id.to_wire())
+        self.driver.send({"type": "register", "task_index": self.vertex.task_index, "pid": os.getpid(),
+                          "host": socket.gethostname(),
+                          "data_address": list(self._server.address) if self._server else None})
+        self._await_peers()
+        self._connect_outputs()
+        self._await_inputs()
+        self._build_chain()
+        for op in self.operators:
+            op.initialize_state()
+        for op in reversed(self.operators):
+            op.open()
+        self._async = AsyncCheckpointRunner(self.name, self._on_background_error)
+        self.driver.send({"type": "running"})
+
+    def _await_peers(self) -> None:
+        deadline = time.monotonic() + SETUP_TIMEOUT
+        deferred = []
+        while self._peers is None:
+            for mail in self.mailbox.take_all():
+                if mail.get("type") == "peers":
+                    self._peers = {int(k): tuple(v) for k, v in mail["addresses"].items()}
+                elif mail.get("type") in ("cancel", "driver_lost"):
+                    raise TaskCancelled("cancelled during set-up")
+                else:
+                    deferred.append(mail)  # handled once the loop runs
+            if self._peers is None:
+                if self.cancelled or time.monotonic() > deadline:
+                    raise TaskCancelled("no peer addresses from the driver")
+                self.mailbox.wait(0.5)
+        for mail in deferred:
+            self.mailbox.put(mail)
+
+    def _connect_outputs(self) -> None:
+        d = self.deployment
+        for gate in self.vertex.outputs:
+            channels = []
+            for channel_id, target in zip(gate.channels, gate.target_tasks):
+                channel = OutputChannel(len(self._outputs), channel_id, d.network.output_queue_frames)
+                sock = connect_output(self._peers[target], d.secret, channel_id)
+                self._loop.add_output(sock, channel)
+                self._outputs.append(channel)
+                channels.append(channel)
+            node = d.execution_graph.job_graph.node(gate.source_node)
+            self.writers.append(RecordWriter(gate, channels, self._loop, self.vertex.index,
+                                             d.network.batch_size, d.network.buffer_timeout, node.schema))
+
+    def _await_inputs(self) -> None:
+        deadline = time.monotonic() + SETUP_TIMEOUT
+        for channel in self._inputs:
+            while not channel.connected.wait(0.2):
+                if self.cancelled or self._background_error or time.monotonic() > deadline:
+                    raise TaskCancelled(f"upstream {channel.channel_id} never connected")
+        if self._inputs:
+            self._input = CheckpointedInput(self._inputs, self._loop, self, self.deployment.exactly_once,
+                                            self.clock, self.name)
+
+    def _build_chain(self) -> None:
+        d = self.deployment
+        graph = d.execution_graph.job_graph
+        created = {}
+        for node_id in reversed(self.job_vertex.nodes):
+            node = graph.node(node_id)
+            ctx = OperatorContext(
+                name=node.name, uid=node.uid, subtask_index=self.vertex.index,
+                parallelism=self.vertex.parallelism, max_parallelism=node.max_parallelism,
+                attempt=d.attempt, job_id=d.job_id, task_name=self.name,
+                state_backend=d.state_backend, restore=d.restore.get((node.uid, self.vertex.index)),
+                restore_base=d.restore_base,
+                restored_checkpoint_id=d.restored_checkpoint_id, driver=self.driver,
+                extra={"checkpointing": d.checkpointing})
+            op = node.operator.create(ctx)
+            targets = [created[c] for c in self.job_vertex.chained.get(node_id, [])]
+            targets += [w for w in self.writers if w.gate.source_node == node_id]
+            op.output = Output(targets)
+            created[node_id] = op
+        self.operators = [created[n] for n in self.job_vertex.nodes]
+        self.head = created[self.job_vertex.head]
+        self.is_source = graph.node(self.job_vertex.head).kind is NodeKind.SOURCE
+
+    # ================================================================== main loop
+    def run(self) -> None:
+        while True:
+            for mail in self.mailbox.take_all():
+                self._handle_mail(mail)
+            if self.cancelled:
+                raise TaskCancelled("cancelled")
+            if self._background_error is not None:
+                raise self._background_error
+            worked = self._step() if self._outputs_available() else False
+            now = time.monotonic()
+            deadline = None
+            for writer in self.writers:
+                due = writer.flush_due(now)
+                if due is not None and (deadline is None or due < deadline):
+                    deadline = due
+            if self._finished():
+                return
+            if not worked and not self.mailbox.has_mail():
+                timeout = _MAX_IDLE_WAIT
+                if deadline is not None:
+                    timeout = min(timeout, max(0.0, deadline - now))
+                if self._source_wait:
+                    timeout = min(timeout, self._source_wait)
+                self.mailbox.wait(timeout)
+
+    def _outputs_available(self) -> bool:
+        for writer in self.writers:
+            if not writer.is_available():
+                return False
+        return True
+
+    def _step(self) -> bool:
+        self._source_wait = 0.0
+        if self.is_source:
+            if self._suspended or self._end_of_data:
+                return False
+            if self.head.emit_next():
+                return True
+            if self.head.reader.is_finished():
+                self._on_end_of_data()
+                return True
+            self._source_wait = self.head.reader.next_available_in()
+            return False
+        batch = self._input.poll_next()
+        if batch is not None:
+            self.head.process(batch)
+            delay = self._hooks.get("process_delay", {}).get(str(self.vertex))
+            if delay:
+                time.sleep(float(delay))
+            return True
+        if self._input.all_end_of_data and not self._end_of_data:
+            self._on_end_of_data()
+            return True
+        return False
+
+    def _on_end_of_data(self) -> None:
+        self._end_of_data = True
+        drain = self._drain and (self._input is None or self._input.drain)
+        if drain:
+            for op in self.operators:
+                op.end_input()
+        for writer in self.writers:
+            writer.broadcast_event(EndOfData(drain))
+        self.driver.send({"type": "end_of_data"})
+        if not self.deployment.checkpointing:
+            self._finish_requested = True
+
+    def _finished(self) -> bool:
+        if not self._finish_requested:
+            return False
+        if self._input is not None and not self._input.all_end_of_partition:
+            return False
+        if not self._eop_sent:
+            for writer in self.writers:
+                writer.broadcast_event(EndOfPartition())
+            self._eop_sent = True
+        return self._all_drained()
+
+    def _all_drained(self) -> bool:
+        return all(w.is_drained() for w in self.writers)
+
+    def _handle_mail(self, mail: dict) -> None:
+        kind = mail.get("type")
+        if kind == "trigger_checkpoint":
+            options = CheckpointOptions.from_wire(mail["options"])
+            start_delay = max(0.0, self.clock.wall() - float(mail["timestamp"]))
+            self.perform_checkpoint(int(mail["checkpoint_id"]), float(mail["timestamp"]), options,
+                                    AlignmentMetrics(0.0, 0, start_delay))
+        elif kind == "notify_complete":
+            checkpoint_id = int(mail["checkpoint_id"])
+            delay = self._hooks.get("notify_delay")
+            if delay:
+                time.sleep(float(delay))
+            for op in self.operators:
+                op.notify_checkpoint_complete(checkpoint_id)
+        elif kind == "notify_aborted":
+            checkpoint_id = int(mail["checkpoint_id"])
+            self._aborted_checkpoints.add(checkpoint_id)
+            if self._input is not None:
+                self._input.handler.on_checkpoint_aborted(checkpoint_id)
+            if self._suspended:
+                self._suspended = False  # the terminating savepoint failed: keep going
+            for op in self.operators:
+                op.notify_checkpoint_aborted(checkpoint_id)
+        elif kind == "finish":
+            self._finish_requested = True
+            self._drain = bool(mail.get("drain", True))
+            if self.is_source and not self._end_of_data:
+                self._on_end_of_data()
+        elif kind in ("cancel", "driver_lost"):
+            if kind == "cancel" or not self._eop_sent:
+                raise TaskCancelled(kind)
+        elif kind == "peers":
+            log.debug("%s: duplicate peers message ignored", self.name)
+        else:
+            raise StreamsnapError(f"{self.name}: unknown control message {kind!r}")
+
+    # ================================================================== checkpoints
+    def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
+        self.perform_checkpoint(barrier.checkpoint_id, barrier.timestamp, barrier.options, metrics)
+
+    def abort_checkpoint_on_barrier(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
+        self._decline(checkpoint_id, reason, "")
+        for writer in self.writers:
+            writer.broadcast_event(CancelCheckpointMarker(checkpoint_id))
+
+    def _decline(self, checkpoint_id: int, reason: CheckpointFailureReason, detail: str) -> None:
+        decline = DeclineCheckpoint(self.attempt_id, checkpoint_id, reason, detail)
+        self.driver.send({"type": "decline", **decline.to_wire()})
+
+    def perform_checkpoint(self, checkpoint_id: int, timestamp: float, options: CheckpointOptions,
+                           metrics: AlignmentMetrics) -> None:
+        if self._eop_sent:
+            self._decline(checkpoint_id, CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_CLOSING,
+                          f"{self.name} is finishing")
+            return
+        if checkpoint_id in self._aborted_checkpoints:
+            # Aborted before we got to it: tell downstream not to wait for our barrier.
+            for writer in self.writers:
+                writer.broadcast_event(CancelCheckpointMarker(checkpoint_id))
+            return
+        started = time.monotonic()
+        for op in self.operators:
+            op.prepare_snapshot_pre_barrier(checkpoint_id)
+        barrier = CheckpointBarrier(checkpoint_id, timestamp, options)
+        for writer in self.writers:
+            writer.broadcast_event(barrier)
+        snapshots = []
+        try:
+            for op in self.operators:
+                snapshots.append(op.snapshot_state(checkpoint_id, timestamp, options.target_location))
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            for snapshot in snapshots:
+                snapshot.discard()
+            log.warning("%s: synchronous snapshot of checkpoint %d failed", self.name, checkpoint_id, exc_info=True)
+            self._decline(checkpoint_id, CheckpointFailureReason.TASK_CHECKPOINT_FAILURE, repr(exc))
+            return
+        sync_duration = time.monotonic() - started
+        if options.checkpoint_type is CheckpointType.TERMINATING_SAVEPOINT and self.is_source:
+            self._suspended = True
+        self._async.submit(self._complete_async, checkpoint_id, snapshots, sync_duration, metrics)
+
+    def _complete_async(self, checkpoint_id: int, snapshots: list, sync_duration: float,
+                        metrics: AlignmentMetrics) -> None:
+        """The asynchronous part (Flink's AsyncCheckpointRunnable): write state, acknowledge."""
+        started = time.monotonic()
+        try:
+            delay = self._hooks.get("async_delay")
+            if delay:
+                time.sleep(float(delay))
+            states = {snapshot.uid: snapshot.run() for snapshot in snapshots}
+        except Exception as exc:
+            log.warning("%s: asynchronous part of checkpoint %d failed", self.name, checkpoint_id, exc_info=True)
+            for snapshot in snapshots:
+                snapshot.discard()
+            try:
+                self._decline(checkpoint_id, CheckpointFailureReason.CHECKPOINT_ASYNC_EXCEPTION, repr(exc))
+            except TaskCancelled:
+                log.debug("%s: could not decline checkpoint %d, the driver is gone", self.name, checkpoint_id)
+            return
+        ack = AcknowledgeCheckpoint(self.attempt_id, checkpoint_id, states, CheckpointMetrics(
+            sync_duration=sync_duration, async_duration=time.monotonic() - started,
+            alignment_duration=metrics.alignment_duration, start_delay=metrics.start_delay,
+            bytes_processed_during_alignment=metrics.bytes_processed_during_alignment))
+        try:
+            self.driver.send({"type": "ack", **ack.to_wire()})
+        except TaskCancelled:
+            log.debug("%s: could not acknowledge checkpoint %d, the driver is gone", self.name, checkpoint_id)
+
+    # ================================================================== metrics, teardown
+    def metrics(self) -> dict:
+        return {
+            "operators": {op.ctx.uid: {"name": op.ctx.name, "records_in": op.records_in,
+                                       "records_out": op.output.records_out if op.output else 0}
+                          for op in self.operators},
+            "peak_input_buffered_bytes": max((c.peak_buffered_bytes for c in self._inputs), default=0),
+            "peak_output_queued_bytes": max((c.peak_queued_bytes for c in self._outputs), default=0),
+            "bytes_received": sum(c.bytes_received for c in self._inputs),
+            "bytes_sent": sum(c.bytes_sent for c in self._outputs),
+            "max_frame_bytes": max((c.max_frame_bytes for c in self._outputs), default=0),
+            "refused_connections": self._server.refused if self._server else 0,
+        }
+
+    def close_operators(self) -> None:
+        errors = []
+        for op in self.operators:
+            try:
+                op.close()
+            except Exception as exc:  # close every operator, report the first failure
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def teardown(self) -> None:
+        if self._async is not None:
+            # A cancelled task does not wait for snapshots nobody will use (recovery speed).
+            self._async.shutdown(timeout=1.0 if self.cancelled else 60.0)
+        if self._server is not None:
+            self._server.stop()
+        if self._loop is not None:
+            self._loop.stop()
+        if self._control is not None:
+            self._control.close()
+
+
+def _describe_failure(exc: BaseException) -> tuple[str, bool]:
+    if isinstance(exc, UserFunctionError):
+        return str(exc), True
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), False
+
+
+def run_task(deployment: Deployment, task_index: int) -> tuple:
+    """Run one subtask to its end; failures are reported to the driver, not raised into Spark.
+
+    Raising would make Spark print its own stack trace in front of ours; the driver already
+    knows (from our report, or from the dropped connection) and cancels the job.
+    """
+    logging.basicConfig(level=getattr(logging, deployment.log_level, logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    task = StreamTask(deployment, task_index)
+    status = "FINISHED"
+    try:
+        task.setup()
+        task.run()
+        task.close_operators()
+        task.driver.send({"type": "finished", "metrics": task.metrics()})
+    except TaskCancelled as exc:
+        status = "CANCELED"
+        log.info("%s cancelled: %s", task.name, exc)
+        _close_quietly(task)
+    except BaseException as exc:
+        status = "FAILED"
+        text, user = _describe_failure(exc)
+        log.debug("%s failed: %s", task.name, text)
+        try:
+            if task.driver is not None:
+                task.driver.send({"type": "failed", "error": text, "user_error": user})
+        except (TaskCancelled, OSError):
+            log.error("%s failed and could not tell the driver: %s", task.name, text)
+        _close_quietly(task)
+    finally:
+        task.teardown()
+    return (task_index, str(task.vertex), status)
+
+
+def _close_quietly(task: StreamTask) -> None:
+    """Close operators after a failure; a second error must not hide the first."""
+    try:
+        task.close_operators()
+    except Exception:
+        log.debug("%s: error while closing operators after a failure", task.name, exc_info=True)

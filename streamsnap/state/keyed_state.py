@@ -1,0 +1,454 @@
+"""Keyed state objects (Value, List, Map, Reducing) over copy-on-write per-key-group tables.
+
+Each state reads and writes the entry of the backend's *current key*: the task sets the key
+once per record, and the state objects a user function obtained in `open` stay valid for every
+record. Storage is a `StateTable`: per key group one dict ``key -> stored value``.
+
+Why copy-on-write: a checkpoint's synchronous part must be quick and must not serialize,
+while the asynchronous part serializes on another thread as the mailbox thread keeps changing
+state. So a snapshot only captures references, and writers copy whatever a snapshot may still
+be reading, at two levels, decided by *epochs* (the backend's epoch increases at each
+snapshot; ``backend._required_epoch`` is the epoch of the newest snapshot still running, -1
+when none is):
+
+* a key group's dict is stamped with the epoch it was created in; a write to a dict whose
+  stamp is <= the required epoch first replaces it by a shallow copy (`StateTable.own`);
+* mutable stored values carry their epoch too (`_ListEntry`, `_MapEntry`, `_Cell` for a
+  Value/Reducing state holding a container): an in-place `add`/`put` — or handing a mutable
+  value to user code, which may mutate it — first copies the value if a snapshot may hold it.
+
+Plain immutable values (int, float, str, bytes, bool) are stored bare, so the common
+`value()` / `update()` path is a dict lookup and a dict store. Elements inside List/Map
+states are shared with running snapshots: replace them with `add`/`put`, never mutate them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from copy import deepcopy
+from typing import TYPE_CHECKING, Any
+
+from streamsnap.state.descriptors import (LIST, MAP, REDUCING, VALUE, ListStateDescriptor,
+                                          MapStateDescriptor, ReducingStateDescriptor,
+                                          StateDescriptor, ValueStateDescriptor)
+from streamsnap.state.key_groups import KeyGroupRange
+from streamsnap.state.errors import StateSerializationError
+from streamsnap.state.serialization import (Serializer, describe, find_unencodable,
+                                            value_default)
+
+if TYPE_CHECKING:
+    from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
+
+# Types stored without a wrapper: immutable, so sharing them with a snapshot is harmless.
+PLAIN_TYPES = frozenset({int, float, str, bytes, bool})
+
+_MISSING: Any = object()
+
+
+class _Cell:
+    """A mutable Value/Reducing state value with the epoch it was stored in."""
+
+    __slots__ = ("epoch", "value")
+
+    def __init__(self, epoch: int, value: Any):
+        self.epoch = epoch
+        self.value = value
+
+
+class _ListEntry:
+    """The elements of one key's list state, with the epoch the list object was created in."""
+
+    __slots__ = ("epoch", "items")
+
+    def __init__(self, epoch: int, items: list):
+        self.epoch = epoch
+        self.items = items
+
+
+class _MapEntry:
+    """The dict of one key's map state, with the epoch the dict object was created in."""
+
+    __slots__ = ("epoch", "data")
+
+    def __init__(self, epoch: int, data: dict):
+        self.epoch = epoch
+        self.data = data
+
+
+class StateTable:
+    """Storage of one named keyed state: key group -> {key: stored value}, copy-on-write."""
+
+    __slots__ = ("name", "kind", "descriptor", "serializer", "maps", "stamps", "backend")
+
+    def __init__(self, backend: "HashMapKeyedStateBackend", descriptor: StateDescriptor,
+                 key_groups: KeyGroupRange):
+        self.backend = backend
+        self.descriptor = descriptor
+        self.name = descriptor.name
+        self.kind = descriptor.kind
+        self.serializer: Serializer = descriptor.get_serializer()
+        self.maps: dict[int, dict] = {kg: {} for kg in key_groups}
+        self.stamps: dict[int, int] = dict.fromkeys(key_groups, backend._epoch)
+
+    def own(self, key_group: int) -> dict:
+        """The dict of `key_group`, copied first if a running snapshot may be reading it."""
+        m = self.maps[key_group]
+        backend = self.backend
+        if self.stamps[key_group] <= backend._required_epoch:
+            m = m.copy()
+            self.maps[key_group] = m
+            self.stamps[key_group] = backend._epoch
+        return m
+
+    def capture(self) -> list[tuple[int, dict]]:
+        """References to the non-empty key group dicts (the synchronous part of a snapshot)."""
+        return [(kg, m) for kg, m in self.maps.items() if m]
+
+    def num_entries(self) -> int:
+        return sum(len(m) for m in self.maps.values())
+
+
+def check_map_key(state_name: str, key: Any) -> None:
+    """Map keys are always msgpack (whatever the value serializer): reject others at once."""
+    if key.__class__ not in PLAIN_TYPES and key is not None:
+        culprit = find_unencodable(key, keys=True)
+        if culprit is not None:
+            raise StateSerializationError(
+                f"state '{state_name}': cannot use {describe(culprit, 'map key')}; map keys must "
+                f"be None, bool, int (64-bit), float, str, bytes or tuples of those")
+
+
+class KeyedState:
+    """Common plumbing of the keyed state kinds."""
+
+    __slots__ = ("name", "_backend", "_table", "_maps", "_stamps", "_serializer", "_checks")
+
+    def __init__(self, backend: "HashMapKeyedStateBackend", table: StateTable):
+        self.name = table.name
+        self._backend = backend
+        self._table = table
+        self._maps = table.maps
+        self._stamps = table.stamps
+        self._serializer = table.serializer
+        # Whether writes of containers are checked for encodability (fail at the write, not
+        # at the next checkpoint); serializers without a check skip the call.
+        self._checks = type(table.serializer).check is not Serializer.check
+
+    @property
+    def descriptor(self) -> StateDescriptor:
+        return self._table.descriptor
+
+    def _read_map(self) -> dict:
+        try:
+            return self._maps[self._backend._current_key_group]
+        except KeyError:
+            raise self._backend._key_group_error(self.name) from None
+
+    def _write_map(self) -> dict:
+        backend = self._backend
+        kg = backend._current_key_group
+        try:
+            stamp = self._stamps[kg]
+        except KeyError:
+            raise backend._key_group_error(self.name) from None
+        if stamp <= backend._required_epoch:
+            return self._table.own(kg)
+        return self._maps[kg]
+
+    def _check(self, value: Any) -> None:
+        if self._checks and value.__class__ not in PLAIN_TYPES:
+            self._serializer.check(value, self.name)
+
+    def _live_cell_value(self, cell: _Cell) -> Any:
+        """The value of `cell`, first given a private copy if a running snapshot may hold it."""
+        backend = self._backend
+        if cell.epoch > backend._required_epoch:
+            return cell.value
+        fresh = _Cell(backend._epoch, deepcopy(cell.value))
+        self._table.own(backend._current_key_group)[backend._current_key] = fresh
+        return fresh.value
+
+    def clear(self) -> None:
+        """Remove the current key's entry."""
+        key = self._backend._current_key
+        if key in self._read_map():
+            del self._write_map()[key]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class ValueState(KeyedState):
+    """One value per key."""
+
+    __slots__ = ("_default", "_default_plain")
+
+    def __init__(self, backend: "HashMapKeyedStateBackend", table: StateTable):
+        super().__init__(backend, table)
+        descriptor: ValueStateDescriptor = table.descriptor  # type: ignore[assignment]
+        self._default = descriptor.default
+        self._default_plain = self._default is None or type(self._default) in PLAIN_TYPES
+
+    def value(self) -> Any:
+        """The current key's value, or the descriptor's default when none is set."""
+        backend = self._backend
+        try:
+            v = self._maps[backend._current_key_group].get(backend._current_key, _MISSING)
+        except KeyError:
+            raise backend._key_group_error(self.name) from None
+        if v.__class__ is _Cell:
+            return self._live_cell_value(v)
+        if v is _MISSING:
+            return self._default if self._default_plain else deepcopy(self._default)
+        return v
+
+    def update(self, value: Any) -> None:
+        """Set the current key's value; None clears it."""
+        backend = self._backend
+        kg = backend._current_key_group
+        try:
+            stamp = self._stamps[kg]
+        except KeyError:
+            raise backend._key_group_error(self.name) from None
+        m = self._table.own(kg) if stamp <= backend._required_epoch else self._maps[kg]
+        if value.__class__ in PLAIN_TYPES:
+            m[backend._current_key] = value
+        elif value is None:
+            m.pop(backend._current_key, None)
+        else:
+            self._check(value)
+            m[backend._current_key] = _Cell(backend._epoch, value)
+
+
+class ListState(KeyedState):
+    """A list of elements per key."""
+
+    __slots__ = ()
+
+    def get(self) -> list:
+        """A copy of the current key's elements ([] when there are none)."""
+        entry = self._read_map().get(self._backend._current_key)
+        return [] if entry is None else list(entry.items)
+
+    def add(self, value: Any) -> None:
+        """Append one element."""
+        self._check(value)
+        backend = self._backend
+        m = self._write_map()
+        key = backend._current_key
+        entry = m.get(key)
+        if entry is None:
+            m[key] = _ListEntry(backend._epoch, [value])
+        elif entry.epoch <= backend._required_epoch:
+            m[key] = _ListEntry(backend._epoch, entry.items + [value])
+        else:
+            entry.items.append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        """Append several elements (nothing happens for an empty iterable)."""
+        items = list(values)
+        if not items:
+            return
+        for v in items:
+            self._check(v)
+        backend = self._backend
+        m = self._write_map()
+        key = backend._current_key
+        entry = m.get(key)
+        if entry is None:
+            m[key] = _ListEntry(backend._epoch, items)
+        elif entry.epoch <= backend._required_epoch:
+            m[key] = _ListEntry(backend._epoch, entry.items + items)
+        else:
+            entry.items.extend(items)
+
+    def update(self, values: Iterable[Any]) -> None:
+        """Replace the elements; an empty iterable clears the state."""
+        items = list(values)
+        if not items:
+            self.clear()
+            return
+        for v in items:
+            self._check(v)
+        self._write_map()[self._backend._current_key] = _ListEntry(self._backend._epoch, items)
+
+
+class MapState(KeyedState):
+    """A dict per key."""
+
+    __slots__ = ()
+
+    def _entry(self) -> _MapEntry | None:
+        return self._read_map().get(self._backend._current_key)
+
+    def _writable_data(self) -> dict:
+        """The current key's dict, created or copied so it can be changed in place."""
+        backend = self._backend
+        m = self._write_map()
+        key = backend._current_key
+        entry = m.get(key)
+        if entry is None:
+            entry = m[key] = _MapEntry(backend._epoch, {})
+        elif entry.epoch <= backend._required_epoch:
+            entry = m[key] = _MapEntry(backend._epoch, entry.data.copy())
+        return entry.data
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        entry = self._entry()
+        return default if entry is None else entry.data.get(key, default)
+
+    def put(self, key: Any, value: Any) -> None:
+        check_map_key(self.name, key)
+        self._check(value)
+        self._writable_data()[key] = value
+
+    def put_all(self, mapping: Mapping[Any, Any]) -> None:
+        items = dict(mapping)
+        if not items:
+            return
+        for k, v in items.items():
+            check_map_key(self.name, k)
+            self._check(v)
+        self._writable_data().update(items)
+
+    def remove(self, key: Any) -> None:
+        entry = self._entry()
+        if entry is None or key not in entry.data:
+            return
+        data = self._writable_data()
+        del data[key]
+        if not data:
+            del self._write_map()[self._backend._current_key]
+
+    def contains(self, key: Any) -> bool:
+        entry = self._entry()
+        return entry is not None and key in entry.data
+
+    def keys(self) -> list:
+        entry = self._entry()
+        return [] if entry is None else list(entry.data.keys())
+
+    def values(self) -> list:
+        entry = self._entry()
+        return [] if entry is None else list(entry.data.values())
+
+    def items(self) -> list[tuple[Any, Any]]:
+        entry = self._entry()
+        return [] if entry is None else list(entry.data.items())
+
+    def is_empty(self) -> bool:
+        return self._entry() is None
+
+
+class ReducingState(KeyedState):
+    """One value per key, folded with every added value by the descriptor's reduce function."""
+
+    __slots__ = ("_reduce",)
+
+    def __init__(self, backend: "HashMapKeyedStateBackend", table: StateTable):
+        super().__init__(backend, table)
+        descriptor: ReducingStateDescriptor = table.descriptor  # type: ignore[assignment]
+        self._reduce = descriptor.reduce_function
+
+    def get(self) -> Any:
+        """The reduced value, or None when nothing was added."""
+        v = self._read_map().get(self._backend._current_key, _MISSING)
+        if v.__class__ is _Cell:
+            return self._live_cell_value(v)
+        return None if v is _MISSING else v
+
+    def add(self, value: Any) -> None:
+        current = self.get() if self._backend._current_key in self._read_map() else _MISSING
+        result = value if current is _MISSING else self._reduce(current, value)
+        backend = self._backend
+        m = self._write_map()
+        if result.__class__ in PLAIN_TYPES:
+            m[backend._current_key] = result
+        elif result is None:
+            m.pop(backend._current_key, None)
+        else:
+            self._check(result)
+            m[backend._current_key] = _Cell(backend._epoch, result)
+
+
+STATE_CLASSES: dict[str, type[KeyedState]] = {
+    VALUE: ValueState, LIST: ListState, MAP: MapState, REDUCING: ReducingState,
+}
+DESCRIPTOR_CLASSES: dict[str, type[StateDescriptor]] = {
+    VALUE: ValueStateDescriptor, LIST: ListStateDescriptor, MAP: MapStateDescriptor,
+    REDUCING: ReducingStateDescriptor,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# stored values <-> wire form (what goes into the checkpoint file, before msgpack)
+#
+# Wire form of one key's state: Value/Reducing -> the value; List -> list of elements; Map ->
+# dict. With a non-native serializer each value/element/map value is replaced by its bytes.
+# Backends pack keys and wire values as two parallel msgpack arrays (see backends.hashmap).
+
+
+def native_default(obj: Any) -> Any:
+    """msgpack `default` hook: unwraps stored entries, so tables pack without a Python loop."""
+    cls = obj.__class__
+    if cls is _Cell:
+        # msgpack applies `default` once per object: convert the value here if it needs it.
+        value = obj.value
+        return value if value.__class__ in _MSGPACK_EXACT else value_default(value)
+    if cls is _ListEntry:
+        return obj.items
+    if cls is _MapEntry:
+        return obj.data
+    return value_default(obj)
+
+
+_MSGPACK_EXACT = frozenset({type(None), bool, int, float, str, bytes, bytearray, list, dict})
+
+
+def unwrap(stored: Any) -> Any:
+    """The user-visible value of a stored entry (for diagnostics and iteration)."""
+    cls = stored.__class__
+    if cls is _Cell:
+        return stored.value
+    if cls is _ListEntry:
+        return stored.items
+    if cls is _MapEntry:
+        return stored.data
+    return stored
+
+
+def entries_to_wire(kind: str, entries: dict, serializer: Serializer) -> list:
+    """Wire values (in `entries` order) with a non-native serializer: values become bytes."""
+    dumps = serializer.dumps
+    if kind == LIST:
+        return [[dumps(x) for x in e.items] for e in entries.values()]
+    if kind == MAP:
+        return [{uk: dumps(uv) for uk, uv in e.data.items()} for e in entries.values()]
+    return [dumps(v.value if v.__class__ is _Cell else v) for v in entries.values()]
+
+
+def entries_from_wire(kind: str, wire: dict, serializer: Serializer, epoch: int) -> dict:
+    """Stored entries from their decoded wire form (keys are already frozen).
+
+    Entries are stamped with `epoch`; the result may be `wire` itself, and lists/dicts inside
+    it are reused, so pass an epoch that forces copy-on-write (-1) if a snapshot may hold them.
+    """
+    if serializer.native:
+        if kind == LIST:
+            return {k: _ListEntry(epoch, items) for k, items in wire.items()}
+        if kind == MAP:
+            return {k: _MapEntry(epoch, data) for k, data in wire.items()}
+        if all(v.__class__ in PLAIN_TYPES for v in wire.values()):
+            return wire
+        return {k: (v if v.__class__ in PLAIN_TYPES else _Cell(epoch, v)) for k, v in wire.items()}
+    loads = serializer.loads
+    if kind == LIST:
+        return {k: _ListEntry(epoch, [loads(x) for x in items]) for k, items in wire.items()}
+    if kind == MAP:
+        return {k: _MapEntry(epoch, {uk: loads(b) for uk, b in data.items()})
+                for k, data in wire.items()}
+    out = {}
+    for k, b in wire.items():
+        v = loads(b)
+        out[k] = v if v.__class__ in PLAIN_TYPES else _Cell(epoch, v)
+    return out

@@ -1,0 +1,117 @@
+"""Bad configuration fails where it is written, naming the field — never inside a Spark task."""
+
+import pyarrow as pa
+import pytest
+
+import streamsnap as ss
+
+
+def gen():
+    return ss.sources.Generator(lambda i: {"key": i % 3, "value": i}, count=10)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"parallelism": 0}, "StreamEnvironment.parallelism must be an integer >= 1, got 0"),
+    ({"parallelism": "2"}, "StreamEnvironment.parallelism"),
+    ({"parallelism": 4, "max_parallelism": 2}, "max_parallelism (2) must be >= parallelism (4)"),
+    ({"max_parallelism": 0}, "StreamEnvironment.max_parallelism must be an integer in 1..32768"),
+    ({"state_backend": "mongo"}, "StreamEnvironment.state_backend must be one of 'hashmap', 'rocksdb', got 'mongo'"),
+    ({"checkpointing": ss.CheckpointConfig(interval=1.0)}, "CheckpointConfig.directory is required"),
+    ({"checkpointing": "yes"}, "StreamEnvironment.checkpointing must be a CheckpointConfig"),
+    ({"restart": 3}, "StreamEnvironment.restart must be a RestartStrategy"),
+])
+def test_environment_settings(kwargs, message):
+    with pytest.raises(ss.ConfigurationError) as info:
+        ss.StreamEnvironment(**kwargs)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"interval": 0}, "CheckpointConfig.interval must be > 0"),
+    ({"interval": -1.0}, "CheckpointConfig.interval must be > 0"),
+    ({"mode": "twice"}, "CheckpointConfig.mode must be one of 'exactly_once', 'at_least_once'"),
+    ({"timeout": 0}, "CheckpointConfig.timeout must be > 0"),
+    ({"min_pause": -1}, "CheckpointConfig.min_pause must be >= 0"),
+    ({"max_concurrent": 0}, "CheckpointConfig.max_concurrent must be an integer >= 1"),
+    ({"tolerable_failures": -1}, "CheckpointConfig.tolerable_failures must be an integer >= 0"),
+    ({"num_retained": 0}, "CheckpointConfig.num_retained must be an integer >= 1"),
+    ({"retention": "forever"}, "CheckpointConfig.retention must be one of"),
+    ({"directory": ""}, "CheckpointConfig.directory must be a non-empty path"),
+    ({"aligned_timeout": 1.0}, "aligned_timeout only applies to unaligned checkpoints"),
+])
+def test_checkpoint_config(kwargs, message):
+    with pytest.raises(ss.ConfigurationError) as info:
+        ss.CheckpointConfig(**kwargs)
+    assert message in str(info.value)
+
+
+def test_restart_strategies_validate_their_arguments():
+    with pytest.raises(ss.ConfigurationError, match="attempts must be an integer >= 0"):
+        ss.RestartStrategy.fixed_delay(attempts=-1)
+    with pytest.raises(ss.ConfigurationError, match=r"max \(1\) must be >= initial \(2\)"):
+        ss.RestartStrategy.exponential_delay(initial=2, max=1)
+    with pytest.raises(ss.ConfigurationError, match="multiplier must be a number >= 1"):
+        ss.RestartStrategy.exponential_delay(multiplier=0.5)
+
+
+def test_unknown_sink_format():
+    with pytest.raises(ss.ConfigurationError, match="FileSink.format must be one of 'parquet', 'jsonl', got 'csv'"):
+        ss.sinks.FileSink("/tmp/out", format="csv")
+
+
+def test_key_by_on_a_missing_column_names_it_and_the_columns_there_are():
+    env = ss.StreamEnvironment()
+    stream = env.from_source(gen(), name="events")
+    with pytest.raises(ss.ConfigurationError) as info:
+        stream.key_by("user")
+    assert "no column 'user'" in str(info.value) and "key, value" in str(info.value)
+    with pytest.raises(ss.ConfigurationError, match="no column 'user'"):
+        stream.key_by(["key", "user"])
+    # a declared output schema is checked too
+    mapped = stream.map(lambda r: r, output_schema=pa.schema([("k", pa.int64())]))
+    with pytest.raises(ss.ConfigurationError, match="no column 'key'"):
+        mapped.key_by("key")
+
+
+def test_operator_arguments():
+    env = ss.StreamEnvironment(parallelism=2, max_parallelism=8)
+    stream = env.from_source(gen())
+    with pytest.raises(ss.ConfigurationError, match="parallelism of 'Map' must be an integer >= 1"):
+        stream.map(lambda r: r, parallelism=0)
+    with pytest.raises(ss.ConfigurationError, match=r"exceeds max_parallelism \(8\)"):
+        stream.map(lambda r: r, parallelism=9)
+    with pytest.raises(ss.ConfigurationError, match="map needs a function"):
+        stream.map("not callable")
+    with pytest.raises(ss.ConfigurationError, match="process takes a KeyedProcessFunction"):
+        stream.key_by("key").process(lambda r: r)
+    with pytest.raises(ss.ConfigurationError, match="sink_to takes a sink"):
+        stream.sink_to(print)
+    with pytest.raises(ss.ConfigurationError, match="key_by takes a column name"):
+        stream.key_by(42)
+
+
+def test_sources_validate_their_arguments():
+    with pytest.raises(ss.ConfigurationError, match="Generator.count must be an integer >= 0"):
+        ss.sources.Generator(lambda i: {}, count=-5)
+    with pytest.raises(ss.ConfigurationError, match="Generator.rate must be"):
+        ss.sources.Generator(lambda i: {}, rate=0)
+    with pytest.raises(ss.ConfigurationError, match="Generator function failed on index 0"):
+        ss.StreamEnvironment().from_source(ss.sources.Generator(lambda i: 1 / 0, count=3))
+    with pytest.raises(ss.ConfigurationError, match="every element must be a dict"):
+        ss.StreamEnvironment().from_collection([1, 2])
+
+
+def test_execute_refuses_a_job_bigger_than_the_spark_session():
+    """The slot check needs no Spark job: a session-like object with too few slots."""
+    from streamsnap.cluster.spark_session import require_slots
+
+    class Context:
+        master = "local[2]"
+        defaultParallelism = 2
+
+    class Session:
+        sparkContext = Context()
+
+    with pytest.raises(ss.ConfigurationError, match="runs 5 subtasks as one Spark barrier stage, but the Spark session has only 2"):
+        require_slots(Session(), 5)
+    require_slots(Session(), 2)

@@ -1,0 +1,42 @@
+"""Shared fixtures: one embedded Spark session for the whole run (it takes ~9 s to start)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+SPARK_SLOTS = 16
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from streamsnap.cluster.spark_session import embedded_session
+
+    session = embedded_session(SPARK_SLOTS)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def no_leaked_threads():
+    """Fail the test if streamsnap threads outlive the job (tasks, ports, loops)."""
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    import time
+    deadline = time.monotonic() + 5
+    while True:
+        leaked = [t for t in threading.enumerate()
+                  if t.ident not in before and t.is_alive()
+                  and (t.name.startswith(("jobmaster-", "control-", "spark-job-")))]
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not leaked, f"threads left running after the job: {[t.name for t in leaked]}"
+
+
+@pytest.fixture(autouse=True)
+def _quiet_py4j():
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    yield
