@@ -66,8 +66,9 @@ def checkpoints(directory: str = typer.Argument(..., help="Checkpoint directory 
         console.print(f"no checkpoints under {directory}")
         raise typer.Exit(1)
     table = Table(title=f"checkpoints under {directory}")
-    for column in ("job", "checkpoint", "status", "completed at", "state size", "operators", "path"):
-        table.add_column(column)
+    for column in ("job", "checkpoint", "status", "completed at", "state size", "operators"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("path", overflow="fold")
     for s in summaries:
         table.add_row(s.job_id[:12], str(s.checkpoint_id), s.status,
                       time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.completed_at)) if s.completed_at else "-",

@@ -37,6 +37,25 @@ def no_leaked_threads():
 
 
 @pytest.fixture(autouse=True)
+def _cancel_leftover_jobs(monkeypatch):
+    """A test that fails half-way must not leave its job running into the next test."""
+    from streamsnap.cluster.jobmaster import JobMaster
+
+    started = []
+    original = JobMaster.start
+
+    def start(self):
+        started.append(self)
+        original(self)
+    monkeypatch.setattr(JobMaster, "start", start)
+    yield
+    for master in started:
+        if not master.wait_terminal(0):
+            master.cancel()
+            master.wait_terminal(60)
+
+
+@pytest.fixture(autouse=True)
 def _quiet_py4j():
     logging.getLogger("py4j").setLevel(logging.WARNING)
     yield

@@ -164,13 +164,16 @@ class NetworkLoop:
             self._close_all()
 
     def _drain_wake(self) -> None:
-        with self._lock:
-            self._wake_pending = False
+        # Drain first, then clear the flag: clearing first would let a concurrent `_wake()`
+        # set the flag and write a byte that this drain then swallows — the flag would stay
+        # set with no byte left, and every later wake-up would be lost.
         try:
             while self._wake_r.recv(4096):
                 pass
         except BlockingIOError:
             pass
+        with self._lock:
+            self._wake_pending = False
 
     def _read(self, conn: _Connection) -> None:
         try:

@@ -160,3 +160,54 @@ def test_events_need_no_credit_but_keep_their_order():
         out_loop.stop()
         server.stop()
         in_loop.stop()
+
+
+def test_no_wake_up_is_lost_under_a_stream_of_small_frames():
+    """Regression: the loop once swallowed a wake-up byte and stopped sending for good.
+
+    Producer and consumer wait on the loops' callbacks like a task's mailbox does, so a lost
+    wake-up shows as a stall.
+    """
+    input_ready, output_ready = threading.Event(), threading.Event()
+    in_loop = NetworkLoop("test", input_ready.set, lambda: None, lambda e: None)
+    channel = InputChannel(0, CHANNEL, credits=2)
+    server = DataServer("127.0.0.1", SECRET, "test-task", {CHANNEL: channel}, in_loop)
+    in_loop.start()
+    server.start()
+    out_loop = NetworkLoop("sender", lambda: None, output_ready.set, lambda e: None)
+    out_loop.start()
+    output = OutputChannel(0, CHANNEL, max_queued_frames=2)
+    frame = encode_batches([pa.RecordBatch.from_pylist([{"v": 1}])])
+    total = 5000
+    received = 0
+    try:
+        out_loop.add_output(connect_output(server.address, SECRET, CHANNEL), output)
+        assert channel.connected.wait(5)
+
+        def consume():
+            nonlocal received
+            while received < total:
+                input_ready.clear()
+                while channel.frames:
+                    channel.pop()
+                    received += 1
+                    in_loop.return_credit(channel)
+                if received < total and not channel.frames and not input_ready.wait(2):
+                    return  # stalled: nothing arrived for 2 s
+        consumer = threading.Thread(target=consume, daemon=True)
+        consumer.start()
+        sent = 0
+        while sent < total:
+            output_ready.clear()
+            if output.is_available():
+                output.enqueue(FrameKind.DATA, frame)
+                out_loop.output_ready()
+                sent += 1
+            elif not output.is_available() and not output_ready.wait(2):
+                break  # stalled: no capacity freed for 2 s
+        consumer.join(10)
+        assert sent == total and received == total, f"stalled: sent {sent}, received {received} of {total}"
+    finally:
+        out_loop.stop()
+        server.stop()
+        in_loop.stop()

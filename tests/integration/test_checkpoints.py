@@ -1,0 +1,245 @@
+"""Checkpoints on real Spark: the coordinator, barriers through real channels, async snapshots."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import streamsnap as ss
+from streamsnap.checkpoint.listing import list_checkpoints
+from streamsnap.checkpoint.metadata import read_metadata
+from streamsnap.checkpoint.stats import CheckpointStatus
+
+pytestmark = pytest.mark.spark
+
+
+class RunningSum(ss.KeyedProcessFunction):
+    def open(self, ctx):
+        self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
+        self.seen = ctx.get_state(ss.ListStateDescriptor("recent"))
+
+    def process_element(self, row, ctx):
+        total = self.total.value() + row["value"]
+        self.total.update(total)
+        self.seen.add(row["value"] % 10)
+        if len(self.seen.get()) > 5:
+            self.seen.update(self.seen.get()[-5:])
+        yield {"key": ctx.current_key, "total": total}
+
+
+class SlowOnSubtaskZero:
+    """A map that is slow only in its subtask 0: data queues up in front of that subtask, so
+    its barrier reaches the keyed operator late and the other channel must wait (align)."""
+
+    def open(self, ctx):
+        self.slow = ctx.subtask_index == 0
+
+    def __call__(self, row):
+        if self.slow and row["value"] % 50 == 0:
+            time.sleep(0.005)
+        return row
+
+
+def event(i: int) -> dict:
+    return {"key": i % 17, "value": i + 1}
+
+
+def wait_running(client, timeout=60):
+    deadline = time.monotonic() + timeout
+    while client.status() != "RUNNING":
+        assert time.monotonic() < deadline, f"job did not start: {client.status()}"
+        time.sleep(0.05)
+
+
+def wait_completed(client, n, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = client.checkpoint_stats()
+        if stats.counts.completed >= n:
+            return stats
+        assert time.monotonic() < deadline, f"only {stats.counts.completed} checkpoints completed: {stats.describe()}"
+        time.sleep(0.1)
+
+
+def build(env, rate=4000, slow=False, count=None):
+    stream = env.from_source(ss.sources.Generator(event, count=count, rate=rate), name="events", uid="events")
+    if slow:
+        stream = stream.rebalance().map(SlowOnSubtaskZero(), name="slow", uid="slow")
+    (stream.key_by("key").process(RunningSum(), name="sum", uid="sum")
+        .sink_to(ss.sinks.Collect(), name="out", uid="out"))
+
+
+def test_checkpoints_complete_at_the_interval_with_metadata_listing_every_operator(spark, tmp_path):
+    interval = 0.4
+    config = ss.CheckpointConfig(interval=interval, directory=str(tmp_path), num_retained=3,
+                                 retention="retain_on_cancellation")
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
+    build(env)
+    client = env.execute_async("periodic checkpoints")
+    wait_running(client)
+    started = time.monotonic()
+    stats = wait_completed(client, 6)
+    elapsed = time.monotonic() - started
+    client.cancel()
+    completed = [c for c in stats.history if c.status is CheckpointStatus.COMPLETED]
+    triggers = sorted(c.trigger_timestamp for c in completed)
+    # Fixed-rate triggering: one late trigger shortens the next gap, the mean stays the interval.
+    mean_gap = (triggers[-1] - triggers[0]) / (len(triggers) - 1)
+    assert 0.75 * interval <= mean_gap <= 1.5 * interval, triggers
+    assert elapsed < 6 * interval + 4  # the first one comes after a random delay below the interval
+    # Retained on cancellation: the newest `num_retained` checkpoints, each complete on disk.
+    job_dir = tmp_path / client.job_id
+    chk_dirs = sorted(p for p in job_dir.iterdir() if p.name.startswith("chk-"))
+    assert len(chk_dirs) == 3
+    for chk in chk_dirs:
+        metadata = read_metadata(f"file://{chk}/_metadata")
+        assert set(metadata.operators) == {"events", "sum", "out"}
+        assert all(op.parallelism == 2 for op in metadata.operators.values())
+        keyed = [h for s in metadata.operators["sum"].subtask_states.values() for h in s.keyed]
+        assert keyed and sum(len(h.offsets) for h in keyed) > 0  # keyed state written per key group
+        splits = [h for s in metadata.operators["events"].subtask_states.values() for h in s.operator]
+        assert len(splits) == 2  # each source subtask snapshotted its split position
+        for subtask in metadata.operators["sum"].subtask_states.values():
+            for handle in subtask.keyed:
+                assert os.path.getsize(chk / handle.file.path) == handle.file.size
+    listed = list_checkpoints(str(tmp_path))
+    assert [s.checkpoint_id for s in listed if s.status == "COMPLETED"] == [int(p.name[4:]) for p in chk_dirs]
+
+
+def test_alignment_shows_up_when_one_channel_is_slow(spark, tmp_path):
+    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path))
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
+                               network=ss.NetworkConfig(buffer_timeout=0.01, batch_size=256))
+    build(env, rate=20000, slow=True)
+    client = env.execute_async("slow channel")
+    wait_running(client)
+    stats = wait_completed(client, 5)
+    client.cancel()
+    sum_subtasks = [s for c in stats.history if c.status is CheckpointStatus.COMPLETED
+                    for s in c.subtasks if s.vertex_id == "sum"]
+    assert sum_subtasks
+    assert max(s.alignment_duration for s in sum_subtasks) > 0.02
+    assert any(s.bytes_processed_during_alignment > 0 for s in sum_subtasks)
+    for s in sum_subtasks:
+        assert s.sync_duration >= 0 and s.async_duration >= 0 and s.start_delay >= 0
+    assert all(c.state_size > 0 for c in stats.history if c.status is CheckpointStatus.COMPLETED)
+
+
+def test_at_least_once_never_aligns_and_completes(spark, tmp_path):
+    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path), mode="at_least_once")
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
+                               network=ss.NetworkConfig(buffer_timeout=0.01, batch_size=256))
+    build(env, rate=20000, slow=True)
+    client = env.execute_async("at least once")
+    wait_running(client)
+    stats = wait_completed(client, 5)
+    client.cancel()
+    sum_subtasks = [s for c in stats.history if c.status is CheckpointStatus.COMPLETED
+                    for s in c.subtasks if s.vertex_id == "sum"]
+    assert sum_subtasks and all(s.alignment_duration == 0 for s in sum_subtasks)
+    assert stats.counts.failed == 0
+
+
+def test_a_bounded_job_with_checkpoints_commits_everything_exactly_once(spark, tmp_path):
+    n = 30000
+    config = ss.CheckpointConfig(interval=0.2, directory=str(tmp_path))
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
+    build(env, rate=30000, count=n)
+    result = env.execute("bounded with checkpoints")
+    rows = result.rows()
+    assert len(rows) == n  # the final checkpoint committed the tail, nothing twice
+    finals = {}
+    for r in rows:
+        finals[r["key"]] = max(finals.get(r["key"], 0), r["total"])
+    assert finals == {k: sum(i + 1 for i in range(n) if i % 17 == k) for k in range(17)}
+    assert result.checkpoints.counts.completed >= 2
+    # FINISHED with delete_on_cancellation: no checkpoint is left behind.
+    assert not [p for p in (tmp_path / result.job_id).iterdir() if p.name.startswith("chk-")]
+
+
+class Stall:
+    """Blocks one subtask once for a while, so a barrier cannot pass in time."""
+
+    def open(self, ctx):
+        self.stall = ctx.subtask_index == 0
+
+    def __call__(self, row):
+        if self.stall and row["value"] > 3000:
+            self.stall = False
+            time.sleep(4)
+        return row
+
+
+def test_an_expired_checkpoint_is_counted_and_fails_the_job_when_none_are_tolerated(spark, tmp_path):
+    config = ss.CheckpointConfig(interval=0.3, timeout=1.0, tolerable_failures=0, directory=str(tmp_path))
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, restart=ss.RestartStrategy.none())
+    (env.from_source(ss.sources.Generator(event, rate=5000), name="events")
+        .map(Stall(), name="stall").key_by("key").process(RunningSum(), name="sum")
+        .sink_to(ss.sinks.Collect()))
+    client = env.execute_async("expiring")
+    with pytest.raises(ss.JobExecutionError) as info:
+        client.wait(60)
+    assert info.value.reason == "CHECKPOINT_EXPIRED"
+    assert "CHECKPOINT_EXPIRED" in str(info.value)
+    assert client.status() == "FAILED"
+
+
+def test_expired_checkpoints_within_the_tolerance_do_not_fail_the_job(spark, tmp_path):
+    config = ss.CheckpointConfig(interval=0.3, timeout=1.0, tolerable_failures=5, directory=str(tmp_path))
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, restart=ss.RestartStrategy.none())
+    (env.from_source(ss.sources.Generator(event, rate=5000, count=25000), name="events")
+        .map(Stall(), name="stall").key_by("key").process(RunningSum(), name="sum")
+        .sink_to(ss.sinks.Collect()))
+    result = env.execute("tolerated")
+    stats = result.checkpoints
+    from streamsnap.checkpoint.reasons import CheckpointFailureReason
+    assert stats.failures_by_reason.get(CheckpointFailureReason.CHECKPOINT_EXPIRED, 0) >= 1
+    assert stats.counts.completed >= 1
+    assert len(result.rows()) == 25000
+
+
+def test_torn_and_corrupt_checkpoints_are_never_listed_as_completed(spark, tmp_path):
+    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path), num_retained=3,
+                                 retention="retain_on_cancellation")
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
+    build(env)
+    client = env.execute_async("to be torn")
+    wait_running(client)
+    wait_completed(client, 3)
+    client.cancel()
+    job_dir = tmp_path / client.job_id
+    chk = sorted((p for p in job_dir.iterdir() if p.name.startswith("chk-")), key=lambda p: int(p.name[4:]))
+    assert len(chk) == 3
+    (chk[0] / "_metadata").unlink()                         # torn: never finalized
+    data = bytearray((chk[1] / "_metadata").read_bytes())
+    data[-5] ^= 0x01                                          # one flipped bit
+    (chk[1] / "_metadata").write_bytes(bytes(data))
+    listed = {s.checkpoint_id: s.status for s in list_checkpoints(str(tmp_path))}
+    ids = [int(p.name[4:]) for p in chk]
+    assert listed[ids[0]] != "COMPLETED" and listed[ids[1]] == "CORRUPT" and listed[ids[2]] == "COMPLETED"
+    with pytest.raises(ss.RestoreError, match="checksum"):
+        read_metadata(f"file://{chk[1]}/_metadata")
+
+
+def test_cli_lists_checkpoints_and_verifies_checksums(spark, tmp_path, monkeypatch):
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from streamsnap import cli
+
+    monkeypatch.setattr(cli, "console", Console(width=240))
+    app = cli.app
+
+    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path), num_retained=2,
+                                 retention="retain_on_cancellation")
+    env = ss.StreamEnvironment(parallelism=1, spark=spark, checkpointing=config)
+    build(env)
+    client = env.execute_async("listed")
+    wait_running(client)
+    wait_completed(client, 2)
+    client.cancel()
+    out = CliRunner().invoke(app, ["checkpoints", str(tmp_path)], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert out.output.count("COMPLETED") == 2 and client.job_id[:12] in out.output
