@@ -221,6 +221,14 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------------ periodic trigger
 
+    def stop_periodic_scheduler(self) -> None:
+        """No more periodic triggers; checkpoints in flight and queued requests carry on.
+
+        Used once every task's input has ended: the only checkpoint still wanted is the final one.
+        """
+        self._periodic = False
+        self._cancel_periodic_timer()
+
     def _start_periodic(self) -> None:
         self._cancel_periodic_timer()
         self._periodic = True
@@ -411,7 +419,7 @@ class CheckpointCoordinator:
         if pending is None:
             finished = self._recent.get(checkpoint_id)
             if finished is not None:
-                logger.warning("late acknowledgement of finished checkpoint %d from %s; deleting its state",
+                logger.info("late acknowledgement of finished checkpoint %d from %s; deleting its state",
                                checkpoint_id, ack.attempt)
                 base = finished.location.url
             else:

@@ -384,8 +384,10 @@ class JobMaster:
                 self.coordinator.receive_decline(DeclineCheckpoint.from_wire(message))
             return
         subtask = self._subtask_of(attempt)
-        if subtask is None:
-            log.debug("message %s from a previous attempt %s ignored", kind, attempt)
+        if subtask is None or self._failing:
+            # A previous attempt, or the current one while it is being torn down: whatever its
+            # tasks still say (rows for a sink above all) is past the checkpoint we restore.
+            log.debug("message %s from %s ignored (attempt being replaced)", kind, attempt)
             return
         if kind == "register":
             with self._lock:
@@ -454,6 +456,7 @@ class JobMaster:
     def _on_all_end_of_data(self) -> None:
         if self.coordinator is None:
             return  # tasks finish on their own without a final checkpoint
+        self.coordinator.stop_periodic_scheduler()
         self._trigger_final_checkpoint()
 
     def _trigger_final_checkpoint(self) -> None:

@@ -132,9 +132,12 @@ class Collector:
                         self._committed.extend(rows)
                 for subtask in sorted(self._open):
                     self._committed.extend(self._open[subtask])
-            elif any(self._open.values()) or any(self._precommitted.values()):
-                log.warning("collect sink %s: %d uncommitted rows at job end were dropped",
-                            self.name, sum(len(r) for r in self._open.values()))
+            else:
+                dropped = sum(len(r) for r in self._open.values()) + sum(
+                    len(rows) for txns in self._precommitted.values() for _, rows in txns)
+                if dropped:
+                    log.warning("collect sink %s: %d rows no checkpoint committed were dropped at job end",
+                                self.name, dropped)
             self._open.clear()
             self._precommitted.clear()
 

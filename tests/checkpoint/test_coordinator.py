@@ -862,3 +862,45 @@ def test_restored_from_a_snapshot_loaded_by_the_caller(make_harness):
     h.start()
     h.coordinator.trigger_checkpoint()
     assert h.coordinator.pending_checkpoint_ids == [42]
+
+
+def test_stopping_the_periodic_scheduler_keeps_in_flight_checkpoints(tmp_path):
+    from streamsnap.checkpoint.coordinator import CheckpointCoordinator
+    from streamsnap.checkpoint.storage import CheckpointStorage
+    from streamsnap.clock import ManualScheduler
+    from streamsnap.cluster.status import ExecutionState, JobStatus
+    from streamsnap.api.config import CheckpointConfig
+    from streamsnap.graph.ids import ExecutionAttemptId
+    from streamsnap.checkpoint.pending import OperatorInfo
+    from streamsnap.checkpoint.messages import AcknowledgeCheckpoint
+
+    triggered = []
+
+    class Gateway:
+        def trigger_checkpoint(self, attempt, checkpoint_id, timestamp, options):
+            triggered.append(checkpoint_id)
+
+        def notify_checkpoint_complete(self, attempt, checkpoint_id, timestamp):
+            pass
+
+        def notify_checkpoint_aborted(self, attempt, checkpoint_id):
+            pass
+
+    scheduler = ManualScheduler()
+    config = CheckpointConfig(interval=1.0, directory=str(tmp_path))
+    coordinator = CheckpointCoordinator("job", config, CheckpointStorage(str(tmp_path), "job"), scheduler,
+                                        Gateway(), lambda exc: None)
+    task = ExecutionAttemptId("v", 0, 0)
+    coordinator.set_execution_attempts([task], [task], [task], {"op": OperatorInfo("v", 1, 8)})
+    coordinator.execution_state_changed(task, ExecutionState.RUNNING)
+    coordinator.job_status_changed(JobStatus.RUNNING)
+    scheduler.advance(1.0)
+    assert triggered == [1]
+    coordinator.stop_periodic_scheduler()
+    scheduler.advance(5.0)
+    assert triggered == [1]  # no new periodic trigger ...
+    assert coordinator.pending_checkpoint_ids == [1]  # ... and the one in flight goes on
+    coordinator.receive_acknowledge(AcknowledgeCheckpoint(task, 1))
+    assert coordinator.completed_store.latest().checkpoint_id == 1
+    final = coordinator.trigger_checkpoint()  # an explicit (final) checkpoint still works
+    assert triggered == [1, 2] and not final.done()
