@@ -20,7 +20,7 @@ from streamsnap.api.functions import (
 from streamsnap.api.result import JobClient, JobResult
 from streamsnap.connectors import sinks, sources
 from streamsnap.errors import (
-    ConfigurationError, JobExecutionError, RestoreError, StreamsnapError, UserFunctionError,
+    ConfigurationError, FileReadError, JobExecutionError, RestoreError, StreamsnapError, UserFunctionError,
 )
 from streamsnap.state.descriptors import (
     ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor,
@@ -35,4 +35,5 @@ __all__ = [
     "ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
     "JobResult", "JobClient", "sources", "sinks",
     "StreamsnapError", "ConfigurationError", "JobExecutionError", "UserFunctionError", "RestoreError",
+    "FileReadError",
 ]

@@ -46,5 +46,16 @@ class RestoreError(StreamsnapError):
     """A checkpoint or savepoint cannot be restored (missing, corrupt, or incompatible)."""
 
 
+class FileReadError(StreamsnapError):
+    """A file of a FileSource could not be read (corrupt, wrong format, changed or vanished)."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+    def __reduce__(self):
+        return type(self), (str(self), self.path)
+
+
 class AuthenticationError(StreamsnapError):
     """A peer did not prove it holds the job's secret."""

@@ -126,6 +126,25 @@ class StreamEnvironment:
         return self.from_source(CollectionSource(rows, schema), name=name or "collection", uid=uid,
                                 parallelism=1)
 
+    def read_files(self, path: str, format: str = "parquet", *, name: str | None = None, uid: str | None = None,
+                   parallelism: int | None = None, schema=None, monitor_interval: float | None = None,
+                   batch_size: int = 4096, csv_options: dict | None = None) -> DataStream:
+        """Rows of the Parquet / JSON-lines / CSV files in a directory (fsspec URL or local path).
+
+        format: "parquet", "jsonl" or "csv" (with a header row). Every visible file directly in
+        the directory is read (names starting with "." or "_" are skipped). Without
+        `monitor_interval` the stream is bounded: the files present now are read, then it ends.
+        With it, the directory is listed every `monitor_interval` seconds and new files are
+        read as they appear (unbounded); writers must move complete files in atomically
+        (rename). Exactly-once: each file's read position is checkpointed. See
+        `streamsnap.connectors.files.FileSource`.
+        """
+        from streamsnap.connectors.files import FileSource
+
+        source = FileSource(path, format, schema=schema, monitor_interval=monitor_interval,
+                            batch_size=batch_size, csv_options=csv_options)
+        return self.from_source(source, name=name or "files", uid=uid, parallelism=parallelism)
+
     # ------------------------------------------------------------------ execution
     def _plan(self, job_name: str):
         self._graph.job_name = job_name

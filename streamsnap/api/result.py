@@ -40,6 +40,9 @@ class JobResult:
     checkpoints: Any = None              # checkpoint.stats snapshot, None without checkpointing
     restarts: int = 0
     network: dict = field(default_factory=dict)
+    # One entry per failover: failed_at (noticed), running_at (all subtasks running again),
+    # first_output_at (first row reached a sink after the restore); wall-clock seconds.
+    recoveries: tuple[dict, ...] = ()
 
     def rows(self, sink: str | None = None) -> list[dict]:
         """Rows of the Collect sink `sink` (the only one when omitted)."""
@@ -90,6 +93,10 @@ class JobClient:
 
     def checkpoint_stats(self):
         return self._master.checkpoint_stats()
+
+    def recoveries(self) -> list[dict]:
+        """Failovers so far: failed_at, running_at, first_output_at (wall-clock seconds)."""
+        return [dict(r) for r in self._master.recovery_log]
 
     def subtasks(self) -> list[SubtaskInfo]:
         return self._master.subtasks()

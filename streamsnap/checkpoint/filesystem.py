@@ -23,6 +23,12 @@ def normalize(url: str) -> str:
     return "file://" + os.path.abspath(os.path.expanduser(url))
 
 
+def user_path(url: str) -> str:
+    """How to show a location to a user: a plain path for local files, else the URL."""
+    url = normalize(url)
+    return url[len("file://"):] if url.startswith("file://") else url
+
+
 def join(base: str, relative: str) -> str:
     """Resolve `relative` (a handle path) against the directory URL `base`.
 

@@ -26,6 +26,10 @@ class RestorePlan:
     checkpoint_id: int
     base_location: str  # handle paths in the metadata are relative to this directory
     states: dict[tuple[str, int], SubtaskRestoreState] = field(default_factory=dict)
+    # Operators the checkpoint knew, with or without state: an operator whose state happened
+    # to be empty (a source with no splits left, a sink with nothing pending) must restore
+    # that emptiness, not start over as if it were new.
+    restored_operators: frozenset[str] = frozenset()
 
 
 def _has_state(operator) -> bool:
@@ -66,4 +70,5 @@ def plan_restore(metadata: CheckpointMetadata, base_location: str, job_graph: Jo
         for i, state in enumerate(assign_operator_state(operator.subtask_states, node.max_parallelism,
                                                         node.parallelism)):
             states[(uid, i)] = state
-    return RestorePlan(metadata.checkpoint_id, base_location, states)
+    return RestorePlan(metadata.checkpoint_id, base_location, states,
+                       frozenset(uid for uid in nodes if uid in metadata.operators))

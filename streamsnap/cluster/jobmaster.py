@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy
 from streamsnap.api.result import JobResult, OperatorMetrics, SubtaskInfo
+from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import SystemClock, TimerQueue
@@ -139,13 +140,15 @@ class JobMaster:
         self._spark_threads: list[threading.Thread] = []
         self._deploy_timer = None
         self._final_checkpoint_pending = False
-        self._stopping_with_savepoint: dict | None = None
+        self._stopped_with_savepoint = False
         self._started_at = time.monotonic()
         self._done = threading.Event()
         self._result: JobResult | None = None
         self._error: BaseException | None = None
         self._loop_thread = threading.Thread(target=self._run_loop, name=f"jobmaster-{self.job_id[:8]}", daemon=True)
-        self.recovery_log: list[dict] = []  # per restart: failure time, time RUNNING again
+        # Per failure: when it was noticed, when the job ran again, when the first row reached a
+        # driver-side sink after the restore (wall-clock seconds) — the recovery-time figures.
+        self.recovery_log: list[dict] = []
         self._sinks: dict[str, Any] = {}
         self._sink_names: dict[str, str] = {}
         for node in self.job_graph.stream_graph.nodes.values():
@@ -289,6 +292,7 @@ class JobMaster:
             checkpointing=self.settings.checkpoint is not None,
             exactly_once=self.settings.checkpoint is None or self.settings.checkpoint.exactly_once,
             restore=plan.states if plan else {}, restore_base=plan.base_location if plan else None,
+            restored_operators=plan.restored_operators if plan else frozenset(),
             restored_checkpoint_id=plan.checkpoint_id if plan else None, log_level=self.settings.log_level,
             test_hooks=self.settings.test_hooks)
         with self._lock:
@@ -427,6 +431,9 @@ class JobMaster:
                 subtask.state = ExecutionState.FAILED
             reason = "USER_FUNCTION" if message.get("user_error") else "TASK_FAILURE"
             self._handle_failure(str(message["error"]), reason)
+        elif kind == "first_output":
+            if self.recovery_log and "first_output_at" not in self.recovery_log[-1]:
+                self.recovery_log[-1]["first_output_at"] = float(message["at"])
         elif kind == "sink":
             component = self._sinks.get(message["uid"])
             if component is None:
@@ -454,8 +461,8 @@ class JobMaster:
 
     # ================================================================ job end
     def _on_all_end_of_data(self) -> None:
-        if self.coordinator is None:
-            return  # tasks finish on their own without a final checkpoint
+        if self.coordinator is None or self._stopped_with_savepoint:
+            return  # no final checkpoint: tasks finish on their own, or the savepoint was the last one
         self.coordinator.stop_periodic_scheduler()
         self._trigger_final_checkpoint()
 
@@ -584,8 +591,10 @@ class JobMaster:
                     result.set_exception(f.exception())
                     return
                 if terminate and attempt == self._attempt:
+                    self._stopped_with_savepoint = True
+                    self.coordinator.stop_periodic_scheduler()
                     self._send_all({"type": "finish", "drain": drain})
-                result.set_result(f.result().external_pointer)
+                result.set_result(filesystem.user_path(f.result().external_pointer))
             self._post(on_loop)
         future.add_done_callback(done)
 
@@ -647,7 +656,7 @@ class JobMaster:
         collected = {self._sink_names[uid]: c.rows() for uid, c in self._sinks.items() if hasattr(c, "rows")}
         return JobResult(self.job_id, self.settings.job_name, JobStatus.FINISHED.value,
                          time.monotonic() - self._started_at, operators, collected, stats,
-                         self._backoff.restarts, network)
+                         self._backoff.restarts, network, tuple(dict(r) for r in self.recovery_log))
 
 
 def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future, transform) -> None:

@@ -14,6 +14,7 @@ rest. A non-transactional sink simply makes `prepare_commit` return [] .
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -23,6 +24,7 @@ from streamsnap.runtime.batches import Batch, num_rows
 from streamsnap.runtime.operators import OperatorContext, OperatorFactory, StreamOperator
 
 SOURCE_SPLITS_STATE = "source-splits"
+SOURCE_GLOBAL_STATE = "source-global"
 SINK_COMMITTABLES_STATE = "sink-committables"
 
 
@@ -55,6 +57,17 @@ class SourceReader(ABC):
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """A checkpoint this reader took part in completed (e.g. commit offsets upstream)."""
+
+    def snapshot_global_state(self, checkpoint_id: int) -> list:
+        """Source-wide facts every subtask needs after a restore, e.g. files already read.
+
+        Union-distributed: on restore every subtask receives the elements of all subtasks
+        (Flink keeps such facts in the source's split enumerator on the JobManager).
+        """
+        return []
+
+    def restore_global_state(self, elements: list) -> None:
+        """Receives the union of all subtasks' `snapshot_global_state` before `assign_splits`."""
 
 
 class Source(ABC):
@@ -125,12 +138,15 @@ class SourceOperator(StreamOperator):
         self.source = source
         self.reader = source.create_reader(ctx)
         self._splits_state = None
+        self._global_state = None
 
     def initialize_state(self) -> None:
         super().initialize_state()
         self._splits_state = self.operator_backend.get_list_state(SOURCE_SPLITS_STATE)
-        restore = self.ctx.restore
-        if restore is not None and restore.operator_state(SOURCE_SPLITS_STATE) is not None:
+        self._global_state = self.operator_backend.get_union_list_state(SOURCE_GLOBAL_STATE)
+        if self.ctx.restored_operator:
+            # Restored, even if empty: no splits left means nothing left to read.
+            self.reader.restore_global_state(list(self._global_state.get()))
             splits = self._splits_state.get()
         else:
             splits = self.source.splits(self.ctx.parallelism)[self.ctx.subtask_index::self.ctx.parallelism]
@@ -150,6 +166,7 @@ class SourceOperator(StreamOperator):
 
     def snapshot_state(self, checkpoint_id: int, timestamp: float, location: str):
         self._splits_state.update(self.reader.snapshot_splits(checkpoint_id))
+        self._global_state.update(self.reader.snapshot_global_state(checkpoint_id))
         return super().snapshot_state(checkpoint_id, timestamp, location)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
@@ -168,13 +185,15 @@ class SinkOperator(StreamOperator):
         super().__init__(ctx)
         self.writer = sink.create_writer(ctx)
         self._committables = None
+        self._reported_first_output = ctx.attempt == 0  # only restarts are timed
 
     def initialize_state(self) -> None:
         super().initialize_state()
         # Union: after a restore every subtask sees all committables (a rescaled sink must
         # still commit, and clean up after, what any old subtask had pre-committed).
         self._committables = self.operator_backend.get_union_list_state(SINK_COMMITTABLES_STATE)
-        if self.ctx.restore is not None and self.ctx.restore.operator_state(SINK_COMMITTABLES_STATE) is not None:
+        if self.ctx.restored_operator:
+            # Also with nothing pre-committed: recovery cleans up the failed attempt's leftovers.
             self.writer.recover(list(self._committables.get()))
             self._committables.clear()
 
@@ -184,6 +203,10 @@ class SinkOperator(StreamOperator):
     def process(self, batch: Batch) -> None:
         self.records_in += num_rows(batch)
         self.writer.write(batch)
+        if not self._reported_first_output:
+            # Recovery time ends here: the first row reaches a sink after the restore.
+            self._reported_first_output = True
+            self.ctx.driver.send({"type": "first_output", "at": time.time()})
 
     def end_input(self) -> None:
         self.writer.end_input()

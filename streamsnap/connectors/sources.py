@@ -174,3 +174,6 @@ class CollectionSource(Generator):
         if schema is None and self.rows:
             schema = pa.RecordBatch.from_pylist(self.rows).schema
         super().__init__(self.rows.__getitem__, count=len(self.rows), splits=1, schema=schema)
+
+
+from streamsnap.connectors.files import FileSource  # noqa: E402, F401  (re-export: ss.sources.FileSource)

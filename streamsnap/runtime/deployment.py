@@ -32,6 +32,7 @@ class Deployment:
     # (operator uid, subtask index) -> state.assignment.SubtaskRestoreState
     restore: dict[tuple[str, int], Any] = field(default_factory=dict)
     restore_base: str | None = None  # directory the restored checkpoint's handle paths are relative to
+    restored_operators: frozenset[str] = frozenset()  # uids the restored checkpoint had
     restored_checkpoint_id: int | None = None
     log_level: str = "WARNING"
     # Test hooks: environment flags the task honours (e.g. slow down a subtask); never set by users.

@@ -45,6 +45,7 @@ class OperatorContext:
     state_backend: str = "hashmap"
     restore: Any = None                 # state.assignment.SubtaskRestoreState for this uid
     restore_base: str | None = None     # the restored checkpoint's directory
+    restored_operator: bool = False     # the restored checkpoint had this operator (maybe stateless)
     restored_checkpoint_id: int | None = None
     driver: Any = None                  # runtime.task.DriverLink: messages to the JobMaster
     extra: dict = field(default_factory=dict)

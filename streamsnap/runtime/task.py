@@ -229,7 +229,7 @@ class StreamTask:
                 parallelism=self.vertex.parallelism, max_parallelism=node.max_parallelism,
                 attempt=d.attempt, job_id=d.job_id, task_name=self.name,
                 state_backend=d.state_backend, restore=d.restore.get((node.uid, self.vertex.index)),
-                restore_base=d.restore_base,
+                restore_base=d.restore_base, restored_operator=node.uid in d.restored_operators,
                 restored_checkpoint_id=d.restored_checkpoint_id, driver=self.driver,
                 extra={"checkpointing": d.checkpointing})
             op = node.operator.create(ctx)
@@ -332,11 +332,13 @@ class StreamTask:
                                     AlignmentMetrics(0.0, 0, start_delay))
         elif kind == "notify_complete":
             checkpoint_id = int(mail["checkpoint_id"])
+            marker = self._phase("commit", checkpoint_id)
             delay = self._hooks.get("notify_delay")
             if delay:
                 time.sleep(float(delay))
             for op in self.operators:
                 op.notify_checkpoint_complete(checkpoint_id)
+            self._phase_done(marker)
         elif kind == "notify_aborted":
             checkpoint_id = int(mail["checkpoint_id"])
             self._aborted_checkpoints.add(checkpoint_id)
@@ -358,6 +360,27 @@ class StreamTask:
             log.debug("%s: duplicate peers message ignored", self.name)
         else:
             raise StreamsnapError(f"{self.name}: unknown control message {kind!r}")
+
+    # ================================================================== test hooks
+    def _phase(self, name: str, checkpoint_id: int):
+        """Test hook: a marker file naming this process while it is in a checkpoint phase.
+
+        Only with STREAMSNAP_TEST_HOOKS={"phase_dir": ...}; lets failure tests SIGKILL a
+        task exactly in its asynchronous phase or between checkpoint completion and commit.
+        """
+        directory = self._hooks.get("phase_dir")
+        if not directory:
+            return None
+        vertex = self.vertex.vertex_id.replace("/", "_")
+        path = os.path.join(directory, f"{name}-{vertex}-{self.vertex.index}-{checkpoint_id}-{os.getpid()}")
+        with open(path, "w"):
+            pass
+        return path
+
+    @staticmethod
+    def _phase_done(path) -> None:
+        if path is not None and os.path.exists(path):
+            os.unlink(path)
 
     # ================================================================== checkpoints
     def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
@@ -410,6 +433,7 @@ class StreamTask:
                         metrics: AlignmentMetrics) -> None:
         """The asynchronous part (Flink's AsyncCheckpointRunnable): write state, acknowledge."""
         started = time.monotonic()
+        marker = self._phase("async", checkpoint_id)
         try:
             delay = self._hooks.get("async_delay")
             if delay:
@@ -432,6 +456,8 @@ class StreamTask:
             self.driver.send({"type": "ack", **ack.to_wire()})
         except TaskCancelled:
             log.debug("%s: could not acknowledge checkpoint %d, the driver is gone", self.name, checkpoint_id)
+        finally:
+            self._phase_done(marker)
 
     # ================================================================== metrics, teardown
     def metrics(self) -> dict:

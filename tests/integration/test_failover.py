@@ -1,0 +1,262 @@
+"""Failover on real Spark: subtasks SIGKILLed, the job restores and the output stays exact."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import random
+import signal
+import time
+from collections import defaultdict
+
+import pyarrow.parquet as pq
+import pytest
+
+import streamsnap as ss
+from streamsnap.api.environment import TEST_HOOKS_ENV
+
+pytestmark = pytest.mark.spark
+
+N = 40_000       # 20 s of input at RATE
+RATE = 2_000
+KEYS = 50
+
+
+def event(i: int) -> dict:
+    # Split i % 2 feeds keys 0..49, split 1 keys 100..149: a key's rows come from one source
+    # split, so its running sums are deterministic — any replay error shows in the totals.
+    return {"key": (i % 2) * 100 + (i // 2) % KEYS, "value": i + 1, "i": i}
+
+
+class RunningSum(ss.KeyedProcessFunction):
+    def open(self, ctx):
+        self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
+
+    def process_element(self, row, ctx):
+        total = self.total.value() + row["value"]
+        self.total.update(total)
+        yield {"key": ctx.current_key, "total": total, "i": row["i"]}
+
+
+def expected_rows(n: int) -> set[tuple]:
+    totals = defaultdict(int)
+    rows = set()
+    for i in range(n):
+        e = event(i)
+        totals[e["key"]] += e["value"]
+        rows.add((e["key"], totals[e["key"]], i))
+    return rows
+
+
+def read_output(path) -> list[tuple]:
+    files = sorted(glob.glob(os.path.join(str(path), "part-*.parquet")))
+    rows = []
+    for f in files:
+        table = pq.read_table(f)
+        rows.extend(zip(table.column("key").to_pylist(), table.column("total").to_pylist(),
+                        table.column("i").to_pylist()))
+    return rows
+
+
+def wait_status(client, status, timeout=60):
+    deadline = time.monotonic() + timeout
+    while client.status() != status:
+        assert client.status() not in ("FAILED", "CANCELED", "FINISHED") or status in ("FAILED", "FINISHED")
+        assert time.monotonic() < deadline, f"status {client.status()}, wanted {status}"
+        time.sleep(0.02)
+
+
+def wait_restarted(client, attempt, timeout=60):
+    """Until every subtask of `attempt` runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        subtasks = client.subtasks()
+        if subtasks and all(s.attempt == attempt and s.state == "RUNNING" for s in subtasks):
+            return
+        assert client.status() not in ("FAILED", "CANCELED"), client.status()
+        assert time.monotonic() < deadline, f"attempt {attempt} did not start: {subtasks}"
+        time.sleep(0.02)
+
+
+def kill_in_phase(phase_dir, phase: str, vertex_prefix: str = "", timeout=30) -> int:
+    """SIGKILL a task while it is in `phase` ("async" or "commit"); returns its pid."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in glob.glob(os.path.join(phase_dir, f"{phase}-{vertex_prefix}*")):
+            pid = int(path.rsplit("-", 1)[1])
+            try:
+                os.kill(pid, signal.SIGKILL)
+                return pid
+            except ProcessLookupError:
+                continue
+        time.sleep(0.005)
+    raise AssertionError(f"no task entered the {phase} phase within {timeout} s")
+
+
+def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str):
+    rng = random.Random(seed)
+    out, ckpt, phases = tmp_path / "out", tmp_path / "ckpt", tmp_path / "phases"
+    phases.mkdir()
+    monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({
+        "phase_dir": str(phases), "async_delay": 0.2, "notify_delay": 0.2}))
+    config = ss.CheckpointConfig(interval=0.5, directory=str(ckpt), mode=mode, num_retained=2)
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
+                               restart=ss.RestartStrategy.fixed_delay(attempts=10, delay=0.1))
+    (env.from_source(ss.sources.Generator(event, count=N, rate=RATE), name="events", uid="events")
+        .key_by("key").process(RunningSum(), name="sum", uid="sum")
+        .sink_to(ss.sinks.FileSink(str(out), format="parquet"), name="files", uid="files"))
+    client = env.execute_async(f"chaos {mode} seed {seed}")
+    wait_status(client, "RUNNING")
+    # 1: any subtask at a random moment
+    time.sleep(rng.uniform(1.0, 4.0))
+    victim = rng.choice(client.subtasks())
+    os.kill(victim.pid, signal.SIGKILL)
+    wait_restarted(client, 1)
+    # 2: a task while its checkpoint's asynchronous phase runs
+    time.sleep(rng.uniform(0.5, 2.0))
+    kill_in_phase(str(phases), "async", rng.choice(["events", "sum"]))
+    wait_restarted(client, 2)
+    # 3: a sink task after the checkpoint completed, before it committed (pre-commit → commit)
+    time.sleep(rng.uniform(0.5, 2.0))
+    kill_in_phase(str(phases), "commit", "sum")
+    result = client.wait(180)
+    assert result.restarts == 3 and len(result.recoveries) == 3
+    assert all("first_output_at" in r for r in result.recoveries)
+    return result, read_output(out), out
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_chaos_exactly_once_output_equals_a_failure_free_run(spark, tmp_path, monkeypatch, seed):
+    result, rows, out = run_chaos(spark, tmp_path, monkeypatch, seed, "exactly_once")
+    expected = expected_rows(N)
+    assert len(rows) == len(set(rows)), "duplicates in the committed output"
+    assert set(rows) == expected, (f"missing {len(expected - set(rows))}, "
+                                   f"unexpected {len(set(rows) - expected)}")
+    # No uncommitted leftovers, and Spark reads exactly the committed files.
+    assert not [f for f in os.listdir(out) if f.startswith(".inprogress")]
+    assert spark.read.parquet(str(out)).count() == N
+
+
+def test_chaos_at_least_once_loses_nothing(spark, tmp_path, monkeypatch):
+    _, rows, _ = run_chaos(spark, tmp_path, monkeypatch, 3, "at_least_once")
+    assert {i for _, _, i in rows} == set(range(N))
+
+
+class CountingMap(ss.CheckpointedFunction):
+    """Counts rows in operator state; remembers whether it was restored."""
+
+    def initialize_state(self, ctx):
+        self.state = ctx.get_list_state("count")
+        self.restored = ctx.is_restored
+        self.count = sum(self.state.get())
+
+    def snapshot_state(self, ctx):
+        self.state.update([self.count])
+
+    def __call__(self, row):
+        self.count += 1
+        return {"i": row["i"], "count": self.count, "restored": self.restored}
+
+
+def test_restore_gives_user_functions_their_operator_state_and_is_restored(spark, tmp_path):
+    n = 6000
+    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path))
+    env = ss.StreamEnvironment(parallelism=1, spark=spark, checkpointing=config,
+                               restart=ss.RestartStrategy.fixed_delay(3, 0.1))
+    (env.from_source(ss.sources.Generator(lambda i: {"i": i}, count=n, rate=3000), name="rows")
+        .map(CountingMap(), name="count", uid="count").sink_to(ss.sinks.Collect()))
+    client = env.execute_async("operator state")
+    wait_status(client, "RUNNING")
+    deadline = time.monotonic() + 30
+    while client.checkpoint_stats().counts.completed < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(client.subtasks()[0].pid, signal.SIGKILL)
+    rows = client.wait(60).rows()
+    assert sorted(r["i"] for r in rows) == list(range(n))
+    assert max(r["count"] for r in rows) == n  # the count continued from the checkpoint
+    assert any(r["restored"] for r in rows) and not all(r["restored"] for r in rows)
+    stats = client.checkpoint_stats()
+    assert stats.latest_restored is not None
+    assert stats.latest_completed.checkpoint_id > stats.latest_restored.checkpoint_id  # ids continue
+
+
+def test_when_restarts_run_out_the_job_fails_with_the_root_cause(spark, tmp_path):
+    def always_fails(row):
+        if row["i"] == 500:
+            raise RuntimeError("the disk is on fire")
+        return row
+
+    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path))
+    env = ss.StreamEnvironment(parallelism=1, spark=spark, checkpointing=config,
+                               restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.05))
+    (env.from_source(ss.sources.Generator(lambda i: {"i": i}, count=2000), name="rows")
+        .map(always_fails, name="fragile").sink_to(ss.sinks.Collect()))
+    with pytest.raises(ss.JobExecutionError) as info:
+        env.execute("doomed")
+    text = str(info.value)
+    assert "after 2 restart(s)" in text and "RuntimeError: the disk is on fire" in text
+    assert "operator 'fragile'" in text
+
+
+def test_a_failure_is_noticed_fast_and_recovery_is_timed(spark, tmp_path):
+    config = ss.CheckpointConfig(interval=0.5, directory=str(tmp_path))
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
+                               restart=ss.RestartStrategy.fixed_delay(3, 0.0))
+    (env.from_source(ss.sources.Generator(event, count=8000, rate=2000), name="events")
+        .key_by("key").process(RunningSum(), name="sum").sink_to(ss.sinks.Collect()))
+    client = env.execute_async("timed recovery")
+    wait_status(client, "RUNNING")
+    time.sleep(1.0)
+    victim = [s for s in client.subtasks() if s.vertex.startswith("sum")][0]
+    killed_at = time.time()
+    os.kill(victim.pid, signal.SIGKILL)
+    result = client.wait(60)
+    (recovery,) = result.recoveries
+    assert recovery["failed_at"] - killed_at < 2.0  # noticed through the dropped connection
+    assert killed_at < recovery["running_at"] < recovery["first_output_at"]
+    assert len(result.rows()) == 8000
+
+
+def test_a_file_source_resumes_from_its_split_offsets_after_a_kill(spark, tmp_path):
+    import pyarrow as pa
+
+    data = tmp_path / "in"
+    data.mkdir()
+    n_files, per_file = 6, 3000
+    for f in range(n_files):
+        rows = [{"key": (f * per_file + j) % 11, "value": 1, "i": f * per_file + j} for j in range(per_file)]
+        pq.write_table(pa.Table.from_pylist(rows), str(data / f"part-{f:02d}.parquet"), row_group_size=300)
+
+    class SlowSum(RunningSum):
+        def process_element(self, row, ctx):
+            if row["i"] % 10 == 0:
+                time.sleep(0.002)  # ~2 s of work: the readers are mid-file when one is killed
+            yield from super().process_element(row, ctx)
+
+    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt"))
+    # Small network batches bound the data in flight ahead of a barrier under backpressure,
+    # so checkpoints complete while the readers are still mid-file.
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
+                               restart=ss.RestartStrategy.fixed_delay(3, 0.0),
+                               network=ss.NetworkConfig(batch_size=256, credits=2, output_queue_frames=2))
+    (env.read_files(str(data), format="parquet", batch_size=256, uid="files")
+        .key_by("key").process(SlowSum(), name="sum", uid="sum").sink_to(ss.sinks.Collect()))
+    client = env.execute_async("files with a failure")
+    wait_status(client, "RUNNING")
+    deadline = time.monotonic() + 30
+    while client.checkpoint_stats().counts.completed < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    reader = [s for s in client.subtasks() if s.vertex == "files"][0]
+    assert reader.state == "RUNNING"
+    os.kill(reader.pid, signal.SIGKILL)
+    result = client.wait(120)
+    assert result.restarts == 1
+    rows = result.rows()
+    assert sorted(r["i"] for r in rows) == list(range(n_files * per_file))
+    finals = {}
+    for r in rows:
+        finals[r["key"]] = max(finals.get(r["key"], 0), r["total"])
+    assert sum(finals.values()) == n_files * per_file

@@ -1,0 +1,225 @@
+"""Savepoints, restore, relocation, rescaling and bad restore input — on real Spark."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import time
+from collections import defaultdict
+
+import pytest
+
+import streamsnap as ss
+
+pytestmark = pytest.mark.spark
+
+N = 12_000
+KEYS = 40
+
+
+def event(i: int) -> dict:
+    return {"key": i % KEYS, "value": i + 1, "i": i}
+
+
+class RunningSum(ss.KeyedProcessFunction):
+    def open(self, ctx):
+        self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
+        self.count = ctx.get_state(ss.ValueStateDescriptor("count", default=0))
+
+    def process_element(self, row, ctx):
+        total = self.total.value() + row["value"]
+        self.total.update(total)
+        self.count.update(self.count.value() + 1)
+        yield {"key": ctx.current_key, "total": total, "count": self.count.value(), "i": row["i"]}
+
+
+def build(env, rate=4000, stateful_uid="sum", parallelism=None):
+    stream = env.from_source(ss.sources.Generator(event, count=N, rate=rate, splits=4), name="events",
+                             uid="events", parallelism=parallelism)
+    (stream.key_by("key").process(RunningSum(), name="sum", uid=stateful_uid, parallelism=parallelism)
+        .sink_to(ss.sinks.Collect(), name="out", uid="out", parallelism=parallelism))
+
+
+def expected_finals() -> dict:
+    finals = defaultdict(int)
+    for i in range(N):
+        finals[i % KEYS] += i + 1
+    return dict(finals)
+
+
+def finals_of(rows) -> dict:
+    out = {}
+    for r in rows:
+        if r["count"] > out.get(r["key"], (0, 0))[0]:
+            out[r["key"]] = (r["count"], r["total"])
+    return {k: total for k, (_, total) in out.items()}
+
+
+def start(env, name, **kwargs):
+    client = env.execute_async(name, **kwargs)
+    deadline = time.monotonic() + 60
+    while client.status() != "RUNNING":
+        assert client.status() not in ("FAILED", "FINISHED", "CANCELED"), client.status()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return client
+
+
+def config(tmp_path, **kwargs):
+    return ss.CheckpointConfig(interval=kwargs.pop("interval", 0.5), directory=str(tmp_path / "ckpt"), **kwargs)
+
+
+def stop_after(client, seconds, savepoints):
+    time.sleep(seconds)
+    path = client.stop_with_savepoint(str(savepoints))
+    assert client.status() == "FINISHED"
+    return path
+
+
+def test_stop_with_savepoint_then_restore_equals_an_uninterrupted_run(spark, tmp_path):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    build(env)
+    first = start(env, "first half")
+    savepoint = stop_after(first, 1.5, tmp_path / "savepoints")
+    assert os.path.basename(savepoint).startswith("savepoint-") and os.path.exists(os.path.join(savepoint, "_metadata"))
+    rows_before = first.wait(10).rows()
+    assert 0 < len(rows_before) < N
+
+    env2 = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    build(env2, rate=None)
+    second = env2.execute("second half", restore_from=savepoint)
+    rows = rows_before + second.rows()
+    assert sorted(r["i"] for r in rows) == list(range(N))  # nothing lost, nothing twice
+    assert finals_of(rows) == expected_finals()
+    assert second.checkpoints.latest_restored is not None
+
+
+def test_a_relocated_savepoint_restores(spark, tmp_path):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    build(env)
+    client = start(env, "to relocate")
+    time.sleep(1.0)
+    original = client.trigger_savepoint(str(tmp_path / "savepoints"))  # the job keeps running
+    assert client.status() == "RUNNING"
+    client.cancel()
+    moved = str(tmp_path / "elsewhere" / "my-savepoint")
+    shutil.copytree(original, moved)
+    shutil.rmtree(original)
+    env2 = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    build(env2, rate=None)
+    result = env2.execute("from the relocated savepoint", restore_from=moved)
+    # The restored run continues every key from its savepoint total up to the full total.
+    assert finals_of(result.rows()) == expected_finals()
+
+
+def test_rescaling_two_to_three_to_one_keeps_per_key_results(spark, tmp_path):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    build(env, rate=3000)
+    rows = []
+    first = start(env, "p2")
+    sp1 = stop_after(first, 1.2, tmp_path / "sp")
+    rows += first.wait(10).rows()
+
+    env3 = ss.StreamEnvironment(parallelism=3, spark=spark, checkpointing=config(tmp_path))
+    build(env3, rate=3000)
+    second = start(env3, "p3", restore_from=sp1)
+    sp2 = stop_after(second, 1.2, tmp_path / "sp")
+    rows += second.wait(10).rows()
+    assert len(second.subtasks()) == 6  # 3 sources + 3 of the chained sum -> out
+
+    env1 = ss.StreamEnvironment(parallelism=1, spark=spark, checkpointing=config(tmp_path))
+    build(env1, rate=None)
+    third = env1.execute("p1", restore_from=sp2)
+    rows += third.rows()
+    assert sorted(r["i"] for r in rows) == list(range(N))
+    assert finals_of(rows) == expected_finals()
+    # Every key's row count went up by one per row, across all three runs: state followed each key.
+    counts = defaultdict(list)
+    for r in rows:
+        counts[r["key"]].append(r["count"])
+    assert all(sorted(c) == list(range(1, len(c) + 1)) for c in counts.values())
+
+
+def test_a_retained_checkpoint_survives_cancel_and_restores(spark, tmp_path):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark,
+                               checkpointing=config(tmp_path, retention="retain_on_cancellation"))
+    build(env)
+    client = start(env, "retained")
+    deadline = time.monotonic() + 30
+    while client.checkpoint_stats().counts.completed < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    client.cancel()
+    assert client.status() == "CANCELED"
+    job_dir = tmp_path / "ckpt" / client.job_id
+    retained = sorted(p for p in job_dir.iterdir() if p.name.startswith("chk-"))
+    assert len(retained) == 1
+    env2 = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    build(env2, rate=None)
+    result = env2.execute("from retained", restore_from=str(retained[0]))
+    assert finals_of(result.rows()) == expected_finals()
+
+
+def test_restoring_state_of_a_missing_operator_fails_unless_allowed(spark, tmp_path):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    build(env)
+    savepoint = stop_after(start(env, "original"), 1.0, tmp_path / "sp")
+    renamed = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    build(renamed, rate=None, stateful_uid="sum-v2")
+    with pytest.raises(ss.RestoreError) as info:
+        renamed.execute("renamed operator", restore_from=savepoint)
+    assert "operator(s) sum " in str(info.value)  # names the operator whose state would be lost
+    assert "no longer has" in str(info.value) and "allow_non_restored_state=True" in str(info.value)
+    result = renamed.execute("renamed operator", restore_from=savepoint, allow_non_restored_state=True)
+    # The source resumed from the savepoint; the renamed operator started from empty state.
+    assert 0 < len(result.rows()) < N
+
+
+def test_restoring_from_something_that_is_not_a_checkpoint_fails_clearly(spark, tmp_path):
+    env = ss.StreamEnvironment(parallelism=1, spark=spark, checkpointing=config(tmp_path))
+    build(env)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ss.RestoreError, match="not a completed checkpoint or savepoint"):
+        env.execute("bad", restore_from=str(tmp_path / "empty"))
+    with pytest.raises(ss.RestoreError):
+        env.execute("bad", restore_from=str(tmp_path / "does-not-exist"))
+
+
+def test_a_corrupted_metadata_file_fails_clearly(spark, tmp_path):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    build(env)
+    savepoint = stop_after(start(env, "to corrupt"), 1.0, tmp_path / "sp")
+    metadata = os.path.join(savepoint, "_metadata")
+    data = bytearray(open(metadata, "rb").read())
+    data[len(data) // 2] ^= 0x20
+    with open(metadata, "wb") as f:
+        f.write(bytes(data))
+    env2 = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    build(env2)
+    with pytest.raises(ss.RestoreError, match="checksum"):
+        env2.execute("from corrupt", restore_from=savepoint)
+
+
+def test_a_corrupted_latest_checkpoint_falls_back_to_the_previous_one(spark, tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    env = ss.StreamEnvironment(parallelism=2, spark=spark,
+                               checkpointing=config(tmp_path, num_retained=3, interval=0.3),
+                               restart=ss.RestartStrategy.fixed_delay(3, 0.0))
+    build(env, rate=3000)
+    client = start(env, "fallback")
+    deadline = time.monotonic() + 30
+    while client.checkpoint_stats().counts.completed < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    # Pause checkpointing effects by corrupting the newest one and failing right away.
+    job_dir = tmp_path / "ckpt" / client.job_id
+    newest = max((p for p in job_dir.iterdir() if p.name.startswith("chk-")), key=lambda p: int(p.name[4:]))
+    (newest / "_metadata").write_bytes(b"garbage")
+    os.kill([s for s in client.subtasks() if s.vertex == "sum"][0].pid, signal.SIGKILL)
+    result = client.wait(60)
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert f"checkpoint {int(newest.name[4:])}" in messages and "falling back" in messages.lower()
+    assert result.checkpoints.latest_restored.checkpoint_id < int(newest.name[4:])
+    assert finals_of(result.rows()) == expected_finals()
