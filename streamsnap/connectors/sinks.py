@@ -186,6 +186,21 @@ class Print(Sink):
         return Printer(prefix=self.prefix)
 
 
+class _DiscardWriter(SinkWriter):
+    def __init__(self):
+        self.rows = 0
+
+    def write(self, batch: Batch) -> None:
+        self.rows += num_rows(batch)
+
+
+class Discard(Sink):
+    """Consumes and drops every row (Flink's DiscardingSink): for benchmarks and dry runs."""
+
+    def create_writer(self, ctx: OperatorContext) -> SinkWriter:
+        return _DiscardWriter()
+
+
 # ===================================================================== files
 FORMATS = ("parquet", "jsonl")
 INPROGRESS_PREFIX = ".inprogress-"
@@ -336,4 +351,4 @@ def _commit_file(committable: dict) -> None:
             f"(was the output directory modified outside the job?)")
 
 
-__all__ = ["Collect", "Print", "FileSink", "Collector", "Printer", "FORMATS"]
+__all__ = ["Collect", "Print", "FileSink", "Discard", "Collector", "Printer", "FORMATS"]

@@ -75,6 +75,18 @@ class KeySelector:
         except KeyError as exc:
             raise KeyError(f"key_by: row has no column {exc.args[0]!r}") from None
 
+    def keys_of_batch(self, batch: pa.RecordBatch, rows: list) -> list:
+        """Keys of an Arrow batch's rows, read column-wise (no per-row dict lookups)."""
+        if self.function is not None:
+            return self.keys_of_rows(rows)
+        names = batch.schema.names
+        for c in self.columns:
+            if c not in names:
+                raise KeyError(f"key_by: batch has no column {c!r} (columns: {', '.join(names)})")
+        if len(self.columns) == 1:
+            return batch.column(self.columns[0]).to_pylist()
+        return list(zip(*(batch.column(c).to_pylist() for c in self.columns)))
+
     def key_groups(self, batch: Batch, max_parallelism: int, keys: list | None = None) -> np.ndarray:
         """Key group of every row of `batch` (vectorized for Arrow batches keyed by columns)."""
         if keys is None and isinstance(batch, pa.RecordBatch) and self.function is None:

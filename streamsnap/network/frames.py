@@ -3,7 +3,7 @@
 A frame is `length:u32 | kind:u8 | payload`. Record batches travel as an Arrow IPC stream
 (schema + batches) so they cross the wire without per-row work; events and control messages are
 msgpack. Nothing here pickles. `FrameDecoder` is a pure incremental parser (sans-I/O): the
-network loop feeds it bytes, it hands back complete frames.
+network poller feeds it bytes, it hands back complete frames.
 """
 
 from __future__ import annotations

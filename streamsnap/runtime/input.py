@@ -17,7 +17,7 @@ import pyarrow as pa
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.network.channels import InputChannel
 from streamsnap.network.frames import FrameKind, decode_batches
-from streamsnap.network.loop import CONNECTION_CLOSED, NetworkLoop
+from streamsnap.network.poller import CONNECTION_CLOSED, TaskNetwork
 from streamsnap.runtime.barriers import AlignmentMetrics, create_barrier_handler
 from streamsnap.runtime.events import (
     CancelCheckpointMarker, CheckpointBarrier, EndOfData, EndOfPartition, Watermark, decode_event,
@@ -31,10 +31,10 @@ class UpstreamLostError(ConnectionError):
 
 
 class CheckpointedInput:
-    def __init__(self, channels: list[InputChannel], loop: NetworkLoop, task, exactly_once: bool, clock,
+    def __init__(self, channels: list[InputChannel], network: TaskNetwork, task, exactly_once: bool, clock,
                  task_name: str):
         self.channels = channels
-        self._loop = loop
+        self._network = network
         self._task = task
         self._blocked = [False] * len(channels)
         self._end_of_data = [False] * len(channels)
@@ -80,7 +80,7 @@ class CheckpointedInput:
         while scanned < n:
             i = self._next
             channel = channels[i]
-            if self._blocked[i] or not channel.frames:
+            if not channel.frames or self._blocked[i]:
                 self._next = (i + 1) % n
                 scanned += 1
                 continue
@@ -89,7 +89,7 @@ class CheckpointedInput:
                 self._next = (i + 1) % n
                 self.handler.add_processed_bytes(len(payload))
                 self.bytes_consumed += len(payload)
-                self._loop.return_credit(channel)
+                self._network.return_credit(channel)
                 batches = decode_batches(payload)
                 if not batches:
                     continue

@@ -18,6 +18,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import pyarrow as pa
+
 from streamsnap.api.functions import (
     Context, FunctionInitializationContext, FunctionSnapshotContext, RuntimeContext,
 )
@@ -297,10 +299,16 @@ class KeyedProcessOperator(StreamOperator):
         if not n:
             return
         try:
-            keys = self.key.keys_of_rows(rows)
+            if isinstance(batch, pa.RecordBatch):
+                # Column-wise: keys via one to_pylist, key groups hashed vectorized on Arrow.
+                keys = self.key.keys_of_batch(batch, rows)
+                key_groups = self.key.key_groups(batch, self.ctx.max_parallelism, keys=(
+                    keys if self.key.function is not None else None)).tolist()
+            else:
+                keys = self.key.keys_of_rows(rows)
+                key_groups = self.key.key_groups(rows, self.ctx.max_parallelism, keys=keys).tolist()
         except Exception as exc:
             raise user_error(self, rows[0], exc) from None
-        key_groups = self.key.key_groups(rows, self.ctx.max_parallelism, keys=keys).tolist()
         set_key = self.keyed_backend.set_current_key
         context = self.context
         fn = self.function.process_element

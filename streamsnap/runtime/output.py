@@ -16,18 +16,16 @@ import pyarrow as pa
 from streamsnap.graph.execution_graph import OutputGate
 from streamsnap.network.channels import OutputChannel
 from streamsnap.network.frames import FrameKind, encode_batches
-from streamsnap.network.loop import NetworkLoop
 from streamsnap.runtime.batches import Batch, num_rows, to_record_batch
 from streamsnap.runtime.events import Event, encode_event
 
 
 class RecordWriter:
-    def __init__(self, gate: OutputGate, channels: list[OutputChannel], loop: NetworkLoop,
+    def __init__(self, gate: OutputGate, channels: list[OutputChannel],
                  subtask_index: int, batch_size: int, buffer_timeout: float,
                  schema: pa.Schema | None = None):
         self.gate = gate
         self.channels = channels
-        self._loop = loop
         self._selector = gate.partitioner.create_selector(len(channels), subtask_index)
         self._batch_size = batch_size
         self._timeout = buffer_timeout
@@ -79,7 +77,6 @@ class RecordWriter:
         self._parts[channel] = []
         self._rows[channel] = 0
         self._since[channel] = None
-        self._loop.output_ready()
 
     def flush_all(self) -> None:
         for channel in range(len(self.channels)):
@@ -103,7 +100,6 @@ class RecordWriter:
         payload = encode_event(event)
         for target in self.channels:
             target.enqueue(FrameKind.EVENT, payload)
-        self._loop.output_ready()
 
     def is_available(self) -> bool:
         for target in self.channels:

@@ -34,7 +34,7 @@ from streamsnap.errors import StreamsnapError, UserFunctionError
 from streamsnap.graph.stream_graph import NodeKind
 from streamsnap.network.channels import InputChannel, OutputChannel
 from streamsnap.network.control import connect_control
-from streamsnap.network.loop import DataServer, NetworkLoop, connect_output
+from streamsnap.network.poller import DataServer, TaskNetwork, connect_output
 from streamsnap.runtime.barriers import AlignmentMetrics
 from streamsnap.runtime.deployment import Deployment
 from streamsnap.runtime.events import (
@@ -108,11 +108,11 @@ class StreamTask:
         self.attempt_id = deployment.attempt_id(task_index)
         self.name = f"{self.job_vertex.name} ({self.vertex.index + 1}/{self.vertex.parallelism})"
         self.clock = SystemClock()
-        self.mailbox = Mailbox()
+        self.network = TaskNetwork(self.name)
+        self.mailbox = Mailbox(self.network.wake)
         self.cancelled = False
         self._control = None
         self.driver: DriverLink | None = None
-        self._loop: NetworkLoop | None = None
         self._server: DataServer | None = None
         self._input: CheckpointedInput | None = None
         self._inputs: list[InputChannel] = []
@@ -145,20 +145,18 @@ class StreamTask:
         self.mailbox.put({"type": "driver_lost"})
 
     def _on_background_error(self, exc: BaseException) -> None:
-        """A network or async-snapshot thread failed: the mailbox thread fails the task."""
+        """The async-snapshot thread failed: the mailbox thread fails the task."""
         self._background_error = exc
-        self.mailbox.wake()
+        self.network.wake()
 
     def setup(self) -> None:
         d = self.deployment
         network = d.network
-        self._loop = NetworkLoop(self.name, self.mailbox.wake, self.mailbox.wake, self._on_background_error)
         self._inputs = [InputChannel(i, cid, network.credits) for i, cid in enumerate(self.vertex.inputs)]
         if self._inputs:
             self._server = DataServer(d.bind_host, d.secret, self.name,
-                                      {ch.channel_id: ch for ch in self._inputs}, self._loop)
+                                      {ch.channel_id: ch for ch in self._inputs}, self.network)
             self._server.start()
-        self._loop.start()
         self._control = connect_control(d.driver_address, d.secret, self.name,
                                         self._on_control_message, self._on_control_close)
         self.driver = DriverLink(self._control, self.attempt_id.to_wire())
@@ -190,7 +188,7 @@ class StreamTask:
             if self._peers is None:
                 if self.cancelled or time.monotonic() > deadline:
                     raise TaskCancelled("no peer addresses from the driver")
-                self.mailbox.wait(0.5)
+                self.network.poll(0.5)
         for mail in deferred:
             self.mailbox.put(mail)
 
@@ -201,11 +199,11 @@ class StreamTask:
             for channel_id, target in zip(gate.channels, gate.target_tasks):
                 channel = OutputChannel(len(self._outputs), channel_id, d.network.output_queue_frames)
                 sock = connect_output(self._peers[target], d.secret, channel_id)
-                self._loop.add_output(sock, channel)
+                self.network.add_output(sock, channel)
                 self._outputs.append(channel)
                 channels.append(channel)
             node = d.execution_graph.job_graph.node(gate.source_node)
-            self.writers.append(RecordWriter(gate, channels, self._loop, self.vertex.index,
+            self.writers.append(RecordWriter(gate, channels, self.vertex.index,
                                              d.network.batch_size, d.network.buffer_timeout, node.schema))
 
     def _await_inputs(self) -> None:
@@ -215,7 +213,7 @@ class StreamTask:
                 if self.cancelled or self._background_error or time.monotonic() > deadline:
                     raise TaskCancelled(f"upstream {channel.channel_id} never connected")
         if self._inputs:
-            self._input = CheckpointedInput(self._inputs, self._loop, self, self.deployment.exactly_once,
+            self._input = CheckpointedInput(self._inputs, self.network, self, self.deployment.exactly_once,
                                             self.clock, self.name)
 
     def _build_chain(self) -> None:
@@ -243,6 +241,7 @@ class StreamTask:
 
     # ================================================================== main loop
     def run(self) -> None:
+        network = self.network
         while True:
             for mail in self.mailbox.take_all():
                 self._handle_mail(mail)
@@ -259,13 +258,15 @@ class StreamTask:
                     deadline = due
             if self._finished():
                 return
-            if not worked and not self.mailbox.has_mail():
-                timeout = _MAX_IDLE_WAIT
-                if deadline is not None:
-                    timeout = min(timeout, max(0.0, deadline - now))
-                if self._source_wait:
-                    timeout = min(timeout, self._source_wait)
-                self.mailbox.wait(timeout)
+            if worked or self.mailbox.has_mail():
+                network.poll(0.0)  # send what this step queued, take in what arrived
+                continue
+            timeout = _MAX_IDLE_WAIT
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - now))
+            if self._source_wait:
+                timeout = min(timeout, self._source_wait)
+            network.poll(timeout)
 
     def _outputs_available(self) -> bool:
         for writer in self.writers:
@@ -288,9 +289,6 @@ class StreamTask:
         batch = self._input.poll_next()
         if batch is not None:
             self.head.process(batch)
-            delay = self._hooks.get("process_delay", {}).get(str(self.vertex))
-            if delay:
-                time.sleep(float(delay))
             return True
         if self._input.all_end_of_data and not self._end_of_data:
             self._on_end_of_data()
@@ -318,6 +316,7 @@ class StreamTask:
             for writer in self.writers:
                 writer.broadcast_event(EndOfPartition())
             self._eop_sent = True
+            self.network.flush()
         return self._all_drained()
 
     def _all_drained(self) -> bool:
@@ -489,10 +488,9 @@ class StreamTask:
             self._async.shutdown(timeout=1.0 if self.cancelled else 60.0)
         if self._server is not None:
             self._server.stop()
-        if self._loop is not None:
-            self._loop.stop()
         if self._control is not None:
             self._control.close()
+        self.network.close()
 
 
 def _describe_failure(exc: BaseException) -> tuple[str, bool]:

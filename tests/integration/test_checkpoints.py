@@ -243,3 +243,46 @@ def test_cli_lists_checkpoints_and_verifies_checksums(spark, tmp_path, monkeypat
     out = CliRunner().invoke(app, ["checkpoints", str(tmp_path)], terminal_width=200)
     assert out.exit_code == 0, out.output
     assert out.output.count("COMPLETED") == 2 and client.job_id[:12] in out.output
+
+
+class Listener(ss.CheckpointListener):
+    """Records the checkpoints it hears about, in the order it hears them."""
+
+    def __init__(self):
+        self.completed = []
+
+    def notify_checkpoint_complete(self, checkpoint_id):
+        self.completed.append(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id):
+        raise AssertionError(f"no checkpoint should abort here, got {checkpoint_id}")
+
+    def __call__(self, row):
+        return {"i": row["value"], "completed": list(self.completed)}
+
+
+def test_user_functions_hear_about_completed_checkpoints(spark, tmp_path):
+    config = ss.CheckpointConfig(interval=0.2, directory=str(tmp_path))
+    env = ss.StreamEnvironment(parallelism=1, spark=spark, checkpointing=config)
+    (env.from_source(ss.sources.Generator(event, count=3000, rate=3000), name="events")
+        .map(Listener(), name="listener").sink_to(ss.sinks.Collect()))
+    result = env.execute("listener")
+    heard = max((r["completed"] for r in result.rows()), key=len)
+    assert len(heard) >= 2 and heard == sorted(heard)  # in order, and more than one
+    completed_ids = {c.checkpoint_id for c in result.checkpoints.history if c.status is CheckpointStatus.COMPLETED}
+    assert set(heard) <= completed_ids
+
+
+def test_without_a_periodic_interval_only_requested_checkpoints_are_taken(spark, tmp_path):
+    config = ss.CheckpointConfig(interval=None, directory=str(tmp_path))
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
+    build(env, rate=5000, count=5000)
+    client = env.execute_async("no periodic checkpoints")
+    wait_running(client)
+    time.sleep(0.5)
+    assert client.checkpoint_stats().counts.triggered == 0
+    savepoint = client.trigger_savepoint(str(tmp_path / "sp"))
+    assert os.path.exists(os.path.join(savepoint, "_metadata"))
+    result = client.wait(60)
+    assert len(result.rows()) == 5000  # the final checkpoint still committed everything
+    assert result.checkpoints.counts.completed == 2  # the savepoint and the final checkpoint

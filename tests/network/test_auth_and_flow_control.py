@@ -11,7 +11,7 @@ from streamsnap.errors import AuthenticationError
 from streamsnap.network import auth
 from streamsnap.network.channels import ChannelId, InputChannel, OutputChannel
 from streamsnap.network.frames import FrameKind, decode_batches, encode_batches
-from streamsnap.network.loop import DataServer, NetworkLoop, connect_output
+from streamsnap.network.poller import CONNECTION_CLOSED, ConnectionLost, DataServer, TaskNetwork, connect_output
 
 SECRET = b"s" * 32
 CHANNEL = ChannelId(0, "up", 0, "down", 0)
@@ -49,27 +49,30 @@ def test_handshake_accepts_the_right_secret_and_refuses_a_wrong_one():
     assert "failed authentication" in results["refused"]
 
 
-def _data_server():
-    events = []
-    loop = NetworkLoop("test", lambda: events.append("in"), lambda: events.append("out"), events.append)
-    channel = InputChannel(0, CHANNEL, credits=2)
-    server = DataServer("127.0.0.1", SECRET, "test-task", {CHANNEL: channel}, loop)
-    loop.start()
+def _data_server(credits=2):
+    network = TaskNetwork("receiver")
+    channel = InputChannel(0, CHANNEL, credits=credits)
+    server = DataServer("127.0.0.1", SECRET, "test-task", {CHANNEL: channel}, network)
     server.start()
-    return loop, server, channel, events
+    return network, server, channel
+
+
+def _poll_until(condition, *networks, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        for network in networks:
+            network.poll(0.01)
 
 
 def test_data_server_refuses_garbage_and_unauthenticated_peers_and_keeps_serving():
-    loop, server, channel, events = _data_server()
+    network, server, channel = _data_server()
     try:
         garbage = socket.create_connection(server.address)
         garbage.sendall(b"GET / HTTP/1.1\r\n\r\n" + b"x" * 100)
         with pytest.raises((AuthenticationError, ConnectionError)):
             connect_output(server.address, b"bad" * 11, CHANNEL)
-        deadline = time.monotonic() + 5
-        while server.refused < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.refused == 2
+        _poll_until(lambda: server.refused == 2, network)
         assert not channel.connected.is_set()
         sock = connect_output(server.address, SECRET, CHANNEL)  # the real peer still gets in
         assert channel.connected.wait(5)
@@ -77,137 +80,132 @@ def test_data_server_refuses_garbage_and_unauthenticated_peers_and_keeps_serving
         garbage.close()
     finally:
         server.stop()
-        loop.stop()
+        network.close()
 
 
 def test_unknown_channel_is_refused():
-    loop, server, channel, _ = _data_server()
+    network, server, channel = _data_server()
     try:
         connect_output(server.address, SECRET, ChannelId(9, "x", 0, "down", 0))
-        deadline = time.monotonic() + 5
-        while server.refused < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.refused == 1 and not channel.connected.is_set()
+        _poll_until(lambda: server.refused == 1, network)
+        assert not channel.connected.is_set()
     finally:
         server.stop()
-        loop.stop()
+        network.close()
+
+
+def _pair(credits=2, queue=2):
+    receiver, server, channel = _data_server(credits)
+    sender = TaskNetwork("sender")
+    output = OutputChannel(0, CHANNEL, max_queued_frames=queue)
+    sender.add_output(connect_output(server.address, SECRET, CHANNEL), output)
+    assert channel.connected.wait(5)
+    _poll_until(lambda: output.credit == credits, receiver, sender)  # the initial grant arrived
+    return receiver, server, channel, sender, output
 
 
 def test_a_receiver_that_does_not_read_stops_the_sender_at_its_credit():
     """Backpressure: with 2 credits and a 2-frame output queue, at most 4 frames are buffered."""
-    in_loop, server, channel, _ = _data_server()
-    out_events = []
-    out_loop = NetworkLoop("sender", lambda: None, lambda: out_events.append("drained"), out_events.append)
-    out_loop.start()
-    output = OutputChannel(0, CHANNEL, max_queued_frames=2)
-    batch = pa.RecordBatch.from_pylist([{"v": i} for i in range(1000)])
-    frame = encode_batches([batch])
+    receiver, server, channel, sender, output = _pair(credits=2, queue=2)
+    frame = encode_batches([pa.RecordBatch.from_pylist([{"v": i} for i in range(1000)])])
     try:
-        out_loop.add_output(connect_output(server.address, SECRET, CHANNEL), output)
-        assert channel.connected.wait(5)
         produced = 0
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:  # a producer that respects availability
+        for _ in range(200):  # a producer that respects availability, both ends polled
             if output.is_available():
                 output.enqueue(FrameKind.DATA, frame)
-                out_loop.output_ready()
                 produced += 1
-            else:
-                time.sleep(0.01)
+            sender.poll(0.001)
+            receiver.poll(0.001)
         assert produced == 4  # 2 credits in flight + 2 queued, nothing more
-        assert len(channel.frames) == 2
+        assert len(channel.frames) == 2 and output.queued_data_frames == 2
         assert channel.peak_buffered_bytes <= 2 * frame.size
-        # The consumer reads one frame and returns its credit: exactly one more can flow.
-        kind, payload = channel.pop()
-        assert kind is FrameKind.DATA and decode_batches(payload)[0].num_rows == 1000
-        in_loop.return_credit(channel)
-        deadline = time.monotonic() + 3
-        while output.queued_data_frames > 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert output.queued_data_frames == 1 and len(channel.frames) == 2
+        # The consumer takes both frames and returns their credit (one grant for half the window).
+        for _ in range(2):
+            kind, payload = channel.pop()
+            assert kind is FrameKind.DATA and decode_batches(payload)[0].num_rows == 1000
+            receiver.return_credit(channel)
+        _poll_until(lambda: output.queued_data_frames == 0, receiver, sender)
+        _poll_until(lambda: len(channel.frames) == 2, receiver, sender)
     finally:
-        out_loop.stop()
+        sender.close()
         server.stop()
-        in_loop.stop()
+        receiver.close()
 
 
 def test_events_need_no_credit_but_keep_their_order():
-    in_loop, server, channel, _ = _data_server()
-    out_loop = NetworkLoop("sender", lambda: None, lambda: None, lambda e: None)
-    out_loop.start()
-    output = OutputChannel(0, CHANNEL, max_queued_frames=10)
+    receiver, server, channel, sender, output = _pair(credits=2, queue=10)
     frame = encode_batches([pa.RecordBatch.from_pylist([{"v": 1}])])
     try:
-        out_loop.add_output(connect_output(server.address, SECRET, CHANNEL), output)
-        assert channel.connected.wait(5)
         for _ in range(3):
             output.enqueue(FrameKind.DATA, frame)
         output.enqueue(FrameKind.EVENT, b"\x91\x03")
-        out_loop.output_ready()
-        deadline = time.monotonic() + 3
-        while len(channel.frames) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.2)
+        _poll_until(lambda: len(channel.frames) == 2, receiver, sender)
+        for _ in range(20):
+            sender.poll(0.001)
+            receiver.poll(0.001)
         # Only 2 data frames had credit; the event waits behind the third data frame.
         assert [k for k, _ in channel.frames] == [FrameKind.DATA, FrameKind.DATA]
         channel.pop()
-        in_loop.return_credit(channel)
-        deadline = time.monotonic() + 3
-        while len(channel.frames) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        receiver.return_credit(channel)
+        _poll_until(lambda: len(channel.frames) == 3, receiver, sender)
         assert [k for k, _ in channel.frames] == [FrameKind.DATA, FrameKind.DATA, FrameKind.EVENT]
     finally:
-        out_loop.stop()
+        sender.close()
         server.stop()
-        in_loop.stop()
+        receiver.close()
 
 
-def test_no_wake_up_is_lost_under_a_stream_of_small_frames():
-    """Regression: the loop once swallowed a wake-up byte and stopped sending for good.
-
-    Producer and consumer wait on the loops' callbacks like a task's mailbox does, so a lost
-    wake-up shows as a stall.
-    """
-    input_ready, output_ready = threading.Event(), threading.Event()
-    in_loop = NetworkLoop("test", input_ready.set, lambda: None, lambda e: None)
-    channel = InputChannel(0, CHANNEL, credits=2)
-    server = DataServer("127.0.0.1", SECRET, "test-task", {CHANNEL: channel}, in_loop)
-    in_loop.start()
-    server.start()
-    out_loop = NetworkLoop("sender", lambda: None, output_ready.set, lambda e: None)
-    out_loop.start()
-    output = OutputChannel(0, CHANNEL, max_queued_frames=2)
+def test_a_closed_downstream_with_data_queued_is_an_error_and_a_closed_upstream_a_marker():
+    receiver, server, channel, sender, output = _pair(credits=1, queue=5)
     frame = encode_batches([pa.RecordBatch.from_pylist([{"v": 1}])])
-    total = 5000
-    received = 0
     try:
-        out_loop.add_output(connect_output(server.address, SECRET, CHANNEL), output)
-        assert channel.connected.wait(5)
-
-        def consume():
-            nonlocal received
-            while received < total:
-                input_ready.clear()
-                while channel.frames:
-                    channel.pop()
-                    received += 1
-                    in_loop.return_credit(channel)
-                if received < total and not channel.frames and not input_ready.wait(2):
-                    return  # stalled: nothing arrived for 2 s
-        consumer = threading.Thread(target=consume, daemon=True)
-        consumer.start()
-        sent = 0
-        while sent < total:
-            output_ready.clear()
-            if output.is_available():
-                output.enqueue(FrameKind.DATA, frame)
-                out_loop.output_ready()
-                sent += 1
-            elif not output.is_available() and not output_ready.wait(2):
-                break  # stalled: no capacity freed for 2 s
-        consumer.join(10)
-        assert sent == total and received == total, f"stalled: sent {sent}, received {received} of {total}"
+        for _ in range(3):
+            output.enqueue(FrameKind.DATA, frame)
+        _poll_until(lambda: len(channel.frames) == 1, receiver, sender)
+        receiver.close()  # the downstream task dies
+        with pytest.raises(ConnectionLost, match="closed the connection"):
+            for _ in range(100):
+                sender.poll(0.01)
     finally:
-        out_loop.stop()
+        sender.close()
         server.stop()
-        in_loop.stop()
+    receiver, server, channel, sender, output = _pair()
+    try:
+        sender.close()  # the upstream task dies
+        _poll_until(lambda: bool(channel.frames), receiver)
+        assert channel.frames[-1][0] is CONNECTION_CLOSED
+    finally:
+        server.stop()
+        receiver.close()
+
+
+def test_no_wake_up_is_lost_while_the_task_polls():
+    """Regression: a wake-up racing the drain of the wake socket was once swallowed for good.
+
+    A thread keeps waking the poller; each `poll` must return promptly. Had the poller lost a
+    wake-up, its pending flag would stay set with no byte to read, and every later poll would
+    sleep its full timeout.
+    """
+    network = TaskNetwork("waker")
+    stop = threading.Event()
+
+    def waker():
+        while not stop.is_set():
+            network.wake()
+            time.sleep(0)
+    thread = threading.Thread(target=waker, daemon=True)
+    thread.start()
+    try:
+        slowest = 0.0
+        deadline = time.monotonic() + 3.0
+        polls = 0
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            network.poll(1.0)
+            slowest = max(slowest, time.monotonic() - started)
+            polls += 1
+        assert slowest < 0.5, f"a wake-up was lost: poll slept {slowest:.2f} s (after {polls} polls)"
+    finally:
+        stop.set()
+        thread.join(5)
+        network.close()
