@@ -15,8 +15,10 @@ from streamsnap.api.datastream import DataStream, KeyedStream
 from streamsnap.api.environment import StreamEnvironment
 from streamsnap.api.functions import (
     CheckpointedFunction, CheckpointListener, Context, Function, FunctionInitializationContext,
-    FunctionSnapshotContext, KeyedProcessFunction, RuntimeContext,
+    FunctionSnapshotContext, KeyedBatchFunction, KeyedProcessFunction, RuntimeContext,
 )
+from streamsnap.api.vectorized import group_cumsum
+from streamsnap.graph.keys import BatchKeys
 from streamsnap.api.result import JobClient, JobResult
 from streamsnap.connectors import sinks, sources
 from streamsnap.errors import (
@@ -30,7 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "StreamEnvironment", "DataStream", "KeyedStream", "CheckpointConfig", "RestartStrategy", "NetworkConfig",
-    "KeyedProcessFunction", "Function", "Context", "RuntimeContext", "CheckpointedFunction",
+    "KeyedProcessFunction", "KeyedBatchFunction", "BatchKeys", "group_cumsum", "Function", "Context", "RuntimeContext", "CheckpointedFunction",
     "CheckpointListener", "FunctionInitializationContext", "FunctionSnapshotContext",
     "ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
     "JobResult", "JobClient", "sources", "sinks",

@@ -166,6 +166,18 @@ class KeyedStream(DataStream):
                          _check_schema(output_schema, "process"))
         return DataStream(self._env, (node,))
 
+    def process_batches(self, function, *, name: str | None = None, uid: str | None = None,
+                        parallelism: int | None = None, output_schema: pa.Schema | None = None) -> DataStream:
+        """Run a KeyedBatchFunction: vectorized, a whole Arrow batch per call (the fast path)."""
+        if not callable(getattr(function, "process_batch", None)):
+            raise ConfigurationError(
+                f"process_batches takes a KeyedBatchFunction (an object with process_batch(batch, keys)), "
+                f"got {function!r}")
+        node = self._add(NodeKind.OPERATOR, name or type(function).__name__, uid,
+                         KeyedProcessOperatorFactory(function, self.key, vectorized=True), parallelism,
+                         _check_schema(output_schema, "process_batches"))
+        return DataStream(self._env, (node,))
+
     def key_by(self, key) -> "KeyedStream":
         raise ConfigurationError("the stream is already keyed; call key_by once, on the unkeyed stream")
 

@@ -116,6 +116,20 @@ class KeyedProcessFunction(Function):
             f"{type(self).__name__} must implement process_element(self, row, ctx)")
 
 
+class KeyedBatchFunction(Function):
+    """Vectorized keyed processing: a whole Arrow batch per call, state per distinct key.
+
+    `process_batch(batch, keys)` gets a `pyarrow.RecordBatch` and its factorized keys
+    (`keys.unique`, `keys.index` per row, `keys.key_groups`); read and write keyed state in bulk
+    with `state.get_many(keys)` / `state.put_many(keys, values)` (ValueState). Return a
+    RecordBatch, a Table, a dict of columns, or None.
+    """
+
+    def process_batch(self, batch, keys):
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement process_batch(self, batch, keys)")
+
+
 class CheckpointedFunction:
     """Flink's CheckpointedFunction: a function that keeps its own operator state."""
 

@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 DEPLOY_TIMEOUT = 180.0
 FINAL_CHECKPOINT_RETRY = 0.5
+# How long a cancelled attempt's Spark job may take to end before the JobMaster stops waiting
+# for it (Flink's task cancellation timeout plays the same role).
+SPARK_CANCEL_GRACE = 20.0
 
 
 @dataclass
@@ -137,7 +140,8 @@ class JobMaster:
         self._failure_reason: str | None = None
         self._cancel_requested = False
         self._spark_running = False
-        self._spark_threads: list[threading.Thread] = []
+        self._abandoned_spark_jobs: set[int] = set()
+        self._spark_threads: dict[int, threading.Thread] = {}
         self._deploy_timer = None
         self._final_checkpoint_pending = False
         self._stopped_with_savepoint = False
@@ -305,7 +309,7 @@ class JobMaster:
         self._spark_running = True
         thread = threading.Thread(target=self._run_spark_job, args=(deployment, group, self._attempt),
                                   name=f"spark-job-{self._attempt}", daemon=True)
-        self._spark_threads.append(thread)
+        self._spark_threads[self._attempt] = thread
         thread.start()
         self._deploy_timer = self._timers.call_later(DEPLOY_TIMEOUT, lambda a=self._attempt: self._deploy_timed_out(a))
 
@@ -490,7 +494,7 @@ class JobMaster:
                 subtask.connection.send(dict(message))
 
     def _on_spark_job_end(self, attempt: int, error: BaseException | None) -> None:
-        if attempt != self._attempt:
+        if attempt != self._attempt or attempt in self._abandoned_spark_jobs:
             return
         self._spark_running = False
         if self._failing:
@@ -521,6 +525,23 @@ class JobMaster:
         self._stop_attempt()
         if not self._spark_running:
             self._after_attempt_stopped()
+        else:
+            self._timers.call_later(SPARK_CANCEL_GRACE, lambda a=self._attempt: self._spark_job_overdue(a))
+
+    def _spark_job_overdue(self, attempt: int) -> None:
+        """The cancelled attempt's Spark job has not ended: stop waiting for it."""
+        if attempt != self._attempt or not self._failing or not self._spark_running:
+            return
+        try:
+            active = self._spark.sparkContext.statusTracker().getActiveJobsIds()
+        except Exception as exc:  # only for the log line; the decision does not depend on it
+            active = f"unknown ({exc!r})"
+        log.warning("the Spark job of attempt %d did not end %.0f s after it was cancelled (active Spark jobs: "
+                    "%s); cancelling it again and going on without it", attempt, SPARK_CANCEL_GRACE, active)
+        self._cancel_spark()
+        self._abandoned_spark_jobs.add(attempt)
+        self._spark_running = False
+        self._after_attempt_stopped()
 
     def _stop_attempt(self) -> None:
         self._send_all({"type": "cancel"})
@@ -572,6 +593,18 @@ class JobMaster:
         self._stop_attempt()
         if not self._spark_running:
             self._finalize(JobStatus.CANCELED)
+        else:
+            self._timers.call_later(SPARK_CANCEL_GRACE, lambda a=self._attempt: self._cancel_overdue(a))
+
+    def _cancel_overdue(self, attempt: int) -> None:
+        if self.status.is_terminal or not self._spark_running or attempt != self._attempt:
+            return
+        log.warning("the Spark job of attempt %d did not end %.0f s after the job was cancelled; "
+                    "cancelling it again and reporting the job CANCELED", attempt, SPARK_CANCEL_GRACE)
+        self._cancel_spark()
+        self._abandoned_spark_jobs.add(attempt)
+        self._spark_running = False
+        self._finalize(JobStatus.CANCELED)
 
     def _trigger_savepoint(self, directory, terminate: bool, drain: bool, result: concurrent.futures.Future) -> None:
         if self.coordinator is None:
@@ -627,8 +660,9 @@ class JobMaster:
 
     def _cleanup(self) -> None:
         self._server.close()
-        for thread in self._spark_threads:
-            thread.join(30)
+        for attempt, thread in self._spark_threads.items():
+            if attempt not in self._abandoned_spark_jobs:
+                thread.join(30)
 
     def _build_result(self, stats) -> JobResult:
         operators: dict[str, OperatorMetrics] = {}

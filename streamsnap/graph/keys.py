@@ -13,10 +13,28 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamsnap.errors import ConfigurationError
 from streamsnap.runtime.batches import Batch
 from streamsnap.state.key_groups import assign_key_groups, hash_keys_columns
+
+
+@dataclass(frozen=True)
+class BatchKeys:
+    """The keys of one batch, factorized: what a KeyedBatchFunction works with.
+
+    unique: the distinct keys, in order of first appearance.
+    index: for every row, the position of its key in `unique` (numpy int array).
+    key_groups: the key group of every distinct key (state lives per key group).
+    """
+
+    unique: list
+    index: np.ndarray
+    key_groups: list
+
+    def __len__(self) -> int:
+        return len(self.unique)
 
 
 @dataclass(frozen=True)
@@ -86,6 +104,26 @@ class KeySelector:
         if len(self.columns) == 1:
             return batch.column(self.columns[0]).to_pylist()
         return list(zip(*(batch.column(c).to_pylist() for c in self.columns)))
+
+    def batch_keys(self, batch: pa.RecordBatch, max_parallelism: int) -> BatchKeys:
+        """Factorize a batch's keys; column keys are encoded by Arrow, without Python per row."""
+        if self.function is None and len(self.columns) == 1:
+            names = batch.schema.names
+            if self.columns[0] not in names:
+                raise KeyError(f"key_by: batch has no column {self.columns[0]!r} (columns: {', '.join(names)})")
+            column = batch.column(self.columns[0])
+            if pa.types.is_dictionary(column.type):
+                column = column.dictionary_decode()
+            encoded = pc.dictionary_encode(column, null_encoding="encode")  # None is a key too
+            uniques = encoded.dictionary
+            return BatchKeys(uniques.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+                             assign_key_groups(uniques, max_parallelism).tolist())
+        keys = self.keys_of_batch(batch, batch.to_pylist() if self.function is not None else [])
+        positions: dict = {}
+        index = np.fromiter((positions.setdefault(k, len(positions)) for k in keys), dtype=np.int64,
+                            count=len(keys))
+        unique = list(positions)
+        return BatchKeys(unique, index, assign_key_groups(unique, max_parallelism).tolist())
 
     def key_groups(self, batch: Batch, max_parallelism: int, keys: list | None = None) -> np.ndarray:
         """Key group of every row of `batch` (vectorized for Arrow batches keyed by columns)."""

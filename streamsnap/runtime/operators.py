@@ -330,6 +330,31 @@ class KeyedProcessOperator(StreamOperator):
         self.output.emit(out)
 
 
+class KeyedBatchProcessOperator(StreamOperator):
+    """Runs a KeyedBatchFunction: one call per batch, keyed state accessed per distinct key."""
+
+    def __init__(self, ctx: OperatorContext, function, key: KeySelector):
+        super().__init__(ctx, function, keyed=True)
+        self.key = key
+
+    def process(self, batch: Batch) -> None:
+        record_batch = to_record_batch(batch)
+        n = record_batch.num_rows
+        self.records_in += n
+        if not n:
+            return
+        try:
+            keys = self.key.batch_keys(record_batch, self.ctx.max_parallelism)
+            result = self.function.process_batch(record_batch, keys)
+            if result is None:
+                return
+            result = as_record_batch(result, f"process_batch of '{self.ctx.name}'")
+        except Exception as exc:
+            raise user_error(self, f"<RecordBatch of {n} rows, first row "
+                                   f"{record_batch.slice(0, 1).to_pylist()}>", exc) from None
+        self.output.emit(result)
+
+
 # ==================================================================== factories
 @dataclass(frozen=True)
 class FunctionOperatorFactory(OperatorFactory):
@@ -351,13 +376,16 @@ class FunctionOperatorFactory(OperatorFactory):
 class KeyedProcessOperatorFactory(OperatorFactory):
     function: Any
     key: KeySelector
+    vectorized: bool = False
     keyed = True
 
     def create(self, ctx: OperatorContext) -> StreamOperator:
+        if self.vectorized:
+            return KeyedBatchProcessOperator(ctx, self.function, self.key)
         return KeyedProcessOperator(ctx, self.function, self.key)
 
     def describe(self) -> str:
-        return "process"
+        return "process_batches" if self.vectorized else "process"
 
 
 __all__ = ["OperatorContext", "OperatorFactory", "StreamOperator", "Output", "SnapshotInProgress",

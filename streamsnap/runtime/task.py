@@ -35,6 +35,7 @@ from streamsnap.graph.stream_graph import NodeKind
 from streamsnap.network.channels import InputChannel, OutputChannel
 from streamsnap.network.control import connect_control
 from streamsnap.network.poller import DataServer, TaskNetwork, connect_output
+from streamsnap.runtime.allocator import tune_allocator
 from streamsnap.runtime.barriers import AlignmentMetrics
 from streamsnap.runtime.deployment import Deployment
 from streamsnap.runtime.events import (
@@ -507,6 +508,7 @@ def run_task(deployment: Deployment, task_index: int) -> tuple:
     """
     logging.basicConfig(level=getattr(logging, deployment.log_level, logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tune_allocator()
     task = StreamTask(deployment, task_index)
     status = "FINISHED"
     try:

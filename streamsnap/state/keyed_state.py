@@ -220,6 +220,58 @@ class ValueState(KeyedState):
             m[backend._current_key] = _Cell(backend._epoch, value)
 
 
+    # -- vectorized access (KeyedBatchFunction): one call per batch, one entry per distinct key
+
+    def get_many(self, keys) -> list:
+        """Values of the batch's distinct keys (`BatchKeys.unique`), defaults where unset."""
+        backend = self._backend
+        maps = self._maps
+        default, plain = self._default, self._default_plain
+        out = []
+        append = out.append
+        for key, kg in zip(keys.unique, keys.key_groups):
+            try:
+                v = maps[kg].get(key, _MISSING)
+            except KeyError:
+                backend._current_key_group = kg
+                raise backend._key_group_error(self.name) from None
+            if v is _MISSING:
+                v = default if plain else deepcopy(default)
+            elif v.__class__ is _Cell:
+                backend.set_current_key(key, kg)
+                v = self._live_cell_value(v)
+            append(v)
+        return out
+
+    def put_many(self, keys, values) -> None:
+        """Set the values of the batch's distinct keys; None clears a key.
+
+        `values` is aligned with `keys.unique` (a list or a numpy array; numpy numbers are
+        stored as Python numbers).
+        """
+        if hasattr(values, "tolist"):
+            values = values.tolist()
+        if len(values) != len(keys.unique):
+            raise ValueError(f"state '{self.name}': put_many got {len(values)} values for "
+                             f"{len(keys.unique)} keys")
+        backend = self._backend
+        table, maps, stamps = self._table, self._maps, self._stamps
+        required, epoch = backend._required_epoch, backend._epoch
+        for key, kg, value in zip(keys.unique, keys.key_groups, values):
+            try:
+                m = table.own(kg) if stamps[kg] <= required else maps[kg]
+            except KeyError:
+                backend._current_key_group = kg
+                raise backend._key_group_error(self.name) from None
+            if value.__class__ in PLAIN_TYPES:
+                m[key] = value
+            elif value is None:
+                m.pop(key, None)
+            else:
+                self._check(value)
+                m[key] = _Cell(epoch, value)
+
+
 class ListState(KeyedState):
     """A list of elements per key."""
 

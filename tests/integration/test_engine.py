@@ -8,6 +8,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -256,3 +257,37 @@ def test_nothing_is_left_running_after_execute(spark, no_leaked_threads):
     result = env.execute("tidy")
     assert sorted(r["a"] for r in result.rows()) == [2, 3]
     assert not [t for t in threading.enumerate() if t.name.startswith("jobmaster-")]
+
+
+class VectorizedRunningSum(ss.KeyedBatchFunction):
+    def open(self, ctx):
+        self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
+
+    def process_batch(self, batch, keys):
+        start = self.total.get_many(keys)
+        running, totals = ss.group_cumsum(batch.column("value").to_numpy(), keys.index,
+                                          np.array(start, dtype=np.int64))
+        self.total.put_many(keys, totals)
+        return {"key": batch.column("key"), "total": running}
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_vectorized_keyed_state_equals_the_per_row_path(spark, parallelism):
+    n = 6000
+    results = {}
+    for kind in ("process", "process_batches"):
+        env = ss.StreamEnvironment(parallelism=parallelism, spark=spark)
+        keyed = env.from_source(ss.sources.Generator(event, count=n), name="events").key_by("key")
+        out = keyed.process(RunningSum()) if kind == "process" else keyed.process_batches(VectorizedRunningSum())
+        out.sink_to(ss.sinks.Collect())
+        rows = env.execute(kind).rows()
+        assert len(rows) == n
+        sums = defaultdict(list)
+        for r in rows:
+            sums[r["key"]].append(r["total"])
+        for key, totals in sums.items():  # every row's value added exactly once, in some order
+            totals.sort()
+            increments = [totals[0]] + [b - a for a, b in zip(totals, totals[1:])]
+            assert sorted(increments) == sorted(event(i)["value"] for i in range(n) if event(i)["key"] == key)
+        results[kind] = {key: max(totals) for key, totals in sums.items()}
+    assert results["process"] == results["process_batches"]

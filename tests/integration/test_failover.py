@@ -7,6 +7,7 @@ import json
 import os
 import random
 import signal
+import sys
 import time
 from collections import defaultdict
 
@@ -67,15 +68,40 @@ def wait_status(client, status, timeout=60):
         time.sleep(0.02)
 
 
+def causes(client) -> str:
+    return "; ".join(r["cause"].splitlines()[0] for r in client.recoveries())
+
+
+def diagnose(client) -> str:
+    """State worth seeing when a restart does not happen: JobMaster, Spark, task processes."""
+    import subprocess
+
+    import psutil
+
+    master = client._master
+    lines = [f"failing={master._failing} spark_running={master._spark_running} status={master.status} "
+             f"attempt={master._attempt} active Spark jobs={master._spark.sparkContext.statusTracker().getActiveJobsIds()}",
+             f"causes: {causes(client)}"]
+    for s in client.subtasks():
+        alive = s.pid is not None and psutil.pid_exists(s.pid)
+        lines.append(f"{s.vertex}#{s.index} attempt {s.attempt} pid {s.pid} {s.state} {'alive' if alive else 'gone'}")
+        spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+        if alive and os.path.exists(spy):
+            dump = subprocess.run([spy, "dump", "-p", str(s.pid)], capture_output=True, text=True).stdout
+            lines += ["    " + line for line in dump.splitlines()[:30]]
+    return "\n".join(lines)
+
+
 def wait_restarted(client, attempt, timeout=60):
-    """Until every subtask of `attempt` runs."""
+    """Until every subtask of `attempt` runs (and no other failure happened meanwhile)."""
     deadline = time.monotonic() + timeout
     while True:
         subtasks = client.subtasks()
+        assert not subtasks or subtasks[0].attempt <= attempt, f"unexpected extra restart: {causes(client)}"
         if subtasks and all(s.attempt == attempt and s.state == "RUNNING" for s in subtasks):
             return
-        assert client.status() not in ("FAILED", "CANCELED"), client.status()
-        assert time.monotonic() < deadline, f"attempt {attempt} did not start: {subtasks}"
+        assert client.status() not in ("FAILED", "CANCELED"), (client.status(), causes(client))
+        assert time.monotonic() < deadline, f"attempt {attempt} did not start:\n{diagnose(client)}"
         time.sleep(0.02)
 
 
@@ -121,7 +147,7 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str):
     time.sleep(rng.uniform(0.5, 2.0))
     kill_in_phase(str(phases), "commit", "sum")
     result = client.wait(180)
-    assert result.restarts == 3 and len(result.recoveries) == 3
+    assert result.restarts == 3 and len(result.recoveries) == 3, causes(client)
     assert all("first_output_at" in r for r in result.recoveries)
     return result, read_output(out), out
 

@@ -1,0 +1,160 @@
+"""`python -m benchmarks run --quick|--full`: every benchmark in one run, side by side.
+
+All figures come from the same process and machine minutes apart, each a median over runs
+or a ratio to its comparison measured in the same run, because these machines are shared and
+noisy. streamsnap throughput is timed inside the job (first to last row at the sink); Spark's
+cancels start-up by running two sizes. Writes benchmarks/results/<date>.md (+ .json and PNG plots) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+from benchmarks import report, workloads
+
+PROFILES = {
+    "quick": dict(row=6_000_000, batch=80_000_000, spark_sql=(1_000_000, 4_000_000),
+                  spark_tws=(200_000, 800_000), ceiling=20_000_000, runs=3, state_keys=(10_000, 1_000_000),
+                  state_seconds=8.0, latency_seconds=10.0, backpressure_seconds=8.0, kills=5, keys=1000),
+    "full": dict(row=20_000_000, batch=300_000_000, spark_sql=(2_000_000, 12_000_000),
+                 spark_tws=(500_000, 2_500_000), ceiling=60_000_000, runs=5, state_keys=(10_000, 1_000_000, 10_000_000),
+                 state_seconds=20.0, latency_seconds=30.0, backpressure_seconds=20.0, kills=9, keys=1000),
+}
+
+BENCHMARKS = ("throughput", "spark", "ceiling", "checkpoints", "backpressure", "latency", "recovery")
+
+
+def _spark_session():
+    from streamsnap.cluster.spark_session import embedded_session
+
+    return embedded_session(16)
+
+
+def run_throughput(spark, p: dict, results: dict) -> None:
+    for form in ("row", "batch"):
+        for label, interval in (("no_checkpoints", None), ("checkpoints_1s", 1.0)):
+            key = f"w1_{form}_{label}"
+            print(f"  {key} ...", flush=True)
+            results[key] = workloads.w1_throughput(spark, p[form], p["keys"], form, interval, p["runs"])
+
+
+def run_spark(spark, p: dict, results: dict) -> None:
+    from benchmarks import spark_baselines as sb
+
+    for name, fn, sizes in (("spark_sql_aggregation", sb.run_sql_aggregation, p["spark_sql"]),
+                            ("spark_transform_with_state_in_pandas", sb.run_transform_with_state_in_pandas,
+                             p["spark_tws"])):
+        print(f"  {name} ...", flush=True)
+        rates, durations = [], []
+        for _ in range(p["runs"]):
+            seconds = {}
+            for n in sizes:
+                work = tempfile.mkdtemp(prefix="ssbench-spark-")
+                try:
+                    sb.write_w1_input(os.path.join(work, "in"), n, p["keys"])
+                    seconds[n] = fn(spark, os.path.join(work, "in"), os.path.join(work, "ckpt"))["seconds"]
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+            small, large = sizes
+            durations.append((seconds[small], seconds[large]))
+            rates.append((large - small) / max(1e-9, seconds[large] - seconds[small]))
+        results[name] = {"events_per_second": statistics.median(rates), "runs": rates, "durations": durations,
+                         "spark": sb.spark_version(spark)}
+
+
+def run_ceiling(spark, p: dict, results: dict) -> None:
+    from benchmarks import ceiling
+
+    print("  ceiling ...", flush=True)
+    results["ceiling"] = ceiling.measure_ceiling_median(p["ceiling"], p["keys"], runs=p["runs"])
+
+
+def run_checkpoints(spark, p: dict, results: dict) -> None:
+    results["checkpoint_cost"] = []
+    for k in p["state_keys"]:
+        print(f"  checkpoint cost K={k:,} ...", flush=True)
+        results["checkpoint_cost"].append(workloads.checkpoint_cost(spark, k, p["state_seconds"]))
+
+
+def run_backpressure(spark, p: dict, results: dict) -> None:
+    print("  backpressure ...", flush=True)
+    results["backpressure"] = workloads.backpressure(spark, p["backpressure_seconds"])
+
+
+def run_latency(spark, p: dict, results: dict) -> None:
+    from benchmarks import spark_baselines as sb
+
+    max_rate = results.get("w1_row_no_checkpoints", {}).get("events_per_second")
+    if max_rate is None:
+        print("  (latency: measuring the per-row maximum first)", flush=True)
+        max_rate = workloads.w1_throughput(spark, p["row"], p["keys"], "row", None, 1)["events_per_second"]
+    rate = max_rate / 2
+    results["latency"] = {"rate": rate}
+    for timeout in (0.1, 0.005):
+        print(f"  latency at {rate:,.0f} events/s, buffer timeout {timeout * 1000:g} ms ...", flush=True)
+        results["latency"][f"streamsnap_{timeout * 1000:g}ms"] = workloads.w1_latency(
+            spark, rate, p["latency_seconds"], p["keys"], "row", timeout)
+    print("  Spark micro-batch latency ...", flush=True)
+    work = tempfile.mkdtemp(prefix="ssbench-sparklat-")
+    try:
+        results["latency"]["spark_microbatch"] = sb.run_microbatch_latency(
+            spark, int(rate), p["latency_seconds"], os.path.join(work, "ckpt"), k=p["keys"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_recovery(spark, p: dict, results: dict) -> None:
+    print("  recovery ...", flush=True)
+    results["recovery"] = workloads.recovery_time(spark, kills=p["kills"])
+
+
+RUNNERS = {"throughput": run_throughput, "spark": run_spark, "ceiling": run_ceiling, "checkpoints": run_checkpoints,
+           "backpressure": run_backpressure, "latency": run_latency, "recovery": run_recovery}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the benchmarks and write benchmarks/results/<date>.md")
+    mode = run.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="smaller sizes (default)")
+    mode.add_argument("--full", action="store_true", help="larger sizes, more runs, 10M-key state")
+    run.add_argument("--only", default=",".join(BENCHMARKS),
+                     help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
+    run.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    args = parser.parse_args(argv)
+    profile = "full" if args.full else "quick"
+    chosen = [b.strip() for b in args.only.split(",") if b.strip()]
+    unknown = [b for b in chosen if b not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    p = PROFILES[profile]
+    spark = _spark_session()
+    results: dict = {"profile": profile, "started": datetime.datetime.now().isoformat(timespec="seconds"),
+                     "machine": report.machine_description(), "errors": {}}
+    started = time.monotonic()
+    for name in chosen:
+        print(f"[{name}]", flush=True)
+        try:
+            RUNNERS[name](spark, p, results)
+        except Exception as exc:  # one broken benchmark must not lose the others' figures
+            traceback.print_exc()
+            results["errors"][name] = f"{type(exc).__name__}: {exc}"
+    results["seconds"] = time.monotonic() - started
+    path = report.write(results, args.out)
+    print()
+    print(report.render_table(results))
+    print(f"\nwritten to {path}")
+    return 1 if results["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Turning one benchmark run into a table (markdown), plots (PNG) and raw figures (JSON)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+
+import streamsnap
+
+TARGETS = {
+    "row": 650_000, "batch": 10_000_000, "ceiling_fraction": 0.40, "overhead": 0.05,
+    "latency_p99": 0.050, "latency_vs_spark": 10.0, "recovery": 5.0,
+}
+
+
+def machine_description() -> str:
+    import pyspark
+
+    cpus = os.cpu_count()
+    return (f"{platform.machine()} {cpus} cores, Python {platform.python_version()}, "
+            f"PySpark {pyspark.__version__}, streamsnap {streamsnap.__version__}")
+
+
+def _rate(results: dict, key: str):
+    return results.get(key, {}).get("events_per_second")
+
+
+def _fmt_rate(x) -> str:
+    if x is None:
+        return "–"
+    return f"{x / 1e6:.2f} M/s" if x >= 1e6 else f"{x / 1e3:.0f} K/s"
+
+
+def _fmt_s(x) -> str:
+    if x is None or x != x:
+        return "–"
+    return f"{x * 1000:.0f} ms" if x < 10 else f"{x:.1f} s"
+
+
+def _verdict(ok) -> str:
+    return "–" if ok is None else ("met" if ok else "**missed**")
+
+
+def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
+    """(figure, streamsnap, comparison, ratio, target, verdict) rows of the summary table."""
+    out = []
+    row, batch = _rate(results, "w1_row_no_checkpoints"), _rate(results, "w1_batch_no_checkpoints")
+    row_ck, batch_ck = _rate(results, "w1_row_checkpoints_1s"), _rate(results, "w1_batch_checkpoints_1s")
+    if row is not None:
+        out.append(("W1 per-row, events/s", _fmt_rate(row), "", "", "≥ 650 K/s", _verdict(row >= TARGETS["row"])))
+    if batch is not None:
+        out.append(("W1 vectorized, events/s", _fmt_rate(batch), "", "", "≥ 10 M/s",
+                    _verdict(batch >= TARGETS["batch"])))
+    for form, base, ck in (("per-row", row, row_ck), ("vectorized", batch, batch_ck)):
+        if base and ck:
+            overhead = 1 - ck / base
+            out.append((f"checkpoint overhead, {form} (1 s)", _fmt_rate(ck), f"{_fmt_rate(base)} without",
+                        f"{overhead:+.1%}", "≤ 5 %", _verdict(overhead <= TARGETS["overhead"])))
+    sql, tws = _rate(results, "spark_sql_aggregation"), _rate(results, "spark_transform_with_state_in_pandas")
+    if sql and batch:
+        out.append(("vs Spark SQL groupBy/sum (update, RocksDB)", _fmt_rate(batch), _fmt_rate(sql),
+                    f"{batch / sql:.1f}×", "> 1× (aim 3×)", _verdict(batch > sql)))
+    if tws and row:
+        out.append(("per-row vs Spark transformWithStateInPandas", _fmt_rate(row), _fmt_rate(tws),
+                    f"{row / tws:.1f}×", "> 1×", _verdict(row > tws)))
+    if tws and batch:
+        out.append(("vectorized vs Spark transformWithStateInPandas", _fmt_rate(batch), _fmt_rate(tws),
+                    f"{batch / tws:.1f}×", "> 1×", _verdict(batch > tws)))
+    ceiling = _rate(results, "ceiling")
+    if ceiling and batch:
+        out.append(("vectorized vs ceiling (Arrow IPC + numpy, no engine)", _fmt_rate(batch), _fmt_rate(ceiling),
+                    f"{batch / ceiling:.0%}", "≥ 40 %", _verdict(batch / ceiling >= TARGETS["ceiling_fraction"])))
+    for c in results.get("checkpoint_cost", []):
+        out.append((f"checkpoint duration, {c['keys']:,} keys", f"p50 {_fmt_s(c['p50'])} / p99 {_fmt_s(c['p99'])}",
+                    f"{c['state_bytes'] / 1e6:.1f} MB state", f"sync ≤ {_fmt_s(c['sync_max'])}", "", "–"))
+    bp = results.get("backpressure")
+    if bp:
+        free, slow = bp["free"], bp["backpressured"]
+        out.append(("alignment under backpressure (slow sink)",
+                    f"p50 {_fmt_s(slow['alignment_p50'])} / max {_fmt_s(slow['alignment_max'])}",
+                    f"p50 {_fmt_s(free['alignment_p50'])} unthrottled", "", "", "–"))
+        out.append(("checkpoint duration under backpressure",
+                    f"p50 {_fmt_s(slow['duration_p50'])} / max {_fmt_s(slow['duration_max'])}",
+                    f"p50 {_fmt_s(free['duration_p50'])} unthrottled", "", "", "–"))
+    lat = results.get("latency")
+    if lat:
+        spark = lat.get("spark_microbatch")
+        for label in ("100ms", "5ms"):
+            s = lat.get(f"streamsnap_{label}")
+            if not s:
+                continue
+            comparison = f"Spark p50 {_fmt_s(spark['p50'])} / p99 {_fmt_s(spark['p99'])}" if spark else ""
+            ratio = f"{spark['p99'] / s['p99']:.0f}× lower p99" if spark and s["p99"] > 0 else ""
+            ok = None
+            if label == "5ms":
+                ok = s["p99"] <= TARGETS["latency_p99"] and (not spark or spark["p99"] / s["p99"] >= TARGETS["latency_vs_spark"])
+            out.append((f"latency at {lat['rate'] / 1e3:.0f} K/s, buffer timeout {label}",
+                        f"p50 {_fmt_s(s['p50'])} / p99 {_fmt_s(s['p99'])}", comparison, ratio,
+                        "p99 ≤ 50 ms, ≥ 10× below Spark" if label == "5ms" else "", _verdict(ok)))
+    rec = results.get("recovery")
+    if rec:
+        out.append(("recovery, SIGKILL → first output after restore", f"median {_fmt_s(rec['median'])}",
+                    f"{len(rec['runs'])} kills, max {_fmt_s(max(rec['runs']))}", "", "≤ 5 s",
+                    _verdict(rec["median"] <= TARGETS["recovery"])))
+    return out
+
+
+def render_table(results: dict) -> str:
+    header = ("figure", "streamsnap", "comparison", "ratio", "target", "")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(results)]
+    for name, error in results.get("errors", {}).items():
+        lines.append(f"| {name} | failed: {error} | | | | |")
+    return "\n".join(lines)
+
+
+def _plots(results: dict, directory: str, stem: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    bars = [(label, _rate(results, key)) for label, key in (
+        ("streamsnap\nper-row", "w1_row_no_checkpoints"), ("streamsnap\nper-row +ckpt", "w1_row_checkpoints_1s"),
+        ("streamsnap\nvectorized", "w1_batch_no_checkpoints"),
+        ("streamsnap\nvectorized +ckpt", "w1_batch_checkpoints_1s"),
+        ("Spark SQL\ngroupBy/sum", "spark_sql_aggregation"),
+        ("Spark transformWith-\nStateInPandas", "spark_transform_with_state_in_pandas"),
+        ("ceiling\n(Arrow+numpy)", "ceiling"))]
+    bars = [(l, v) for l, v in bars if v]
+    if bars:
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        ax.bar([l for l, _ in bars], [v for _, v in bars], color=["#3b7dd8" if "streamsnap" in l else "#999999"
+                                                                  for l, _ in bars])
+        ax.set_yscale("log")
+        ax.set_ylabel("events / s (log)")
+        ax.set_title("W1 keyed running sum, parallelism 2")
+        for i, (_, v) in enumerate(bars):
+            ax.text(i, v, _fmt_rate(v), ha="center", va="bottom", fontsize=8)
+        plt.xticks(fontsize=8)
+        fig.tight_layout()
+        path = os.path.join(directory, f"{stem}-throughput.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    costs = results.get("checkpoint_cost")
+    if costs:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        keys = [c["keys"] for c in costs]
+        ax.plot(keys, [c["p50"] for c in costs], "o-", label="p50")
+        ax.plot(keys, [c["p99"] for c in costs], "s--", label="p99")
+        ax.set_xscale("log")
+        ax.set_xlabel("keys in state")
+        ax.set_ylabel("checkpoint duration (s)")
+        for c in costs:
+            ax.annotate(f"{c['state_bytes'] / 1e6:.1f} MB", (c["keys"], c["p99"]), fontsize=8)
+        ax.legend()
+        ax.set_title("checkpoint duration vs state size")
+        fig.tight_layout()
+        path = os.path.join(directory, f"{stem}-checkpoints.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    lat = results.get("latency")
+    if lat:
+        series = [(k.replace("streamsnap_", "streamsnap ").replace("_", " "), v) for k, v in lat.items()
+                  if isinstance(v, dict) and "p99" in v]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        xs = range(len(series))
+        ax.bar([x - 0.2 for x in xs], [v["p50"] * 1000 for _, v in series], width=0.4, label="p50")
+        ax.bar([x + 0.2 for x in xs], [v["p99"] * 1000 for _, v in series], width=0.4, label="p99")
+        ax.set_xticks(list(xs), [s for s, _ in series], fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("event → sink latency (ms, log)")
+        ax.set_title(f"latency at {lat['rate'] / 1e3:.0f} K events/s")
+        ax.legend()
+        fig.tight_layout()
+        path = os.path.join(directory, f"{stem}-latency.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write(results: dict, directory: str) -> str:
+    os.makedirs(directory, exist_ok=True)
+    stem = datetime.date.today().isoformat()
+    plots = _plots(results, directory, stem)
+    with open(os.path.join(directory, f"{stem}.json"), "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    lines = [f"# Benchmarks {stem} ({results['profile']})", "",
+             f"{results['machine']}; run took {results.get('seconds', 0) / 60:.1f} min. "
+             f"streamsnap throughput is timed inside the job (first to last row at the sink), Spark's by two "
+             f"sizes; every figure is a median over runs made in the same run as its comparison. Reproduce: `python -m benchmarks run --{results['profile']}`.", "",
+             render_table(results), ""]
+    for path in plots:
+        lines.append(f"![{os.path.basename(path)}]({os.path.basename(path)})")
+    rec = results.get("recovery")
+    if rec:
+        lines += ["", "Recovery phases per kill (seconds after SIGKILL: noticed / all running / first output):", ""]
+        lines += [f"- {p['noticed']:.3f} / {p['running']:.3f} / {p['first_output']:.3f}" for p in rec["phases"]]
+    lines += ["", f"Raw figures: [{stem}.json]({stem}.json)"]
+    path = os.path.join(directory, f"{stem}.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,307 @@
+"""The streamsnap side of the benchmarks: W1 in its two forms, and the jobs behind each figure.
+
+W1 "keyed running sum": N rows (key = i % K, value = i), parallelism 2, a keyed shuffle, the
+per-key running sum in keyed state, every running sum emitted to a sink that discards it.
+Throughput is timed inside the job, between the first and the last row reaching the sink, so
+deployment and teardown do not count (checkpoint pauses and the final checkpoint do).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import tempfile
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+
+import streamsnap as ss
+from streamsnap.connectors.base import Sink, SinkWriter
+from streamsnap.runtime.batches import to_record_batch
+
+PARALLELISM = 2
+
+
+class RowRunningSum(ss.KeyedProcessFunction):
+    """W1, per-row API."""
+
+    def open(self, ctx):
+        self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
+
+    def process_element(self, row, ctx):
+        total = self.total.value() + row["value"]
+        self.total.update(total)
+        return {"key": ctx.current_key, "total": total, "ts": row["ts"]}
+
+
+class BatchRunningSum(ss.KeyedBatchFunction):
+    """W1, vectorized API: per batch, per-key running sums with numpy, state per distinct key."""
+
+    def open(self, ctx):
+        self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
+
+    def process_batch(self, batch, keys):
+        start = np.array(self.total.get_many(keys), dtype=np.int64)
+        running, totals = ss.group_cumsum(batch.column("value").to_numpy(), keys.index, start)
+        self.total.put_many(keys, totals)
+        return pa.RecordBatch.from_arrays([batch.column("key"), pa.array(running), batch.column("ts")],
+                                          names=["key", "total", "ts"])
+
+
+def _w1_rows(k: int, stamp: bool):
+    def rows(indices: np.ndarray):
+        ts = np.full(len(indices), time.time() if stamp else 0.0)
+        return {"key": indices % k, "value": indices, "ts": ts}
+    return rows
+
+
+def build_w1(env: ss.StreamEnvironment, n: int | None, k: int, form: str, sink, rate: float | None = None,
+             batch_size: int = 8192, stamp: bool = False, slow_sink: float = 0.0):
+    keyed = env.from_source(ss.sources.Generator(_w1_rows(k, stamp), count=n, rate=rate, vectorized=True,
+                                                 batch_size=batch_size),
+                            name="events", uid="events").key_by("key")
+    out = (keyed.process(RowRunningSum(), name="sum", uid="sum") if form == "row"
+           else keyed.process_batches(BatchRunningSum(), name="sum", uid="sum"))
+    if slow_sink:
+        out = out.map_batches(_Throttle(slow_sink), name="slow", uid="slow")
+    out.sink_to(sink, name="sink", uid="sink")
+
+
+class _Throttle:
+    """Sleeps `seconds_per_row` per row: a slow consumer that backpressures the job."""
+
+    def __init__(self, seconds_per_row: float):
+        self.seconds_per_row = seconds_per_row
+
+    def __call__(self, batch):
+        time.sleep(batch.num_rows * self.seconds_per_row)
+        return batch
+
+
+def _environment(spark, form: str, checkpoint_interval: float | None, network: ss.NetworkConfig | None = None,
+                 **checkpoint_kwargs):
+    checkpointing = None
+    if checkpoint_interval is not None:
+        checkpointing = ss.CheckpointConfig(interval=checkpoint_interval,
+                                            directory=tempfile.mkdtemp(prefix="ssbench-ckpt-"), **checkpoint_kwargs)
+    batch = 65536 if form == "batch" else 8192
+    return ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark, checkpointing=checkpointing,
+                                network=network or ss.NetworkConfig(batch_size=batch))
+
+
+class _TimingWriter(SinkWriter):
+    """Discards rows, remembering when the first and the last arrived (and how many)."""
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        self.first = self.last = None
+        self.rows = 0
+
+    def write(self, batch) -> None:
+        now = time.time()
+        if self.first is None:
+            self.first = now
+        self.last = now
+        self.rows += batch.num_rows if hasattr(batch, "num_rows") else len(batch)
+
+    def end_input(self) -> None:
+        self._ctx.driver.send({"type": "sink", "uid": self._ctx.uid, "op": "timing",
+                               "subtask": self._ctx.subtask_index, "first": self.first, "last": self.last,
+                               "rows": self.rows})
+
+
+class _Timings:
+    def __init__(self):
+        self.reports: list[dict] = []
+
+    def on_message(self, subtask: int, message: dict) -> None:
+        self.reports.append(message)
+
+
+class TimingSink(Sink):
+    """A discarding sink that measures throughput inside the job (no start-up, no teardown)."""
+
+    def __init__(self):
+        self.timings = None
+
+    def create_writer(self, ctx) -> SinkWriter:
+        return _TimingWriter(ctx)
+
+    def create_driver_component(self):
+        self.timings = _Timings()
+        return self.timings
+
+    def events_per_second(self) -> float:
+        reports = [r for r in self.timings.reports if r["first"] is not None]
+        rows = sum(r["rows"] for r in reports)
+        span = max(r["last"] for r in reports) - min(r["first"] for r in reports)
+        return rows / span
+
+
+def run_w1(spark, n: int, k: int, form: str, checkpoint_interval: float | None) -> dict:
+    """One W1 run of n rows: events/s between the first and the last row at the sink."""
+    env = _environment(spark, form, checkpoint_interval)
+    sink = TimingSink()
+    build_w1(env, n, k, form, sink, batch_size=65536 if form == "batch" else 8192)
+    result = env.execute(f"W1 {form} n={n}")
+    checkpoints = result.checkpoints.counts.completed if result.checkpoints else 0
+    return {"events_per_second": sink.events_per_second(), "duration": result.duration, "checkpoints": checkpoints}
+
+
+def w1_throughput(spark, n: int, k: int, form: str, checkpoint_interval: float | None, runs: int = 3) -> dict:
+    """Median events/s over `runs` runs of n rows (after one warm-up run)."""
+    run_w1(spark, max(1, n // 10), k, form, checkpoint_interval)  # warm workers and imports
+    measured = [run_w1(spark, n, k, form, checkpoint_interval) for _ in range(runs)]
+    return {"events_per_second": statistics.median(m["events_per_second"] for m in measured),
+            "runs": [m["events_per_second"] for m in measured], "details": measured}
+
+
+# ------------------------------------------------------------------------------- latency
+class _LatencyWriter(SinkWriter):
+    def __init__(self, ctx, warmup: float):
+        self._ctx = ctx
+        self._samples: list[np.ndarray] = []
+        self._start = time.time() + warmup
+
+    def write(self, batch) -> None:
+        now = time.time()
+        if now < self._start:
+            return
+        ts = to_record_batch(batch).column("ts").to_numpy()
+        self._samples.append(now - ts)
+
+    def _flush(self) -> None:
+        if self._samples:
+            lat = np.concatenate(self._samples)
+            if lat.size > 200_000:
+                lat = np.random.default_rng(0).choice(lat, 200_000, replace=False)
+            self._ctx.driver.send({"type": "sink", "uid": self._ctx.uid, "op": "latency",
+                                   "subtask": self._ctx.subtask_index, "values": lat.astype(np.float64).tobytes()})
+            self._samples = []
+
+    def end_input(self) -> None:
+        self._flush()
+
+    def close(self) -> None:
+        self._flush()
+
+
+class _LatencyCollector:
+    def __init__(self):
+        self.samples: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def on_message(self, subtask: int, message: dict) -> None:
+        with self._lock:
+            self.samples.append(np.frombuffer(message["values"], dtype=np.float64))
+
+
+class LatencySink(Sink):
+    """Records event-creation → sink latency of every row after a warm-up (samples to the driver)."""
+
+    def __init__(self, warmup: float = 2.0):
+        self.warmup = warmup
+        self.collector = None
+
+    def create_writer(self, ctx) -> SinkWriter:
+        return _LatencyWriter(ctx, self.warmup)
+
+    def create_driver_component(self):
+        self.collector = _LatencyCollector()
+        return self.collector
+
+
+def w1_latency(spark, rate: float, seconds: float, k: int, form: str, buffer_timeout: float,
+               checkpoint_interval: float | None = 1.0) -> dict:
+    """p50/p99 of event creation → sink, at a fixed rate (events/s over both subtasks)."""
+    network = ss.NetworkConfig(buffer_timeout=buffer_timeout, batch_size=8192)
+    env = _environment(spark, form, checkpoint_interval, network=network)
+    sink = LatencySink(warmup=2.0)
+    n = int(rate * seconds)
+    build_w1(env, n, k, form, sink, rate=rate, batch_size=max(1, min(8192, int(rate * 0.001))), stamp=True)
+    env.execute(f"W1 latency {form} rate={rate} timeout={buffer_timeout}")
+    lat = np.concatenate(sink.collector.samples) if sink.collector.samples else np.array([np.nan])
+    return {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)), "samples": int(lat.size)}
+
+
+# ------------------------------------------------------------------------------- checkpoints
+def _collect_checkpoints(client, until_done) -> list:
+    seen = {}
+    while not until_done():
+        stats = client.checkpoint_stats()
+        if stats is not None:
+            for c in stats.history:
+                if c.status.name == "COMPLETED":
+                    seen[c.checkpoint_id] = c
+        time.sleep(0.2)
+    return [seen[i] for i in sorted(seen)]
+
+
+def checkpoint_cost(spark, k: int, seconds: float, interval: float = 1.0) -> dict:
+    """Checkpoint duration and size with K keys in state (vectorized W1, heap backend)."""
+    env = _environment(spark, "batch", interval)
+    rate = max(2 * k / seconds, 2_000_000)  # touch every key (twice) within the run
+    build_w1(env, int(rate * seconds), k, "batch", ss.sinks.Discard(), rate=rate, batch_size=65536)
+    client = env.execute_async(f"checkpoint cost K={k}")
+    checkpoints = _collect_checkpoints(client, lambda: client.status() in ("FINISHED", "FAILED", "CANCELED"))
+    client.wait(600)
+    checkpoints = checkpoints[1:]  # the first one runs before all keys exist
+    durations = [c.end_to_end_duration for c in checkpoints]
+    return {"keys": k, "checkpoints": len(checkpoints),
+            "p50": float(np.percentile(durations, 50)) if durations else float("nan"),
+            "p99": float(np.percentile(durations, 99)) if durations else float("nan"),
+            "state_bytes": max((c.state_size for c in checkpoints), default=0),
+            "sync_max": max((s.sync_duration for c in checkpoints for s in c.subtasks), default=0.0)}
+
+
+def backpressure(spark, seconds: float, k: int = 1000) -> dict:
+    """Alignment and checkpoint duration with a slow sink, against the same job unthrottled."""
+    out = {}
+    for label, throttle in (("free", 0.0), ("backpressured", 2e-6)):
+        env = _environment(spark, "row", 1.0, network=ss.NetworkConfig(batch_size=8192))
+        rate = 200_000
+        build_w1(env, int(rate * seconds), k, "row", ss.sinks.Discard(), rate=rate, slow_sink=throttle)
+        client = env.execute_async(f"backpressure {label}")
+        checkpoints = _collect_checkpoints(client, lambda: client.status() in ("FINISHED", "FAILED", "CANCELED"))
+        client.wait(600)
+        alignment = [s.alignment_duration for c in checkpoints for s in c.subtasks]
+        durations = [c.end_to_end_duration for c in checkpoints]
+        out[label] = {"checkpoints": len(checkpoints),
+                      "alignment_p50": float(np.median(alignment)) if alignment else float("nan"),
+                      "alignment_max": max(alignment, default=float("nan")),
+                      "duration_p50": float(np.median(durations)) if durations else float("nan"),
+                      "duration_max": max(durations, default=float("nan"))}
+    return out
+
+
+# ------------------------------------------------------------------------------- recovery
+def recovery_time(spark, kills: int = 5, rate: float = 100_000, k: int = 1000) -> dict:
+    """SIGKILL → first row at a sink after the restore, per kill (per-row W1, checkpoint 1 s)."""
+    env = ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark,
+                               checkpointing=ss.CheckpointConfig(interval=1.0,
+                                                                 directory=tempfile.mkdtemp(prefix="ssbench-rec-")),
+                               restart=ss.RestartStrategy.fixed_delay(attempts=kills + 1, delay=0.0))
+    build_w1(env, None, k, "row", ss.sinks.Discard(), rate=rate)
+    client = env.execute_async("recovery")
+    while client.status() != "RUNNING":
+        time.sleep(0.05)
+    times, phases = [], []
+    for i in range(kills):
+        time.sleep(2.0)
+        victim = [s for s in client.subtasks() if s.vertex == "sum"][i % PARALLELISM]
+        killed = time.time()
+        os.kill(victim.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while len(client.recoveries()) <= i or "first_output_at" not in client.recoveries()[i]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no output within 60 s after kill {i}")
+            time.sleep(0.01)
+        r = client.recoveries()[i]
+        times.append(r["first_output_at"] - killed)
+        phases.append({"noticed": r["failed_at"] - killed, "running": r["running_at"] - killed,
+                       "first_output": r["first_output_at"] - killed})
+    client.cancel()
+    return {"median": statistics.median(times), "runs": times, "phases": phases}
