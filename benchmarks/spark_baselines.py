@@ -188,7 +188,19 @@ def _run_available_now(spark, stream_df, input_dir: str, checkpoint_dir: str,
         raise RuntimeError(
             f"{name}: the query read {read} rows in {len(batches)} micro-batches, but "
             f"{input_dir!r} holds {expected_rows}")
-    return {"seconds": seconds, "rows": read, "batches": len(batches)}
+    return {"seconds": seconds, "rows": read, "batches": len(batches),
+            "batch_rows": [int(p["numInputRows"]) for p in batches],
+            "batch_seconds": [int(p["durationMs"]["triggerExecution"]) / 1000.0 for p in batches]}
+
+
+def steady_rate(run: dict) -> float:
+    """Rows per second of the micro-batches after the first, each timed by Spark itself from
+    trigger to commit (planning, reading, state-store commit, offset and commit logs): the
+    engine's sustained throughput, without query start-up or the first batch's warm-up."""
+    rows, seconds = run["batch_rows"][1:], run["batch_seconds"][1:]
+    if not rows or sum(seconds) <= 0:
+        raise ValueError(f"steady_rate needs at least two timed micro-batches, got {len(run['batch_rows'])}")
+    return sum(rows) / sum(seconds)
 
 
 def _w1_stream(spark, input_dir: str, max_files_per_trigger: int | None):
@@ -210,9 +222,10 @@ def run_sql_aggregation(spark, input_dir: str, checkpoint_dir: str, shuffle_part
     """W1 as Spark SQL: `groupBy("key").agg(sum("value"))`, update mode, RocksDB state store,
     `trigger(availableNow=True)` over the Parquet files in `input_dir`.
 
-    Returns `{"seconds", "rows", "batches"}`: wall time from `start()` to termination (so it
-    includes query start-up, planning, and the final state/offset commits), rows read, and
-    micro-batches run (from `query.recentProgress`).
+    Returns `{"seconds", "rows", "batches", "batch_rows", "batch_seconds"}`: wall time from
+    `start()` to termination (so it includes query start-up, planning, and the final
+    state/offset commits), rows read, micro-batches run, and each micro-batch's input rows and
+    trigger-to-commit time (from `query.recentProgress`; see `steady_rate`).
 
     `max_files_per_trigger=None` (default) reads all files in ONE micro-batch: that is Spark's
     most favourable throughput setting (per-batch costs - planning, state-store commit, offset

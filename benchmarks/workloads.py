@@ -20,7 +20,6 @@ import pyarrow as pa
 
 import streamsnap as ss
 from streamsnap.connectors.base import Sink, SinkWriter
-from streamsnap.runtime.batches import to_record_batch
 
 PARALLELISM = 2
 
@@ -60,6 +59,8 @@ def _w1_rows(k: int, stamp: bool):
 
 def build_w1(env: ss.StreamEnvironment, n: int | None, k: int, form: str, sink, rate: float | None = None,
              batch_size: int = 8192, stamp: bool = False, slow_sink: float = 0.0):
+    if form not in ("row", "batch"):
+        raise ValueError(f"W1 form must be 'row' (process) or 'batch' (process_batches), got {form!r}")
     keyed = env.from_source(ss.sources.Generator(_w1_rows(k, stamp), count=n, rate=rate, vectorized=True,
                                                  batch_size=batch_size),
                             name="events", uid="events").key_by("key")
@@ -134,6 +135,9 @@ class TimingSink(Sink):
         self.timings = _Timings()
         return self.timings
 
+    def __getstate__(self):
+        return {**self.__dict__, "timings": None}  # driver-side only
+
     def events_per_second(self) -> float:
         reports = [r for r in self.timings.reports if r["first"] is not None]
         rows = sum(r["rows"] for r in reports)
@@ -170,7 +174,10 @@ class _LatencyWriter(SinkWriter):
         now = time.time()
         if now < self._start:
             return
-        ts = to_record_batch(batch).column("ts").to_numpy()
+        if isinstance(batch, list):  # per-row output: read the stamps, do not convert the rows
+            ts = np.fromiter((row["ts"] for row in batch), dtype=np.float64, count=len(batch))
+        else:
+            ts = batch.column("ts").to_numpy()
         self._samples.append(now - ts)
 
     def _flush(self) -> None:
@@ -213,13 +220,17 @@ class LatencySink(Sink):
         self.collector = _LatencyCollector()
         return self.collector
 
+    def __getstate__(self):
+        # The collector lives on the driver (it holds a lock); tasks get the sink without it.
+        return {**self.__dict__, "collector": None}
+
 
 def w1_latency(spark, rate: float, seconds: float, k: int, form: str, buffer_timeout: float,
-               checkpoint_interval: float | None = 1.0) -> dict:
+               checkpoint_interval: float | None = 1.0, warmup: float = 2.0) -> dict:
     """p50/p99 of event creation → sink, at a fixed rate (events/s over both subtasks)."""
     network = ss.NetworkConfig(buffer_timeout=buffer_timeout, batch_size=8192)
     env = _environment(spark, form, checkpoint_interval, network=network)
-    sink = LatencySink(warmup=2.0)
+    sink = LatencySink(warmup=warmup)
     n = int(rate * seconds)
     build_w1(env, n, k, form, sink, rate=rate, batch_size=max(1, min(8192, int(rate * 0.001))), stamp=True)
     env.execute(f"W1 latency {form} rate={rate} timeout={buffer_timeout}")

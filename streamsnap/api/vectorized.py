@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamsnap.graph.partitioners import sort_key
+
 
 def group_cumsum(values, index, initial) -> tuple[np.ndarray, np.ndarray]:
     """Running sums per key, in row order, continuing from each key's `initial` value.
@@ -25,13 +27,16 @@ def group_cumsum(values, index, initial) -> tuple[np.ndarray, np.ndarray]:
     if index.size and (index.min() < 0 or index.max() >= groups):
         raise ValueError(f"group_cumsum: key positions must lie in 0..{groups - 1}")
     dtype = np.result_type(values, initial)
-    order = np.argsort(index, kind="stable")
-    ordered = index[order]
-    prefix = np.concatenate((np.zeros(1, dtype=dtype), np.cumsum(values[order], dtype=dtype)))
-    counts = np.bincount(index, minlength=groups)
+    key = sort_key(index, groups)
+    order = np.argsort(key, kind="stable")          # rows grouped by key, row order kept
+    prefix = np.empty(values.shape[0] + 1, dtype=dtype)
+    prefix[0] = 0
+    np.cumsum(values[order], dtype=dtype, out=prefix[1:])
+    counts = np.bincount(key, minlength=groups)
     ends = np.cumsum(counts)
     starts = ends - counts
-    running_sorted = prefix[1:] - prefix[starts][ordered] + initial[ordered]
+    # Each group's prefix restarts at the key's initial value: shift its run by one constant.
+    running_sorted = prefix[1:] + np.repeat(initial - prefix[starts], counts)
     running = np.empty_like(running_sorted)
     running[order] = running_sorted
     return running, initial + (prefix[ends] - prefix[starts])

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 # whether that was orderly (after end-of-partition) or a lost upstream.
 CONNECTION_CLOSED = None
 
-_RECV_BYTES = 1 << 20
+_RECV_BYTES = 1 << 18  # larger frames are received in place (FrameDecoder.writable)
 
 
 class _Connection:
@@ -46,7 +46,8 @@ class _Connection:
     def __init__(self, sock: socket.socket, input_channel: InputChannel | None = None,
                  output_channel: OutputChannel | None = None):
         self.sock = sock
-        self.decoder = FrameDecoder()
+        # Inputs receive record batch frames; outputs only credits back.
+        self.decoder = FrameDecoder(_RECV_BYTES if input_channel is not None else 4096)
         self.input = input_channel
         self.output = output_channel
         self.sending: list[memoryview] | None = None  # the rest of a partly sent frame
@@ -143,6 +144,33 @@ class TaskNetwork:
             if not conn.closed and (conn.sending is not None or conn.output.has_queued()):
                 self._send(conn)
 
+    def shutdown_outputs(self) -> None:
+        """All output is queued in the kernel: send FIN after it, but keep reading.
+
+        Closing a socket whose receive buffer holds unread bytes (credits the receiver sent
+        back) makes the kernel reset the connection and drop what it had not transmitted yet —
+        possibly the end-of-partition. So a finishing task half-closes and waits for each
+        receiver to close its end (`outputs_closed`), which it does once it read that event.
+        """
+        for conn in self._outputs:
+            if not conn.closed:
+                try:
+                    conn.sock.shutdown(socket.SHUT_WR)
+                except OSError as exc:
+                    self._lost(conn, exc)
+
+    def outputs_closed(self) -> bool:
+        return all(conn.closed for conn in self._outputs)
+
+    def close_input(self, channel: InputChannel) -> None:
+        """The channel delivered its end of partition: nothing more will come, let the sender go."""
+        conn = self._inputs.get(channel.index)
+        if conn is None or conn.closed:
+            return
+        conn.closed = True
+        self._selector.unregister(conn.sock)
+        conn.sock.close()
+
     def close(self) -> None:
         for conn in self._connections:
             if not conn.closed:
@@ -182,24 +210,24 @@ class TaskNetwork:
 
     def _read(self, conn: _Connection) -> None:
         try:
-            data = conn.sock.recv(_RECV_BYTES)
+            received = conn.sock.recv_into(conn.decoder.writable())
         except BlockingIOError:
             return
         except OSError as exc:
             self._lost(conn, exc)
             return
-        if not data:
+        if not received:
             self._lost(conn, None)
             return
         try:
             if conn.input is not None:
                 channel = conn.input
-                for kind, payload in conn.decoder.feed(data):
+                for kind, payload in conn.decoder.received(received):
                     if kind is not FrameKind.DATA and kind is not FrameKind.EVENT:
                         raise FrameError(f"unexpected {kind.name} frame on input channel {channel.channel_id}")
                     channel.on_frame(kind, payload)
             else:
-                for kind, payload in conn.decoder.feed(data):
+                for kind, payload in conn.decoder.received(received):
                     if kind is not FrameKind.CREDIT:
                         raise FrameError(f"unexpected {kind.name} frame on output channel {conn.output.channel_id}")
                     conn.output.add_credit(decode_credit(payload))

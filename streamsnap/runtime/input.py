@@ -120,6 +120,7 @@ class CheckpointedInput:
         elif isinstance(event, EndOfPartition):
             self._end_of_data[channel] = True
             self._end_of_partition[channel] = True
+            self._network.close_input(self.channels[channel])
             self.handler.process_end_of_partition(channel)
         elif isinstance(event, Watermark):
             log.debug("watermarks are not used by any operator yet: %s", event)

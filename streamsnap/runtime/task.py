@@ -128,6 +128,7 @@ class StreamTask:
         self._finish_requested = False
         self._drain = True
         self._eop_sent = False
+        self._outputs_shut = False
         self._suspended = False  # a source after a terminating savepoint's barrier
         self._aborted_checkpoints: set[int] = set()
         self._source_wait = 0.0
@@ -318,7 +319,12 @@ class StreamTask:
                 writer.broadcast_event(EndOfPartition())
             self._eop_sent = True
             self.network.flush()
-        return self._all_drained()
+        if not self._all_drained():
+            return False
+        if not self._outputs_shut:
+            self.network.shutdown_outputs()
+            self._outputs_shut = True
+        return self.network.outputs_closed()
 
     def _all_drained(self) -> bool:
         return all(w.is_drained() for w in self.writers)

@@ -217,7 +217,7 @@ def _hash_arrow(arr: pa.Array) -> np.ndarray:
             if len(dictionary_hashes) else np.full(n, NONE_HASH, dtype=np.uint64)
         return _apply_nulls(out, indices)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        filled = pc.fill_null(arr, False if pa.types.is_boolean(t) else 0)
+        filled = arr if arr.null_count == 0 else pc.fill_null(arr, False if pa.types.is_boolean(t) else 0)
         values = filled.to_numpy(zero_copy_only=False)
         if values.dtype == np.bool_:
             values = values.astype(np.int64)
@@ -357,7 +357,12 @@ def assign_key_groups(values: pa.Array | pa.ChunkedArray | np.ndarray | Sequence
                       max_parallelism: int) -> np.ndarray:
     """Key groups (int32 array) of a column of keys."""
     check_max_parallelism(max_parallelism)
-    return (hash_keys(values) % np.uint64(max_parallelism)).astype(np.int32)
+    hashes = hash_keys(values)
+    if max_parallelism & (max_parallelism - 1) == 0:  # a power of two (the default): mask, no division
+        hashes &= np.uint64(max_parallelism - 1)
+    else:
+        hashes %= np.uint64(max_parallelism)
+    return hashes.astype(np.int32)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,34 @@
+"""The streamsnap workloads of the benchmark suite run on Spark and report sane figures.
+
+Tiny sizes: these check that every workload runs end to end (a broken one would only show up
+ten minutes into `python -m benchmarks run`), never how fast anything is.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks import workloads
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.mark.parametrize("form", ["row", "batch"])
+def test_w1_run_counts_every_row_and_checkpoints(spark, form):
+    result = workloads.run_w1(spark, 200_000, 100, form, checkpoint_interval=0.2)
+    assert result["events_per_second"] > 0 and math.isfinite(result["events_per_second"])
+    assert result["checkpoints"] >= 1
+
+
+def test_w1_latency_collects_samples_from_every_sink_subtask(spark):
+    result = workloads.w1_latency(spark, rate=4000, seconds=2.0, k=100, form="row",
+                                  buffer_timeout=0.005, warmup=0.5)
+    assert result["samples"] > 1000
+    assert 0 < result["p50"] <= result["p99"] < 5.0
+
+
+def test_w1_rejects_an_unknown_form(spark):
+    with pytest.raises(ValueError, match="form"):
+        workloads.run_w1(spark, 10, 10, "columnar", checkpoint_interval=None)
