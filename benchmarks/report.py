@@ -88,6 +88,10 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         out.append(("alignment under backpressure (slow sink)",
                     f"p50 {_fmt_s(slow['alignment_p50'])} / max {_fmt_s(slow['alignment_max'])}",
                     f"p50 {_fmt_s(free['alignment_p50'])} unthrottled", "", "", "–"))
+        if "start_delay_p50" in slow:
+            out.append(("barrier start delay under backpressure (trigger → first barrier at the keyed task)",
+                        f"p50 {_fmt_s(slow['start_delay_p50'])}",
+                        f"p50 {_fmt_s(free['start_delay_p50'])} unthrottled", "", "", "–"))
         out.append(("checkpoint duration under backpressure",
                     f"p50 {_fmt_s(slow['duration_p50'])} / max {_fmt_s(slow['duration_max'])}",
                     f"p50 {_fmt_s(free['duration_p50'])} unthrottled", "", "", "–"))
