@@ -40,7 +40,8 @@ Choices, all made for speed (this is a ceiling) without skipping work the engine
   and writes them with one ``sendmsg`` — output buffering as in any engine's network layer:
   two messages per write for 64 Ki-row batches (parts of ~0.5 MB), sixteen for 8 Ki-row ones,
   saving syscalls and consumer wake-ups; ``flush_bytes=1`` writes every message at once.
-* ``malloc_tuning`` (default on) raises glibc's mmap and trim thresholds in the worker processes:
+* ``malloc_tuning`` (default on) raises glibc's mmap and trim thresholds in the worker processes
+  (the same `streamsnap.runtime.allocator.tune_allocator` the engine's tasks apply):
   numpy temporaries of a few hundred KB are otherwise mmap'ed and unmapped (or trimmed) on every
   batch, and the page faults on fresh pages cost more than the arithmetic. Off shows that cost.
 * ``reader``: ``"selectors"`` (default: one thread, non-blocking sockets, a `selectors` loop) or
@@ -66,8 +67,6 @@ Run ``python -m benchmarks.ceiling --help`` for the command line.
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import json
 import os
 import selectors
@@ -84,6 +83,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from streamsnap.runtime.allocator import tune_allocator
 
 __all__ = ["measure_ceiling", "measure_ceiling_median", "reference_totals", "CeilingError",
            "PARTITIONERS", "READERS"]
@@ -150,16 +151,6 @@ def reference_totals(n: int, k: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------
 # worker-side helpers
-
-
-def _tune_malloc() -> None:
-    """Keep numpy's per-batch temporaries on the heap instead of fresh mmap'ed pages."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-1, 1 << 30)      # M_TRIM_THRESHOLD: never give the heap top back
-        libc.mallopt(-3, 32 << 20)     # M_MMAP_THRESHOLD: mmap only allocations >= 32 MiB
-    except (OSError, AttributeError):
-        pass                           # not glibc: run untuned
 
 
 def _fmix64_mod(keys: np.ndarray, out: np.ndarray, tmp: np.ndarray, parallelism: int) -> np.ndarray:
@@ -450,7 +441,7 @@ def _consumer_main(index: int, producers: int, k: int, reader: str, malloc_tunin
                    conn) -> None:
     try:
         if malloc_tuning:
-            _tune_malloc()
+            tune_allocator()
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind((_HOST, 0))
         listener.listen(producers)
@@ -486,7 +477,7 @@ def _producer_main(index: int, parallelism: int, n: int, k: int, batch_size: int
                    conn) -> None:
     try:
         if malloc_tuning:
-            _tune_malloc()
+            tune_allocator()
         socks = []
         for port in ports:
             sock = socket.create_connection((_HOST, port), timeout=_SETUP_TIMEOUT)

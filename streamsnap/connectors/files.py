@@ -208,10 +208,6 @@ class FileSource(Source):
                     f"FileSource could not read the first file {files[0]!r} as {self.format}: "
                     f"{_describe(exc)}. Fix or remove the file, or check format=") from exc
 
-    def resolved_schema(self) -> pa.Schema | None:
-        """The schema files are read with; None = each file's own (nothing to infer from)."""
-        return self.schema
-
     def splits(self, parallelism: int) -> list:
         if not self.bounded:
             return []  # readers discover files themselves, each taking the files it owns
@@ -238,8 +234,6 @@ class FileSourceReader(SourceReader):
         self._clock = clock or SystemClock()
         self._fs = None
         self._directory = None
-        self._schema: pa.Schema | None = None
-        self._schema_resolved = False
         # Splits owned and not finished, in reading order; _queue[0] is the one being read.
         self._queue: deque[list] = deque()
         self._cursor: _FileCursor | None = None
@@ -282,13 +276,6 @@ class FileSourceReader(SourceReader):
             self._cursor.close()
             self._cursor = None
 
-    def _read_schema(self) -> pa.Schema | None:
-        if not self._schema_resolved:
-            # Normally resolved at build time on the driver and shipped with the source.
-            self._schema = self._source.resolved_schema()
-            self._schema_resolved = True
-        return self._schema
-
     # ------------------------------------------------------------ reading
     def poll(self) -> pa.RecordBatch | None:
         if not self._source.bounded:
@@ -300,7 +287,7 @@ class FileSourceReader(SourceReader):
             split = self._queue[0]
             if self._cursor is None:
                 self._cursor = _FileCursor(self._filesystem(), split[0], split[1], self._source,
-                                           self._read_schema())
+                                           self._source.schema)
             batch = self._cursor.next_batch()
             if batch is None:
                 self._cursor.close()

@@ -187,11 +187,8 @@ class Print(Sink):
 
 
 class _DiscardWriter(SinkWriter):
-    def __init__(self):
-        self.rows = 0
-
     def write(self, batch: Batch) -> None:
-        self.rows += num_rows(batch)
+        """Dropped."""
 
 
 class Discard(Sink):
@@ -230,33 +227,30 @@ class FileSinkWriter(SinkWriter):
     def __init__(self, sink: FileSink, ctx: OperatorContext):
         self._sink = sink
         self._ctx = ctx
-        self._ext = "parquet" if sink.format == "parquet" else "jsonl"
         # Identifies this writer's files, so recovery can tell them from older attempts'.
         self._token = f"{ctx.job_id[:12]}-a{ctx.attempt}-s{ctx.subtask_index}"
         self._counter = 0
         self._file = None
         self._writer: pq.ParquetWriter | None = None
         self._current: dict | None = None
-        self._rows_in_file = 0
         self._pending: list[dict] = []  # pre-committed, not yet committed
 
     def open(self) -> None:
         filesystem.makedirs(self._sink.path)
 
     def _start_file(self, schema: pa.Schema | None) -> None:
-        name = f"part-{self._ctx.subtask_index}-{self._token}-{self._counter}-{uuid.uuid4().hex[:8]}.{self._ext}"
+        name = f"part-{self._ctx.subtask_index}-{self._token}-{self._counter}-{uuid.uuid4().hex[:8]}.{self._sink.format}"
         self._counter += 1
         inprogress = filesystem.join(self._sink.path, INPROGRESS_PREFIX + name)
         self._current = {"inprogress": inprogress, "final": filesystem.join(self._sink.path, name)}
         self._file = filesystem.open_write(inprogress)
-        if self._ext == "parquet":
+        if self._sink.format == "parquet":
             self._writer = pq.ParquetWriter(self._file, schema)
-        self._rows_in_file = 0
 
     def write(self, batch: Batch) -> None:
         if not num_rows(batch):
             return
-        if self._ext == "parquet":
+        if self._sink.format == "parquet":
             record_batch = to_record_batch(batch)
             if self._file is not None and self._writer.schema != record_batch.schema:
                 try:
@@ -271,7 +265,6 @@ class FileSinkWriter(SinkWriter):
                 self._start_file(None)
             lines = "".join(json.dumps(row, default=str) + "\n" for row in to_rows(batch))
             self._file.write(lines.encode())
-        self._rows_in_file += num_rows(batch)
 
     def _close_file(self, roll: bool = False) -> dict | None:
         """Close the in-progress file; returns its committable (None if there was none)."""
@@ -331,21 +324,17 @@ class FileSinkWriter(SinkWriter):
                     fs.rm(path)
 
     def close(self) -> None:
-        if self._file is not None:
-            if self._writer is not None:
-                self._writer.close()
-                self._writer = None
-            self._file.close()
-            self._file = None
+        self._close_file()  # an unfinished file stays in progress; recovery deals with it
 
 
 def _commit_file(committable: dict) -> None:
     """Rename an in-progress file into place; idempotent (a second commit finds it done)."""
     source, target = committable["inprogress"], committable["final"]
-    if filesystem.exists(source):
-        fs, source_path = filesystem.filesystem(source)
-        fs.mv(source_path, filesystem.filesystem(target)[1])
-    elif not filesystem.exists(target):
+    fs, source_path = filesystem.filesystem(source)
+    target_path = filesystem.filesystem(target)[1]
+    if fs.exists(source_path):
+        fs.mv(source_path, target_path)
+    elif not fs.exists(target_path):
         raise FileNotFoundError(
             f"file sink cannot commit {target}: neither it nor its in-progress file {source} exists "
             f"(was the output directory modified outside the job?)")

@@ -57,11 +57,6 @@ class Generator(Source):
         self._schema = schema
         self.bounded = count is not None
 
-    @classmethod
-    def vectorized_fn(cls, fn: Callable, **kwargs) -> "Generator":
-        """A generator whose function maps a numpy array of indices to a batch of rows."""
-        return cls(fn, vectorized=True, **kwargs)
-
     @property
     def schema(self) -> pa.Schema | None:
         if self._schema is None and self.count != 0:

@@ -219,7 +219,6 @@ class ValueState(KeyedState):
             self._check(value)
             m[backend._current_key] = _Cell(backend._epoch, value)
 
-
     # -- vectorized access (KeyedBatchFunction): one call per batch, one entry per distinct key
 
     def get_many(self, keys) -> list:
