@@ -58,11 +58,6 @@ def clean(spark):
     assert explicit_confs(spark) == before
 
 
-def test_spark_version(spark):
-    assert sb.spark_version(spark) == spark.version
-    assert sb.spark_version(spark)[0].isdigit()
-
-
 def test_write_w1_input(w1_input, tmp_path):
     names = sorted(os.listdir(w1_input))
     assert names == [f"part-{j:05d}.parquet" for j in range(4)]
@@ -85,11 +80,13 @@ def test_write_w1_input(w1_input, tmp_path):
 
 def test_errors_name_the_directory(spark, w1_input, tmp_path, clean):
     missing = str(tmp_path / "no-such-input")
-    for fn in (sb.run_sql_aggregation, sb.run_transform_with_state_in_pandas):
-        with pytest.raises((FileNotFoundError, ImportError)) as info:
+    baselines = [sb.run_sql_aggregation]
+    if not sb.missing_tws_dependencies():
+        baselines.append(sb.run_transform_with_state_in_pandas)  # else it stops at the import check
+    for fn in baselines:
+        with pytest.raises(FileNotFoundError) as info:
             fn(spark, missing, str(tmp_path / "ckpt"))
-        if isinstance(info.value, FileNotFoundError):
-            assert missing in str(info.value)
+        assert missing in str(info.value)
     used = tmp_path / "used-ckpt"
     used.mkdir()
     (used / "offsets").mkdir()

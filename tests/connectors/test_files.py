@@ -596,12 +596,12 @@ def test_path_must_be_an_existing_directory(tmp_path):
                                          ("jsonl", b'{"id": 1, "name": "a"}\n{"id": 2, "name": \n'),
                                          ("csv", b"id,name,value\n1,a\n")])
 def test_corrupt_file_errors_name_the_file(tmp_path, fmt, garbage):
-    # First file corrupt: the pipeline cannot be built.
-    root = tmp_path / "first"
-    root.mkdir()
-    (root / f"a.{EXT[fmt]}").write_bytes(garbage)
-    make_dir(root, fmt, [3], prefix="b")
     if fmt == "parquet":
+        # First file corrupt: the pipeline cannot be built.
+        root = tmp_path / "first"
+        root.mkdir()
+        (root / f"a.{EXT[fmt]}").write_bytes(garbage)
+        make_dir(root, fmt, [3], prefix="b")
         with pytest.raises(ConfigurationError, match=rf"could not read '.*a\.{fmt}' as {fmt}"):
             FileSource(str(root), fmt).validate()
     # A later file corrupt: reading it fails with an error naming it (after the good rows).

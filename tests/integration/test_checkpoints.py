@@ -11,6 +11,7 @@ import streamsnap as ss
 from streamsnap.checkpoint.listing import list_checkpoints
 from streamsnap.checkpoint.metadata import read_metadata
 from streamsnap.checkpoint.stats import CheckpointStatus
+from tests.integration.support import checkpoint_dirs, final_by_key, wait_completed, wait_status
 
 pytestmark = pytest.mark.spark
 
@@ -46,23 +47,6 @@ def event(i: int) -> dict:
     return {"key": i % 17, "value": i + 1}
 
 
-def wait_running(client, timeout=60):
-    deadline = time.monotonic() + timeout
-    while client.status() != "RUNNING":
-        assert time.monotonic() < deadline, f"job did not start: {client.status()}"
-        time.sleep(0.05)
-
-
-def wait_completed(client, n, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = client.checkpoint_stats()
-        if stats.counts.completed >= n:
-            return stats
-        assert time.monotonic() < deadline, f"only {stats.counts.completed} checkpoints completed: {stats.describe()}"
-        time.sleep(0.1)
-
-
 def build(env, rate=4000, slow=False, count=None):
     stream = env.from_source(ss.sources.Generator(event, count=count, rate=rate), name="events", uid="events")
     if slow:
@@ -78,7 +62,7 @@ def test_checkpoints_complete_at_the_interval_with_metadata_listing_every_operat
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
     build(env)
     client = env.execute_async("periodic checkpoints")
-    wait_running(client)
+    wait_status(client, "RUNNING")
     started = time.monotonic()
     stats = wait_completed(client, 6)
     elapsed = time.monotonic() - started
@@ -91,7 +75,7 @@ def test_checkpoints_complete_at_the_interval_with_metadata_listing_every_operat
     assert elapsed < 6 * interval + 4  # the first one comes after a random delay below the interval
     # Retained on cancellation: the newest `num_retained` checkpoints, each complete on disk.
     job_dir = tmp_path / client.job_id
-    chk_dirs = sorted(p for p in job_dir.iterdir() if p.name.startswith("chk-"))
+    chk_dirs = checkpoint_dirs(job_dir)
     assert len(chk_dirs) == 3
     for chk in chk_dirs:
         metadata = read_metadata(f"file://{chk}/_metadata")
@@ -108,17 +92,22 @@ def test_checkpoints_complete_at_the_interval_with_metadata_listing_every_operat
     assert [s.checkpoint_id for s in listed if s.status == "COMPLETED"] == [int(p.name[4:]) for p in chk_dirs]
 
 
-def test_alignment_shows_up_when_one_channel_is_slow(spark, tmp_path):
-    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path))
+def run_with_a_slow_channel(spark, tmp_path, mode):
+    """Five checkpoints of a job whose subtask-0 channel is slow; (stats, the keyed subtasks' stats)."""
+    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path), mode=mode)
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                network=ss.NetworkConfig(buffer_timeout=0.01, batch_size=256))
     build(env, rate=20000, slow=True)
-    client = env.execute_async("slow channel")
-    wait_running(client)
+    client = env.execute_async(f"slow channel, {mode}")
+    wait_status(client, "RUNNING")
     stats = wait_completed(client, 5)
     client.cancel()
-    sum_subtasks = [s for c in stats.history if c.status is CheckpointStatus.COMPLETED
-                    for s in c.subtasks if s.vertex_id == "sum"]
+    return stats, [s for c in stats.history if c.status is CheckpointStatus.COMPLETED
+                   for s in c.subtasks if s.vertex_id == "sum"]
+
+
+def test_alignment_shows_up_when_one_channel_is_slow(spark, tmp_path):
+    stats, sum_subtasks = run_with_a_slow_channel(spark, tmp_path, "exactly_once")
     assert sum_subtasks
     assert max(s.alignment_duration for s in sum_subtasks) > 0.02
     assert any(s.bytes_processed_during_alignment > 0 for s in sum_subtasks)
@@ -128,16 +117,7 @@ def test_alignment_shows_up_when_one_channel_is_slow(spark, tmp_path):
 
 
 def test_at_least_once_never_aligns_and_completes(spark, tmp_path):
-    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path), mode="at_least_once")
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
-                               network=ss.NetworkConfig(buffer_timeout=0.01, batch_size=256))
-    build(env, rate=20000, slow=True)
-    client = env.execute_async("at least once")
-    wait_running(client)
-    stats = wait_completed(client, 5)
-    client.cancel()
-    sum_subtasks = [s for c in stats.history if c.status is CheckpointStatus.COMPLETED
-                    for s in c.subtasks if s.vertex_id == "sum"]
+    stats, sum_subtasks = run_with_a_slow_channel(spark, tmp_path, "at_least_once")
     assert sum_subtasks and all(s.alignment_duration == 0 for s in sum_subtasks)
     assert stats.counts.failed == 0
 
@@ -150,10 +130,7 @@ def test_a_bounded_job_with_checkpoints_commits_everything_exactly_once(spark, t
     result = env.execute("bounded with checkpoints")
     rows = result.rows()
     assert len(rows) == n  # the final checkpoint committed the tail, nothing twice
-    finals = {}
-    for r in rows:
-        finals[r["key"]] = max(finals.get(r["key"], 0), r["total"])
-    assert finals == {k: sum(i + 1 for i in range(n) if i % 17 == k) for k in range(17)}
+    assert final_by_key(rows, "key", "total") == {k: sum(i + 1 for i in range(n) if i % 17 == k) for k in range(17)}
     assert result.checkpoints.counts.completed >= 2
     # FINISHED with delete_on_cancellation: no checkpoint is left behind.
     assert not [p for p in (tmp_path / result.job_id).iterdir() if p.name.startswith("chk-")]
@@ -206,11 +183,11 @@ def test_torn_and_corrupt_checkpoints_are_never_listed_as_completed(spark, tmp_p
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
     build(env)
     client = env.execute_async("to be torn")
-    wait_running(client)
+    wait_status(client, "RUNNING")
     wait_completed(client, 3)
     client.cancel()
     job_dir = tmp_path / client.job_id
-    chk = sorted((p for p in job_dir.iterdir() if p.name.startswith("chk-")), key=lambda p: int(p.name[4:]))
+    chk = checkpoint_dirs(job_dir)
     assert len(chk) == 3
     (chk[0] / "_metadata").unlink()                         # torn: never finalized
     data = bytearray((chk[1] / "_metadata").read_bytes())
@@ -237,7 +214,7 @@ def test_cli_lists_checkpoints_and_verifies_checksums(spark, tmp_path, monkeypat
     env = ss.StreamEnvironment(parallelism=1, spark=spark, checkpointing=config)
     build(env)
     client = env.execute_async("listed")
-    wait_running(client)
+    wait_status(client, "RUNNING")
     wait_completed(client, 2)
     client.cancel()
     out = CliRunner().invoke(app, ["checkpoints", str(tmp_path)], terminal_width=200)
@@ -278,7 +255,7 @@ def test_without_a_periodic_interval_only_requested_checkpoints_are_taken(spark,
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
     build(env, rate=5000, count=5000)
     client = env.execute_async("no periodic checkpoints")
-    wait_running(client)
+    wait_status(client, "RUNNING")
     time.sleep(0.5)
     assert client.checkpoint_stats().counts.triggered == 0
     savepoint = client.trigger_savepoint(str(tmp_path / "sp"))

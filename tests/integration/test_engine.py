@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pytest
 
 import streamsnap as ss
+from tests.integration.support import RunningSum, final_by_key, wait_status
 
 pytestmark = pytest.mark.spark
 
@@ -39,25 +40,8 @@ class Count(ss.KeyedProcessFunction):
         yield {"word": ctx.current_key, "count": n}
 
 
-class RunningSum(ss.KeyedProcessFunction):
-    def open(self, ctx):
-        self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
-
-    def process_element(self, row, ctx):
-        total = self.total.value() + row["value"]
-        self.total.update(total)
-        yield {"key": ctx.current_key, "total": total}
-
-
 def event(i: int) -> dict:
     return {"key": i % 13, "value": i + 1}
-
-
-def final_by_key(rows, key, value):
-    out = {}
-    for r in rows:
-        out[r[key]] = max(out.get(r[key], 0), r[value])
-    return out
 
 
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
@@ -186,9 +170,7 @@ def test_a_killed_task_fails_the_job_with_a_clear_error(spark, no_leaked_threads
     (env.from_source(ss.sources.Generator(event, rate=2000), name="endless")
         .key_by("key").process(RunningSum(), name="sum").sink_to(ss.sinks.Collect()))
     client = env.execute_async("to be killed")
-    deadline = time.monotonic() + 60
-    while client.status() != "RUNNING" and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_status(client, "RUNNING")
     victim = [s for s in client.subtasks() if s.vertex.startswith("sum")][0]
     os.kill(victim.pid, signal.SIGKILL)
     with pytest.raises(ss.JobExecutionError) as info:
@@ -204,9 +186,7 @@ def test_unauthenticated_and_garbage_connections_are_refused_and_the_job_goes_on
         .key_by("key").process(RunningSum(), name="sum").sink_to(ss.sinks.Collect()))
     caplog.set_level(logging.WARNING, logger="streamsnap.network.acceptor")
     client = env.execute_async("under attack")
-    deadline = time.monotonic() + 60
-    while client.status() != "RUNNING" and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_status(client, "RUNNING")
     targets = [client._master.control_address] + [s.data_address for s in client.subtasks() if s.data_address]
     assert len(targets) == 3
     attackers = []

@@ -16,6 +16,8 @@ import pytest
 
 import streamsnap as ss
 from streamsnap.api.environment import TEST_HOOKS_ENV
+from tests.integration import support
+from tests.integration.support import final_by_key, wait_completed, wait_status
 
 pytestmark = pytest.mark.spark
 
@@ -30,14 +32,9 @@ def event(i: int) -> dict:
     return {"key": (i % 2) * 100 + (i // 2) % KEYS, "value": i + 1, "i": i}
 
 
-class RunningSum(ss.KeyedProcessFunction):
-    def open(self, ctx):
-        self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
-
-    def process_element(self, row, ctx):
-        total = self.total.value() + row["value"]
-        self.total.update(total)
-        yield {"key": ctx.current_key, "total": total, "i": row["i"]}
+class RunningSum(support.RunningSum):
+    def __init__(self):
+        super().__init__(carry=("i",))
 
 
 def expected_rows(n: int) -> set[tuple]:
@@ -58,14 +55,6 @@ def read_output(path) -> list[tuple]:
         rows.extend(zip(table.column("key").to_pylist(), table.column("total").to_pylist(),
                         table.column("i").to_pylist()))
     return rows
-
-
-def wait_status(client, status, timeout=60):
-    deadline = time.monotonic() + timeout
-    while client.status() != status:
-        assert client.status() not in ("FAILED", "CANCELED", "FINISHED") or status in ("FAILED", "FINISHED")
-        assert time.monotonic() < deadline, f"status {client.status()}, wanted {status}"
-        time.sleep(0.02)
 
 
 def causes(client) -> str:
@@ -194,10 +183,7 @@ def test_restore_gives_user_functions_their_operator_state_and_is_restored(spark
         .map(CountingMap(), name="count", uid="count").sink_to(ss.sinks.Collect()))
     client = env.execute_async("operator state")
     wait_status(client, "RUNNING")
-    deadline = time.monotonic() + 30
-    while client.checkpoint_stats().counts.completed < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_completed(client, 2, timeout=30)
     os.kill(client.subtasks()[0].pid, signal.SIGKILL)
     rows = client.wait(60).rows()
     assert sorted(r["i"] for r in rows) == list(range(n))
@@ -271,10 +257,7 @@ def test_a_file_source_resumes_from_its_split_offsets_after_a_kill(spark, tmp_pa
         .key_by("key").process(SlowSum(), name="sum", uid="sum").sink_to(ss.sinks.Collect()))
     client = env.execute_async("files with a failure")
     wait_status(client, "RUNNING")
-    deadline = time.monotonic() + 30
-    while client.checkpoint_stats().counts.completed < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_completed(client, 1, timeout=30)
     reader = [s for s in client.subtasks() if s.vertex == "files"][0]
     assert reader.state == "RUNNING"
     os.kill(reader.pid, signal.SIGKILL)
@@ -282,7 +265,4 @@ def test_a_file_source_resumes_from_its_split_offsets_after_a_kill(spark, tmp_pa
     assert result.restarts == 1
     rows = result.rows()
     assert sorted(r["i"] for r in rows) == list(range(n_files * per_file))
-    finals = {}
-    for r in rows:
-        finals[r["key"]] = max(finals.get(r["key"], 0), r["total"])
-    assert sum(finals.values()) == n_files * per_file
+    assert sum(final_by_key(rows, "key", "total").values()) == n_files * per_file

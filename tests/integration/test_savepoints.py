@@ -12,6 +12,7 @@ from collections import defaultdict
 import pytest
 
 import streamsnap as ss
+from tests.integration.support import checkpoint_dirs, wait_completed, wait_status
 
 pytestmark = pytest.mark.spark
 
@@ -59,11 +60,7 @@ def finals_of(rows) -> dict:
 
 def start(env, name, **kwargs):
     client = env.execute_async(name, **kwargs)
-    deadline = time.monotonic() + 60
-    while client.status() != "RUNNING":
-        assert client.status() not in ("FAILED", "FINISHED", "CANCELED"), client.status()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_status(client, "RUNNING")
     return client
 
 
@@ -147,14 +144,11 @@ def test_a_retained_checkpoint_survives_cancel_and_restores(spark, tmp_path):
                                checkpointing=config(tmp_path, retention="retain_on_cancellation"))
     build(env)
     client = start(env, "retained")
-    deadline = time.monotonic() + 30
-    while client.checkpoint_stats().counts.completed < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_completed(client, 2, timeout=30)
     client.cancel()
     assert client.status() == "CANCELED"
     job_dir = tmp_path / "ckpt" / client.job_id
-    retained = sorted(p for p in job_dir.iterdir() if p.name.startswith("chk-"))
+    retained = checkpoint_dirs(job_dir)
     assert len(retained) == 1
     env2 = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
     build(env2, rate=None)
@@ -209,13 +203,10 @@ def test_a_corrupted_latest_checkpoint_falls_back_to_the_previous_one(spark, tmp
                                restart=ss.RestartStrategy.fixed_delay(3, 0.0))
     build(env, rate=3000)
     client = start(env, "fallback")
-    deadline = time.monotonic() + 30
-    while client.checkpoint_stats().counts.completed < 3:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_completed(client, 3, timeout=30)
     # Pause checkpointing effects by corrupting the newest one and failing right away.
     job_dir = tmp_path / "ckpt" / client.job_id
-    newest = max((p for p in job_dir.iterdir() if p.name.startswith("chk-")), key=lambda p: int(p.name[4:]))
+    newest = checkpoint_dirs(job_dir)[-1]
     (newest / "_metadata").write_bytes(b"garbage")
     os.kill([s for s in client.subtasks() if s.vertex == "sum"][0].pid, signal.SIGKILL)
     result = client.wait(60)

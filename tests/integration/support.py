@@ -1,0 +1,60 @@
+"""What the integration tests share: a keyed running sum, waiting on a job, reading results."""
+
+from __future__ import annotations
+
+import time
+
+import streamsnap as ss
+from streamsnap.checkpoint.storage import checkpoint_id_of
+
+
+class RunningSum(ss.KeyedProcessFunction):
+    """Per-key running sum of `value`; `carry` names input columns copied to every output row."""
+
+    def __init__(self, carry: tuple[str, ...] = ()):
+        self.carry = carry
+
+    def open(self, ctx):
+        self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
+
+    def process_element(self, row, ctx):
+        total = self.total.value() + row["value"]
+        self.total.update(total)
+        out = {"key": ctx.current_key, "total": total}
+        for column in self.carry:
+            out[column] = row[column]
+        yield out
+
+
+def final_by_key(rows, key, value):
+    """The largest `value` seen per `key` (a running sum's final total)."""
+    out = {}
+    for r in rows:
+        out[r[key]] = max(out.get(r[key], 0), r[value])
+    return out
+
+
+def wait_status(client, status="RUNNING", timeout=60):
+    deadline = time.monotonic() + timeout
+    while client.status() != status:
+        assert client.status() not in ("FAILED", "CANCELED", "FINISHED") or status in ("FAILED", "FINISHED"), \
+            f"job is {client.status()}, wanted {status}"
+        assert time.monotonic() < deadline, f"status {client.status()}, wanted {status}"
+        time.sleep(0.02)
+
+
+def wait_completed(client, n, timeout=60):
+    """Until `n` checkpoints completed; returns the stats snapshot."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = client.checkpoint_stats()
+        if stats.counts.completed >= n:
+            return stats
+        assert time.monotonic() < deadline, f"only {stats.counts.completed} checkpoints completed: {stats.describe()}"
+        time.sleep(0.05)
+
+
+def checkpoint_dirs(job_dir):
+    """The `chk-<n>` directories of a job directory (a pathlib.Path), by checkpoint id."""
+    found = [(checkpoint_id_of(p.name), p) for p in job_dir.iterdir()]
+    return [p for i, p in sorted((i, p) for i, p in found if i is not None)]
