@@ -47,10 +47,7 @@ def run_throughput(spark, p: dict, results: dict) -> None:
         pairs = [(workloads.run_w1(spark, p[form], p["keys"], form, None),
                   workloads.run_w1(spark, p[form], p["keys"], form, 1.0)) for _ in range(p["runs"])]
         for label, side in (("no_checkpoints", 0), ("checkpoints_1s", 1)):
-            measured = [pair[side] for pair in pairs]
-            results[f"w1_{form}_{label}"] = {
-                "events_per_second": statistics.median(m["events_per_second"] for m in measured),
-                "runs": [m["events_per_second"] for m in measured], "details": measured}
+            results[f"w1_{form}_{label}"] = workloads.summarize([pair[side] for pair in pairs])
         ratios = [with_["events_per_second"] / without["events_per_second"] for without, with_ in pairs]
         results[f"w1_{form}_overhead"] = {"overhead": 1 - statistics.median(ratios), "ratios": ratios}
 
@@ -76,8 +73,8 @@ def run_spark(spark, p: dict, results: dict) -> None:
             shutil.rmtree(work, ignore_errors=True)
         rates = [sb.steady_rate(r) for r in runs]
         results[name] = {"events_per_second": statistics.median(rates), "runs": rates,
-                         "rows_per_batch": n // 8,
-                         "batch_seconds": [r["batch_seconds"] for r in runs], "spark": sb.spark_version(spark)}
+                         "rows_per_batch": n // len(runs[0]["batch_rows"]),
+                         "batch_seconds": [r["batch_seconds"] for r in runs], "spark": str(spark.version)}
 
 
 def run_ceiling(spark, p: dict, results: dict) -> None:
@@ -162,6 +159,8 @@ def main(argv=None) -> int:
         except Exception as exc:  # one broken benchmark must not lose the others' figures
             traceback.print_exc()
             results["errors"][name] = f"{type(exc).__name__}: {exc}"
+        finally:
+            workloads.cleanup()  # the checkpoints this benchmark wrote (10 M-key state is ~100 MB each)
     results["seconds"] = time.monotonic() - started
     path = report.write(results, args.out)
     print()

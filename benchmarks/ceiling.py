@@ -204,7 +204,6 @@ class _KeyedSum:
     """Per-key running sums over batches of (key, value); keys are their own index 0..k-1."""
 
     def __init__(self, k: int):
-        self.k = k
         self.state = np.zeros(k, dtype=np.int64)
         self.rows = 0
         self.sort_dtype = np.uint16 if k <= 1 << 16 else None

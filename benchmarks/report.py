@@ -69,12 +69,10 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                     f"{batch / sql:.1f}×", "> 1× (aim 3×)", _verdict(batch > sql)))
     tws_batch = results.get("spark_transform_with_state_in_pandas", {}).get("rows_per_batch")
     tws_label = f" ({tws_batch / 1e3:g} K-row micro-batches)" if tws_batch else ""
-    if tws and row:
-        out.append((f"per-row vs Spark transformWithStateInPandas{tws_label}", _fmt_rate(row), _fmt_rate(tws),
-                    f"{row / tws:.1f}×", "> 1×", _verdict(row > tws)))
-    if tws and batch:
-        out.append((f"vectorized vs Spark transformWithStateInPandas{tws_label}", _fmt_rate(batch), _fmt_rate(tws),
-                    f"{batch / tws:.1f}×", "> 1×", _verdict(batch > tws)))
+    for form, ours in (("per-row", row), ("vectorized", batch)):
+        if tws and ours:
+            out.append((f"{form} vs Spark transformWithStateInPandas{tws_label}", _fmt_rate(ours), _fmt_rate(tws),
+                        f"{ours / tws:.1f}×", "> 1×", _verdict(ours > tws)))
     ceiling = _rate(results, "ceiling")
     if ceiling and batch:
         out.append(("vectorized vs ceiling (Arrow IPC + numpy, no engine)", _fmt_rate(batch), _fmt_rate(ceiling),
@@ -157,11 +155,7 @@ def _plots(results: dict, directory: str, stem: str) -> list[str]:
         for i, (_, v) in enumerate(bars):
             ax.text(i, v, _fmt_rate(v), ha="center", va="bottom", fontsize=8)
         plt.xticks(fontsize=8)
-        fig.tight_layout()
-        path = os.path.join(directory, f"{stem}-throughput.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, directory, f"{stem}-throughput.png"))
     costs = results.get("checkpoint_cost")
     if costs:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -175,11 +169,7 @@ def _plots(results: dict, directory: str, stem: str) -> list[str]:
             ax.annotate(f"{c['state_bytes'] / 1e6:.1f} MB", (c["keys"], c["p99"]), fontsize=8)
         ax.legend()
         ax.set_title("checkpoint duration vs state size")
-        fig.tight_layout()
-        path = os.path.join(directory, f"{stem}-checkpoints.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, directory, f"{stem}-checkpoints.png"))
     lat = results.get("latency")
     if lat:
         series = [(k.replace("streamsnap_", "streamsnap ").replace("_", " "), v) for k, v in lat.items()
@@ -193,12 +183,16 @@ def _plots(results: dict, directory: str, stem: str) -> list[str]:
         ax.set_ylabel("event → sink latency (ms, log)")
         ax.set_title(f"latency at {lat['rate'] / 1e3:.0f} K events/s")
         ax.legend()
-        fig.tight_layout()
-        path = os.path.join(directory, f"{stem}-latency.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, directory, f"{stem}-latency.png"))
     return written
+
+
+def _save(plt, fig, directory: str, name: str) -> str:
+    fig.tight_layout()
+    path = os.path.join(directory, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def write(results: dict, directory: str) -> str:

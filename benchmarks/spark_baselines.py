@@ -39,11 +39,6 @@ TWS_OUTPUT_DDL = "key BIGINT, value BIGINT, running_sum BIGINT"
 Sink = Callable[[Any, int], None]  # foreachBatch(batch_df, batch_id)
 
 
-def spark_version(spark) -> str:
-    """The version of Spark the session runs (the JVM's, e.g. '4.3.0')."""
-    return str(spark.version)
-
-
 # --- input -----------------------------------------------------------------------------------
 
 def write_w1_input(directory: str, n: int, k: int, files: int = 8) -> None:
@@ -183,13 +178,14 @@ def _run_available_now(spark, stream_df, input_dir: str, checkpoint_dir: str,
         finally:
             _stop(query)
     batches = _executed_batches(query)
-    read = sum(int(p["numInputRows"]) for p in batches)
+    batch_rows = [int(p["numInputRows"]) for p in batches]
+    read = sum(batch_rows)
     if read != expected_rows:
         raise RuntimeError(
             f"{name}: the query read {read} rows in {len(batches)} micro-batches, but "
             f"{input_dir!r} holds {expected_rows}")
     return {"seconds": seconds, "rows": read, "batches": len(batches),
-            "batch_rows": [int(p["numInputRows"]) for p in batches],
+            "batch_rows": batch_rows,
             "batch_seconds": [int(p["durationMs"]["triggerExecution"]) / 1000.0 for p in batches]}
 
 
@@ -291,11 +287,13 @@ class RunningSum(_StatefulProcessorBase):
         pass
 
 
-def _require_tws_dependencies() -> None:
-    import importlib.util
+def missing_tws_dependencies() -> list[str]:
+    """The modules transformWithStateInPandas needs that are not installed."""
+    return [name for name in ("pandas", "google.protobuf") if _find_spec(name) is None]
 
-    missing = [mod for mod, pkg in (("pandas", "pandas"), ("google.protobuf", "protobuf"))
-               if _find_spec(importlib.util, mod) is None]
+
+def _require_tws_dependencies() -> None:
+    missing = missing_tws_dependencies()
     if missing:
         raise ImportError(
             "transformWithStateInPandas needs the Python packages pandas and protobuf (PySpark "
@@ -303,9 +301,11 @@ def _require_tws_dependencies() -> None:
             "Install them, e.g. `pip install pandas protobuf`.")
 
 
-def _find_spec(util, name: str):
+def _find_spec(name: str):
+    import importlib.util
+
     try:
-        return util.find_spec(name)
+        return importlib.util.find_spec(name)
     except ModuleNotFoundError:  # the parent package is missing
         return None
 

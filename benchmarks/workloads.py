@@ -9,6 +9,7 @@ deployment and teardown do not count (checkpoint pauses and the final checkpoint
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import statistics
 import tempfile
@@ -19,9 +20,39 @@ import numpy as np
 import pyarrow as pa
 
 import streamsnap as ss
+from streamsnap.cluster.status import JobStatus
 from streamsnap.connectors.base import Sink, SinkWriter
 
 PARALLELISM = 2
+_checkpoint_root: str | None = None
+
+
+def _checkpoint_dir(prefix: str) -> str:
+    """A fresh checkpoint directory under one per-process root that `cleanup` removes."""
+    global _checkpoint_root
+    if _checkpoint_root is None:
+        _checkpoint_root = tempfile.mkdtemp(prefix="ssbench-")
+    return tempfile.mkdtemp(prefix=prefix, dir=_checkpoint_root)
+
+
+def cleanup() -> None:
+    """Delete every checkpoint the workloads wrote in this process."""
+    global _checkpoint_root
+    if _checkpoint_root is not None:
+        shutil.rmtree(_checkpoint_root, ignore_errors=True)
+        _checkpoint_root = None
+
+
+def _batch_size(form: str) -> int:
+    return 65536 if form == "batch" else 8192
+
+
+def _median_or_nan(values) -> float:
+    return float(np.median(values)) if len(values) else float("nan")
+
+
+def _percentile_or_nan(values, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
 class RowRunningSum(ss.KeyedProcessFunction):
@@ -82,15 +113,12 @@ class _Throttle:
         return batch
 
 
-def _environment(spark, form: str, checkpoint_interval: float | None, network: ss.NetworkConfig | None = None,
-                 **checkpoint_kwargs):
+def _environment(spark, form: str, checkpoint_interval: float | None, network: ss.NetworkConfig | None = None):
     checkpointing = None
     if checkpoint_interval is not None:
-        checkpointing = ss.CheckpointConfig(interval=checkpoint_interval,
-                                            directory=tempfile.mkdtemp(prefix="ssbench-ckpt-"), **checkpoint_kwargs)
-    batch = 65536 if form == "batch" else 8192
+        checkpointing = ss.CheckpointConfig(interval=checkpoint_interval, directory=_checkpoint_dir("ckpt-"))
     return ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark, checkpointing=checkpointing,
-                                network=network or ss.NetworkConfig(batch_size=batch))
+                                network=network or ss.NetworkConfig(batch_size=_batch_size(form)))
 
 
 class _TimingWriter(SinkWriter):
@@ -149,7 +177,7 @@ def run_w1(spark, n: int, k: int, form: str, checkpoint_interval: float | None) 
     """One W1 run of n rows: events/s between the first and the last row at the sink."""
     env = _environment(spark, form, checkpoint_interval)
     sink = TimingSink()
-    build_w1(env, n, k, form, sink, batch_size=65536 if form == "batch" else 8192)
+    build_w1(env, n, k, form, sink, batch_size=_batch_size(form))
     result = env.execute(f"W1 {form} n={n}")
     checkpoints = result.checkpoints.counts.completed if result.checkpoints else 0
     return {"events_per_second": sink.events_per_second(), "duration": result.duration, "checkpoints": checkpoints}
@@ -158,7 +186,11 @@ def run_w1(spark, n: int, k: int, form: str, checkpoint_interval: float | None) 
 def w1_throughput(spark, n: int, k: int, form: str, checkpoint_interval: float | None, runs: int = 3) -> dict:
     """Median events/s over `runs` runs of n rows (after one warm-up run)."""
     run_w1(spark, max(1, n // 10), k, form, checkpoint_interval)  # warm workers and imports
-    measured = [run_w1(spark, n, k, form, checkpoint_interval) for _ in range(runs)]
+    return summarize([run_w1(spark, n, k, form, checkpoint_interval) for _ in range(runs)])
+
+
+def summarize(measured: list[dict]) -> dict:
+    """The median events/s of `run_w1` results, with every run's figures."""
     return {"events_per_second": statistics.median(m["events_per_second"] for m in measured),
             "runs": [m["events_per_second"] for m in measured], "details": measured}
 
@@ -186,7 +218,7 @@ class _LatencyWriter(SinkWriter):
             if lat.size > 200_000:
                 lat = np.random.default_rng(0).choice(lat, 200_000, replace=False)
             self._ctx.driver.send({"type": "sink", "uid": self._ctx.uid, "op": "latency",
-                                   "subtask": self._ctx.subtask_index, "values": lat.astype(np.float64).tobytes()})
+                                   "subtask": self._ctx.subtask_index, "values": lat.tobytes()})
             self._samples = []
 
     def end_input(self) -> None:
@@ -235,19 +267,24 @@ def w1_latency(spark, rate: float, seconds: float, k: int, form: str, buffer_tim
     build_w1(env, n, k, form, sink, rate=rate, batch_size=max(1, min(8192, int(rate * 0.001))), stamp=True)
     env.execute(f"W1 latency {form} rate={rate} timeout={buffer_timeout}")
     lat = np.concatenate(sink.collector.samples) if sink.collector.samples else np.array([np.nan])
-    return {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)), "samples": int(lat.size)}
+    p50, p99 = np.percentile(lat, [50, 99])
+    return {"p50": float(p50), "p99": float(p99), "samples": int(lat.size)}
 
 
 # ------------------------------------------------------------------------------- checkpoints
-def _collect_checkpoints(client, until_done) -> list:
+def _run_collecting_checkpoints(env, name: str) -> list:
+    """Run the job to its end; every checkpoint it completed, by id (the history is bounded,
+    so it is read while the job runs)."""
+    client = env.execute_async(name)
     seen = {}
-    while not until_done():
+    while not JobStatus(client.status()).is_terminal:
         stats = client.checkpoint_stats()
         if stats is not None:
             for c in stats.history:
                 if c.status.name == "COMPLETED":
                     seen[c.checkpoint_id] = c
         time.sleep(0.2)
+    client.wait(600)
     return [seen[i] for i in sorted(seen)]
 
 
@@ -256,14 +293,11 @@ def checkpoint_cost(spark, k: int, seconds: float, interval: float = 1.0) -> dic
     env = _environment(spark, "batch", interval)
     rate = max(2 * k / seconds, 2_000_000)  # touch every key (twice) within the run
     build_w1(env, int(rate * seconds), k, "batch", ss.sinks.Discard(), rate=rate, batch_size=65536)
-    client = env.execute_async(f"checkpoint cost K={k}")
-    checkpoints = _collect_checkpoints(client, lambda: client.status() in ("FINISHED", "FAILED", "CANCELED"))
-    client.wait(600)
+    checkpoints = _run_collecting_checkpoints(env, f"checkpoint cost K={k}")
     checkpoints = checkpoints[1:]  # the first one runs before all keys exist
     durations = [c.end_to_end_duration for c in checkpoints]
     return {"keys": k, "checkpoints": len(checkpoints),
-            "p50": float(np.percentile(durations, 50)) if durations else float("nan"),
-            "p99": float(np.percentile(durations, 99)) if durations else float("nan"),
+            "p50": _percentile_or_nan(durations, 50), "p99": _percentile_or_nan(durations, 99),
             "state_bytes": max((c.state_size for c in checkpoints), default=0),
             "sync_max": max((s.sync_duration for c in checkpoints for s in c.subtasks), default=0.0)}
 
@@ -279,19 +313,17 @@ def backpressure(spark, seconds: float, k: int = 1000) -> dict:
         env = _environment(spark, "row", 1.0, network=ss.NetworkConfig(batch_size=8192))
         rate = 200_000
         build_w1(env, int(rate * seconds), k, "row", ss.sinks.Discard(), rate=rate, slow_sink=throttle)
-        client = env.execute_async(f"backpressure {label}")
-        checkpoints = _collect_checkpoints(client, lambda: client.status() in ("FINISHED", "FAILED", "CANCELED"))
-        client.wait(600)
+        checkpoints = _run_collecting_checkpoints(env, f"backpressure {label}")
         # Only the keyed subtasks align (two input channels each); sources have nothing to align.
         keyed = [s for c in checkpoints for s in c.subtasks if not s.vertex_id.startswith("events")]
         alignment = [s.alignment_duration for s in keyed]
         start_delay = [s.start_delay for s in keyed]
         durations = [c.end_to_end_duration for c in checkpoints]
         out[label] = {"checkpoints": len(checkpoints),
-                      "start_delay_p50": float(np.median(start_delay)) if start_delay else float("nan"),
-                      "alignment_p50": float(np.median(alignment)) if alignment else float("nan"),
+                      "start_delay_p50": _median_or_nan(start_delay),
+                      "alignment_p50": _median_or_nan(alignment),
                       "alignment_max": max(alignment, default=float("nan")),
-                      "duration_p50": float(np.median(durations)) if durations else float("nan"),
+                      "duration_p50": _median_or_nan(durations),
                       "duration_max": max(durations, default=float("nan"))}
     return out
 
@@ -301,7 +333,7 @@ def recovery_time(spark, kills: int = 5, rate: float = 100_000, k: int = 1000) -
     """SIGKILL → first row at a sink after the restore, per kill (per-row W1, checkpoint 1 s)."""
     env = ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark,
                                checkpointing=ss.CheckpointConfig(interval=1.0,
-                                                                 directory=tempfile.mkdtemp(prefix="ssbench-rec-")),
+                                                                 directory=_checkpoint_dir("rec-")),
                                restart=ss.RestartStrategy.fixed_delay(attempts=kills + 1, delay=0.0))
     build_w1(env, None, k, "row", ss.sinks.Discard(), rate=rate)
     client = env.execute_async("recovery")
@@ -314,11 +346,14 @@ def recovery_time(spark, kills: int = 5, rate: float = 100_000, k: int = 1000) -
         killed = time.time()
         os.kill(victim.pid, signal.SIGKILL)
         deadline = time.monotonic() + 60
-        while len(client.recoveries()) <= i or "first_output_at" not in client.recoveries()[i]:
+        while True:
+            recoveries = client.recoveries()
+            if len(recoveries) > i and "first_output_at" in recoveries[i]:
+                break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no output within 60 s after kill {i}")
             time.sleep(0.01)
-        r = client.recoveries()[i]
+        r = recoveries[i]
         times.append(r["first_output_at"] - killed)
         phases.append({"noticed": r["failed_at"] - killed, "running": r["running_at"] - killed,
                        "first_output": r["first_output_at"] - killed})

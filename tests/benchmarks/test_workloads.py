@@ -15,6 +15,12 @@ from benchmarks import workloads
 pytestmark = pytest.mark.spark
 
 
+@pytest.fixture(autouse=True)
+def _delete_checkpoints():
+    yield
+    workloads.cleanup()
+
+
 @pytest.mark.parametrize("form", ["row", "batch"])
 def test_w1_run_counts_every_row_and_checkpoints(spark, form):
     result = workloads.run_w1(spark, 200_000, 100, form, checkpoint_interval=0.2)
