@@ -58,7 +58,7 @@ def read_output(path) -> list[tuple]:
 
 
 def causes(client) -> str:
-    return "; ".join(r["cause"].splitlines()[0] for r in client.recoveries())
+    return "; ".join(r["cause"] for r in client.recoveries())
 
 
 def diagnose(client) -> str:
