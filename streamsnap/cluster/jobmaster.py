@@ -33,6 +33,7 @@ from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import SystemClock, TimerQueue
+from streamsnap.cluster.attempts import AttemptTracker
 from streamsnap.cluster.restart import RestartBackoff
 from streamsnap.cluster.spark_session import control_host, is_local
 from streamsnap.cluster.status import ExecutionState, JobStatus
@@ -133,7 +134,8 @@ class JobMaster:
         self._secret = auth.new_secret()
         self._lock = threading.Lock()
         self._subtasks: dict[int, _Subtask] = {}
-        self._attempt = -1
+        self._attempts = AttemptTracker()
+        self._restart_timer = None
         self._backoff = RestartBackoff(settings.restart)
         self._failing = False
         self._failure: str | None = None
@@ -165,12 +167,17 @@ class JobMaster:
         self._server = ControlServer(control_host(spark), self._secret, lambda conn: None,
                                      self._on_control_message, self._on_control_close)
 
+    @property
+    def _attempt(self) -> int:
+        return self._attempts.current
+
     # ================================================================ public (any thread)
     def start(self) -> None:
         if self.settings.checkpoint is not None:
             self.coordinator = self._create_coordinator()
         self._server.start()
         self._loop_thread.start()
+        self._attempts.request_deploy()
         self._post(self._deploy)
 
     def wait(self, timeout: float | None = None) -> JobResult:
@@ -277,10 +284,15 @@ class JobMaster:
         return None
 
     def _deploy(self) -> None:
+        self._restart_timer = None
+        if self.status.is_terminal or not self._attempts.deploy_pending:
+            log.debug("deploy skipped: the job is %s", self.status.value)
+            return
         if self._cancel_requested:
+            self._attempts.cancel_deploy()
             self._finalize(JobStatus.CANCELED)
             return
-        self._attempt += 1
+        self._attempts.begin_deploy()
         try:
             plan = self._restore_plan()
         except RestoreError as exc:
@@ -339,11 +351,11 @@ class JobMaster:
         self._post(lambda: self._on_spark_job_end(attempt, error))
 
     def _deploy_timed_out(self, attempt: int) -> None:
-        if attempt != self._attempt or self.status is JobStatus.RUNNING or self._failing:
+        if not self._attempts.is_live(attempt) or self.status is JobStatus.RUNNING:
             return
         missing = [str(s.attempt_id) for s in self._subtasks.values() if s.state is not ExecutionState.RUNNING]
         self._handle_failure(f"subtasks did not start within {DEPLOY_TIMEOUT:.0f} s: {', '.join(missing)} "
-                             f"(are there enough free Spark task slots?)", "DEPLOY_TIMEOUT")
+                             f"(are there enough free Spark task slots?)", "DEPLOY_TIMEOUT", attempt)
 
     # ================================================================ restore
     def _restore_plan(self):
@@ -392,10 +404,10 @@ class JobMaster:
                 self.coordinator.receive_decline(DeclineCheckpoint.from_wire(message))
             return
         subtask = self._subtask_of(attempt)
-        if subtask is None or self._failing:
-            # A previous attempt, or the current one while it is being torn down: whatever its
-            # tasks still say (rows for a sink above all) is past the checkpoint we restore.
-            log.debug("message %s from %s ignored (attempt being replaced)", kind, attempt)
+        if subtask is None or not self._attempts.is_live(attempt.attempt):
+            # A previous attempt, or the current one after it failed or was cancelled: whatever
+            # its tasks still say (errors, rows for a sink) is past the checkpoint we restore.
+            log.debug("message %s from %s ignored (its attempt has ended)", kind, attempt)
             return
         if kind == "register":
             with self._lock:
@@ -434,7 +446,7 @@ class JobMaster:
             with self._lock:
                 subtask.state = ExecutionState.FAILED
             reason = "USER_FUNCTION" if message.get("user_error") else "TASK_FAILURE"
-            self._handle_failure(str(message["error"]), reason)
+            self._handle_failure(str(message["error"]), reason, attempt.attempt)
         elif kind == "first_output":
             if self.recovery_log and "first_output_at" not in self.recovery_log[-1]:
                 self.recovery_log[-1]["first_output_at"] = float(message["at"])
@@ -449,11 +461,14 @@ class JobMaster:
 
     def _handle_close(self, conn: ControlConnection, error) -> None:
         subtask = conn.context
-        if not isinstance(subtask, _Subtask) or self._subtask_of(subtask.attempt_id) is not subtask:
+        if not isinstance(subtask, _Subtask):
+            return
+        if not self._attempts.is_live(subtask.attempt_id.attempt) or self._subtask_of(subtask.attempt_id) is not subtask:
+            log.debug("connection of %s closed (its attempt has ended)", subtask.attempt_id)
             return
         if subtask.state in (ExecutionState.FINISHED, ExecutionState.FAILED, ExecutionState.CANCELED):
             return
-        if self._failing or self.status.is_terminal or self.status is JobStatus.CANCELLING:
+        if self.status.is_terminal or self.status is JobStatus.CANCELLING:
             return
         with self._lock:
             subtask.state = ExecutionState.FAILED
@@ -461,7 +476,7 @@ class JobMaster:
         self._handle_failure(
             f"lost subtask {subtask.attempt_id.vertex_id}#{subtask.attempt_id.index} ({where}): its "
             f"connection to the driver dropped — the task process died or was killed"
-            + (f" ({error})" if error else ""), "TASK_LOST")
+            + (f" ({error})" if error else ""), "TASK_LOST", subtask.attempt_id.attempt)
 
     # ================================================================ job end
     def _on_all_end_of_data(self) -> None:
@@ -494,7 +509,8 @@ class JobMaster:
                 subtask.connection.send(dict(message))
 
     def _on_spark_job_end(self, attempt: int, error: BaseException | None) -> None:
-        if attempt != self._attempt or attempt in self._abandoned_spark_jobs:
+        if attempt != self._attempt or attempt in self._abandoned_spark_jobs or not self._spark_running:
+            log.debug("end of the Spark job of attempt %d ignored (no longer awaited)", attempt)
             return
         self._spark_running = False
         if self._failing:
@@ -505,10 +521,13 @@ class JobMaster:
             self._finalize(JobStatus.FINISHED)
         else:
             self._handle_failure(_spark_error_summary(error) if error else
-                                 "the Spark job ended before all subtasks finished", "SPARK_JOB_FAILED")
+                                 "the Spark job ended before all subtasks finished", "SPARK_JOB_FAILED", attempt)
 
-    def _handle_failure(self, cause: str, reason: str) -> None:
-        if self._failing or self.status.is_terminal:
+    def _handle_failure(self, cause: str, reason: str, attempt: int) -> None:
+        """A failure of `attempt`: charged once, and only while that attempt is current and live."""
+        if self.status.is_terminal or not self._attempts.charge_failure(attempt):
+            log.debug("failure of attempt %d not charged (current attempt %d, %s): %s", attempt,
+                      self._attempt, "ended" if self._attempts.ended else "live", cause.splitlines()[0])
             return
         self._failing = True
         self._failure, self._failure_reason = cause, reason
@@ -555,6 +574,7 @@ class JobMaster:
                 log.debug("cancelling Spark job group %s failed", self._spark_group, exc_info=True)
 
     def _after_attempt_stopped(self) -> None:
+        """The failed attempt's Spark job ended (or was given up on): restart once, or fail."""
         self._failing = False
         for subtask in self._subtasks.values():
             if subtask.connection is not None:
@@ -562,14 +582,18 @@ class JobMaster:
         if self._cancel_requested:
             self._finalize(JobStatus.CANCELED)
             return
+        if self._attempts.deploy_pending:
+            log.debug("a deploy is already pending; attempt %d is not restarted twice", self._attempt)
+            return
         self._backoff.notify_failure(self._clock.monotonic())
         if self._backoff.can_restart():
+            self._attempts.request_deploy()
             self._backoff.notify_restart()
             self._set_status(JobStatus.RESTARTING)
             delay = self._backoff.backoff_time
             log.warning("job '%s' restarting (restart %d, %s) in %.1f s", self.settings.job_name,
                         self._backoff.restarts, self._backoff.describe(), delay)
-            self._timers.call_later(delay, self._deploy)
+            self._restart_timer = self._timers.call_later(delay, self._deploy)
             return
         restarts = self._backoff.restarts
         message = self._failure
@@ -581,14 +605,22 @@ class JobMaster:
     def _on_checkpoint_failure_limit(self, exc: BaseException) -> None:
         """The failure manager counted more checkpoint failures than tolerated: fail over."""
         reason = getattr(getattr(exc, "reason", None), "name", "CHECKPOINT_FAILURE")
-        self._post(lambda: self._handle_failure(f"too many checkpoint failures: {exc}", reason))
+        attempt = self._attempt  # the coordinator calls this on the loop thread, for the current attempt
+        self._post(lambda: self._handle_failure(f"too many checkpoint failures: {exc}", reason, attempt))
 
     def _cancel(self) -> None:
         if self.status.is_terminal:
             return
         self._cancel_requested = True
+        self._attempts.retire(self._attempt)
         if self._failing:
             return  # _after_attempt_stopped finalizes as CANCELED
+        if self._restart_timer is not None:  # RESTARTING: nothing runs, nothing will be deployed
+            self._restart_timer.cancel()
+            self._restart_timer = None
+            self._attempts.cancel_deploy()
+            self._finalize(JobStatus.CANCELED)
+            return
         self._set_status(JobStatus.CANCELLING)
         self._stop_attempt()
         if not self._spark_running:
@@ -623,7 +655,7 @@ class JobMaster:
                 if f.exception() is not None:
                     result.set_exception(f.exception())
                     return
-                if terminate and attempt == self._attempt:
+                if terminate and self._attempts.is_live(attempt):
                     self._stopped_with_savepoint = True
                     self.coordinator.stop_periodic_scheduler()
                     self._send_all({"type": "finish", "drain": drain})

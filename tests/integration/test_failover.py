@@ -117,7 +117,7 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str):
         "phase_dir": str(phases), "async_delay": 0.2, "notify_delay": 0.2}))
     config = ss.CheckpointConfig(interval=0.5, directory=str(ckpt), mode=mode, num_retained=2)
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
-                               restart=ss.RestartStrategy.fixed_delay(attempts=10, delay=0.1))
+                               restart=ss.RestartStrategy.fixed_delay(attempts=3, delay=0.1))
     (env.from_source(ss.sources.Generator(event, count=N, rate=RATE), name="events", uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.FileSink(str(out), format="parquet"), name="files", uid="files"))

@@ -1,0 +1,123 @@
+"""A failure is charged once per attempt; stragglers of an ended attempt change nothing.
+
+The tracker is tested message by message; the JobMaster is driven through its own event handlers
+with a stand-in Spark whose barrier job ends when cancelled, in the order that made the chaos
+tests count one kill twice (a second subtask of the failed attempt closing its connection while
+the job is FAILING, RESTARTING, and after the new attempt was deployed).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import streamsnap as ss
+from streamsnap.cluster.attempts import AttemptTracker
+from streamsnap.cluster.status import JobStatus
+from tests.cluster.standin import StandInSpark, master_for
+
+
+def test_a_failure_ends_the_attempt_once_and_stragglers_do_not_count():
+    t = AttemptTracker()
+    assert not t.is_live(0)
+    assert t.request_deploy() and not t.request_deploy()  # at most one pending deploy
+    assert t.begin_deploy() == 0 and t.is_live(0)
+    assert t.charge_failure(0)
+    assert not t.charge_failure(0) and not t.is_live(0)  # a second subtask of attempt 0
+    assert t.request_deploy() and not t.request_deploy()
+    assert not t.charge_failure(0)                       # during the restart delay
+    assert t.begin_deploy() == 1
+    assert not t.charge_failure(0) and t.is_live(1)      # racing with the redeploy
+    assert t.charge_failure(1) and t.failures == 2
+
+
+def test_a_cancelled_attempt_charges_no_failure_and_deploy_needs_a_request():
+    t = AttemptTracker()
+    t.request_deploy()
+    t.begin_deploy()
+    t.retire(0)
+    assert not t.charge_failure(0) and t.failures == 0
+    with pytest.raises(RuntimeError, match="without a pending deploy"):
+        t.begin_deploy()
+    t.request_deploy()
+    t.cancel_deploy()
+    assert t.request_deploy()
+
+
+class Conn:
+    """What `_handle_close` reads of a control connection: the subtask it belongs to."""
+
+    def __init__(self, subtask):
+        self.context = subtask
+
+
+def wait_for(condition, what, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def stragglers(master, subtasks, attempt, checkpoint_limit=False):
+    """Everything an ended attempt's subtasks and Spark job may still report (and, while it is
+    still the newest attempt, the coordinator's checkpoint-failure limit)."""
+    def deliver():
+        for s in subtasks:
+            master._handle_close(Conn(s), ConnectionResetError("peer gone"))
+            master._handle_message(Conn(s), {"type": "failed", "attempt": s.attempt_id.to_wire(),
+                                             "error": "cancelled by the driver"})
+        master._on_spark_job_end(attempt, RuntimeError("Could not recover from a failed barrier ResultStage"))
+        master._deploy_timed_out(attempt)
+        if checkpoint_limit:
+            master._on_checkpoint_failure_limit(RuntimeError("tolerable checkpoint failures exceeded"))
+    master._post(deliver)
+
+
+def test_a_second_subtask_lost_after_the_failure_is_not_a_second_restart():
+    spark = StandInSpark(ends_on_cancel=True)
+    master = master_for(spark, ss.RestartStrategy.fixed_delay(attempts=3, delay=0.3), parallelism=2)
+    master.start()
+    try:
+        wait_for(lambda: spark.jobs_started == 1, "attempt 0's Spark job")
+        first = list(master._subtasks.values())
+        assert len(first) >= 2
+        # The real failure, and at once (same loop turn, job FAILING) the other subtask's close.
+        master._post(lambda: (master._handle_close(Conn(first[0]), None),
+                              master._handle_close(Conn(first[1]), None)))
+        wait_for(lambda: master.status is JobStatus.RESTARTING, "RESTARTING")
+        stragglers(master, first, 0, checkpoint_limit=True)  # during the restart delay
+        wait_for(lambda: spark.jobs_started >= 2, "attempt 1's Spark job")
+        stragglers(master, first, 0)               # racing with the redeploy
+        time.sleep(0.8)                            # longer than the restart delay: a second deploy would show
+        assert spark.jobs_started == 2
+        assert master._attempt == 1 and master._backoff.restarts == 1
+        assert len(master.recovery_log) == 1
+        assert master.status is not JobStatus.FAILED
+        # The new attempt still fails over normally.
+        second = list(master._subtasks.values())
+        master._post(lambda: master._handle_close(Conn(second[1]), None))
+        wait_for(lambda: spark.jobs_started >= 3, "attempt 2's Spark job")
+        assert master._backoff.restarts == 2 and len(master.recovery_log) == 2
+    finally:
+        master.cancel()
+        assert master.wait_terminal(10)
+        spark.release.set()
+    assert master.status is JobStatus.CANCELED
+
+
+def test_cancel_during_the_restart_delay_deploys_nothing():
+    spark = StandInSpark(ends_on_cancel=True)
+    master = master_for(spark, ss.RestartStrategy.fixed_delay(attempts=3, delay=0.5))
+    master.start()
+    try:
+        wait_for(lambda: spark.jobs_started == 1, "attempt 0's Spark job")
+        (only,) = master._subtasks.values()
+        master._post(lambda: master._handle_close(Conn(only), None))
+        wait_for(lambda: master.status is JobStatus.RESTARTING, "RESTARTING")
+        master.cancel()
+        assert master.wait_terminal(5)
+        time.sleep(0.7)
+        assert master.status is JobStatus.CANCELED and spark.jobs_started == 1
+    finally:
+        spark.release.set()
