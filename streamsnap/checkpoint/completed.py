@@ -3,8 +3,9 @@
 A checkpoint is completed once every task acknowledged it and its `_metadata` is written. The
 store keeps the newest `num_retained` of them; older ones are *subsumed*: deleted with their
 exclusive files, while shared (incremental) files go through the reference-counting registry.
-Savepoints taken by the job are never put into the store: they belong to the user and are not
-used for failover. What happens to the retained checkpoints when the job ends is decided by
+Savepoints taken by the job belong to the user: a plain one is never put into the store; a
+terminating one (stop-with-savepoint) is, as a failover point the store never deletes, because
+the sinks committed on it. What happens to the retained checkpoints when the job ends is decided by
 the retention policy (Flink's externalized-checkpoint cleanup).
 """
 
@@ -61,6 +62,10 @@ class CheckpointProperties:
     def for_savepoint(cls, terminate: bool = False) -> "CheckpointProperties":
         kind = CheckpointType.TERMINATING_SAVEPOINT if terminate else CheckpointType.SAVEPOINT
         return cls(kind, is_periodic=False, discard_subsumed=False)
+
+    def as_failover_point(self) -> "CheckpointProperties":
+        """A savepoint the job may restore from but never deletes (a stop-with-savepoint)."""
+        return CheckpointProperties(self.checkpoint_type, self.is_periodic, discard_subsumed=False, owned=False)
 
     @classmethod
     def for_restored(cls, checkpoint_type: CheckpointType) -> "CheckpointProperties":

@@ -491,7 +491,12 @@ class CheckpointCoordinator:
                 R.FINALIZE_CHECKPOINT_FAILURE, f"writing {pending.location.metadata_url} failed: {exc!r}",
                 checkpoint_id))
             return
-        if not props.is_savepoint:
+        if props.is_terminating:
+            # The sinks commit on this savepoint, so it must be the failover point until the job
+            # finishes: a restore from an older checkpoint would replay committed output
+            # (FLINK-26783). The savepoint stays the user's: the store never deletes it.
+            completed = CompletedCheckpoint(completed.metadata, completed.location, props.as_failover_point())
+        if not props.is_savepoint or props.is_terminating:
             try:
                 self._store.add_checkpoint(completed)
             except Exception as exc:
@@ -588,33 +593,57 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------------ restore
 
     def restore_latest_checkpoint(self) -> CompletedCheckpoint | None:
-        """The newest retained checkpoint whose `_metadata` still reads back, or None if none is
-        retained. A corrupt newer one is skipped with a warning. The id counter moves past the
-        restored id. Raises RestoreError if checkpoints are retained but none is readable:
-        silently starting from empty state would lose it.
+        """The newest retained checkpoint, read back, or None if none is retained.
+
+        The sinks committed the newest checkpoint's output when it completed, so falling back to
+        an older one would emit that output again. With exactly-once that is refused with a
+        RestoreError that says how to go on; with at-least-once (repeats allowed) an unreadable
+        newer checkpoint is skipped with a warning. The id counter moves past the restored id.
+        Raises RestoreError too if checkpoints are retained but none is readable: silently
+        starting from empty state would lose it.
         """
         candidates = self._store.all()
         problems = []
         for checkpoint in reversed(candidates):
             try:
-                metadata = read_metadata(checkpoint.location.metadata_url)
-                if metadata.checkpoint_id != checkpoint.checkpoint_id:
-                    raise RestoreError(f"{checkpoint.location.metadata_url} holds checkpoint "
-                                       f"{metadata.checkpoint_id}, expected {checkpoint.checkpoint_id}")
+                metadata = self._read_retained(checkpoint)
             except RestoreError as exc:
-                problems.append(str(exc))
+                problems.append((checkpoint, str(exc)))
+                if self.config.exactly_once:
+                    continue  # looked at below: only to name the fallback in the error
                 logger.warning("cannot restore checkpoint %d: %s; falling back to the previous retained "
-                               "checkpoint", checkpoint.checkpoint_id, exc)
+                               "checkpoint (at-least-once: output committed since then repeats)",
+                               checkpoint.checkpoint_id, exc)
                 continue
+            if problems and self.config.exactly_once:
+                raise self._unsafe_fallback(problems, checkpoint)
             restored = CompletedCheckpoint(metadata, checkpoint.location, checkpoint.properties)
             self.restored_from(restored.checkpoint_id, restored.external_pointer, restored.checkpoint_type)
             return restored
         if candidates:
             raise RestoreError(
                 f"none of the {len(candidates)} retained checkpoint(s) of job {self.job_id} can be read "
-                f"({'; '.join(problems)}); restore from a savepoint or an older retained checkpoint "
-                f"explicitly, or raise CheckpointConfig.num_retained to keep more fallbacks")
+                f"({'; '.join(p for _, p in problems)}); restore from a savepoint explicitly "
+                f"(restore_from=...), or raise CheckpointConfig.num_retained to keep more fallbacks")
         return None
+
+    @staticmethod
+    def _read_retained(checkpoint: CompletedCheckpoint):
+        metadata = read_metadata(checkpoint.location.metadata_url)
+        if metadata.checkpoint_id != checkpoint.checkpoint_id:
+            raise RestoreError(f"{checkpoint.location.metadata_url} holds checkpoint "
+                               f"{metadata.checkpoint_id}, expected {checkpoint.checkpoint_id}")
+        return metadata
+
+    def _unsafe_fallback(self, problems: list, older: CompletedCheckpoint) -> RestoreError:
+        newest, problem = problems[0]
+        return RestoreError(
+            f"the newest completed checkpoint {newest.checkpoint_id} of job {self.job_id} cannot be read "
+            f"({problem}). Its output was already committed by the sinks, so restoring the older checkpoint "
+            f"{older.checkpoint_id} would commit that output a second time, which exactly-once forbids. "
+            f"To go on: restore {newest.location.metadata_url} from a backup and run the job again; or accept "
+            f"repeated output and restore the older checkpoint explicitly with "
+            f"restore_from={filesystem.user_path(older.external_pointer)!r} (streamsnap run --from ...)")
 
     def restore_from(self, path: str) -> CompletedCheckpoint:
         """Load a savepoint or retained checkpoint named by the user (`restore_from=` / `--from`).

@@ -146,7 +146,8 @@ class JobMaster:
         self._spark_threads: dict[int, threading.Thread] = {}
         self._deploy_timer = None
         self._final_checkpoint_pending = False
-        self._stopped_with_savepoint = False
+        # A completed stop-with-savepoint waiting for the job to finish: (savepoint path, future).
+        self._stopping: tuple[str, concurrent.futures.Future] | None = None
         self._started_at = time.monotonic()
         self._done = threading.Event()
         self._result: JobResult | None = None
@@ -480,7 +481,7 @@ class JobMaster:
 
     # ================================================================ job end
     def _on_all_end_of_data(self) -> None:
-        if self.coordinator is None or self._stopped_with_savepoint:
+        if self.coordinator is None or self._stopping is not None:
             return  # no final checkpoint: tasks finish on their own, or the savepoint was the last one
         self.coordinator.stop_periodic_scheduler()
         self._trigger_final_checkpoint()
@@ -531,6 +532,10 @@ class JobMaster:
             return
         self._failing = True
         self._failure, self._failure_reason = cause, reason
+        if self._stopping is not None:
+            path, stop = self._stopping
+            self._stopping = None
+            stop.set_exception(self._stop_interrupted(path))
         log.info("job '%s' attempt %d failed: %s", self.settings.job_name, self._attempt, cause.splitlines()[0])
         self.recovery_log.append({"failed_at": time.time(), "cause": cause})
         if self._deploy_timer is not None:
@@ -655,13 +660,23 @@ class JobMaster:
                 if f.exception() is not None:
                     result.set_exception(f.exception())
                     return
-                if terminate and self._attempts.is_live(attempt):
-                    self._stopped_with_savepoint = True
+                path = filesystem.user_path(f.result().external_pointer)
+                if not terminate:
+                    result.set_result(path)
+                elif not self._attempts.is_live(attempt) or self.status.is_terminal:
+                    result.set_exception(self._stop_interrupted(path))
+                else:  # resolved when the job has FINISHED (Flink's stop-with-savepoint)
+                    self._stopping = (path, result)
                     self.coordinator.stop_periodic_scheduler()
                     self._send_all({"type": "finish", "drain": drain})
-                result.set_result(filesystem.user_path(f.result().external_pointer))
             self._post(on_loop)
         future.add_done_callback(done)
+
+    def _stop_interrupted(self, path: str) -> StreamsnapError:
+        return StreamsnapError(
+            f"the stop-with-savepoint's savepoint completed at {path}, but the job failed before it finished "
+            f"({(self._failure or 'no cause recorded').splitlines()[0]}); the job restores from that savepoint "
+            f"and runs on, so nothing is committed twice — call stop_with_savepoint again to stop it")
 
     def _set_status(self, status: JobStatus) -> None:
         if status is self.status:
@@ -681,6 +696,14 @@ class JobMaster:
         if self.coordinator is not None:
             stats = self.coordinator.stats.snapshot()
             self.coordinator.shutdown(status)
+        if self._stopping is not None:
+            path, stop = self._stopping
+            self._stopping = None
+            if status is JobStatus.FINISHED:
+                stop.set_result(path)
+            else:
+                stop.set_exception(StreamsnapError(f"the job ended {status.value} after the stop-with-savepoint's "
+                                                   f"savepoint completed at {path}"))
         if status is JobStatus.FINISHED:
             self._result = self._build_result(stats)
         elif error is None:

@@ -129,7 +129,9 @@ class StreamTask:
         self._drain = True
         self._eop_sent = False
         self._outputs_shut = False
-        self._suspended = False  # a source after a terminating savepoint's barrier
+        # A source stopped by a terminating savepoint's barrier: that savepoint's id. Only its
+        # abort resumes the source; other checkpoints' aborts do not concern it.
+        self._suspended_by: int | None = None
         self._aborted_checkpoints: set[int] = set()
         self._source_wait = 0.0
         self._hooks = deployment.test_hooks or {}
@@ -279,7 +281,7 @@ class StreamTask:
     def _step(self) -> bool:
         self._source_wait = 0.0
         if self.is_source:
-            if self._suspended or self._end_of_data:
+            if self._suspended_by is not None or self._end_of_data:
                 return False
             if self.head.emit_next():
                 return True
@@ -350,8 +352,8 @@ class StreamTask:
             self._aborted_checkpoints.add(checkpoint_id)
             if self._input is not None:
                 self._input.handler.on_checkpoint_aborted(checkpoint_id)
-            if self._suspended:
-                self._suspended = False  # the terminating savepoint failed: keep going
+            if self._suspended_by == checkpoint_id:
+                self._suspended_by = None  # the terminating savepoint failed: keep going
             for op in self.operators:
                 op.notify_checkpoint_aborted(checkpoint_id)
         elif kind == "finish":
@@ -432,7 +434,7 @@ class StreamTask:
             return
         sync_duration = time.monotonic() - started
         if options.checkpoint_type is CheckpointType.TERMINATING_SAVEPOINT and self.is_source:
-            self._suspended = True
+            self._suspended_by = checkpoint_id
         self._async.submit(self._complete_async, checkpoint_id, snapshots, sync_duration, metrics)
 
     def _complete_async(self, checkpoint_id: int, snapshots: list, sync_duration: float,

@@ -582,6 +582,24 @@ def test_terminating_savepoint_notifies_commit(make_harness, tmp_path):
     assert listener.completed == [1]
 
 
+def test_a_completed_stop_with_savepoint_is_the_failover_point_and_is_never_deleted(make_harness, tmp_path):
+    """The sinks committed on the terminating savepoint: a failure before the job finished must
+    restore from it, not from checkpoint 1 (which would replay committed output)."""
+    h = make_harness(num_retained=1)
+    h.start()
+    complete(h)                                                    # checkpoint 1
+    future = h.coordinator.trigger_savepoint(str(tmp_path / "sp"), terminate=True)
+    h.ack_all(2)
+    path = future.result(timeout=0).external_pointer
+    assert h.coordinator.restore_latest_checkpoint().checkpoint_id == 2
+    # The job runs on from it and completes a checkpoint of its own; the savepoint stays.
+    h.deploy(1)
+    complete(h)
+    assert h.coordinator.restore_latest_checkpoint().checkpoint_id == 3
+    h.coordinator.shutdown(JobStatus.FINISHED)
+    assert filesystem.exists(filesystem.join(path, "_metadata"))
+
+
 def test_savepoint_takes_priority_over_queued_checkpoints_and_max_concurrent(make_harness, tmp_path):
     h = make_harness(max_concurrent=1)
     h.start()
@@ -629,20 +647,38 @@ def test_restore_latest_checkpoint(make_harness):
     assert h.coordinator.stats.snapshot().latest_restored.checkpoint_id == 2
 
 
-def test_restore_falls_back_when_latest_metadata_is_corrupt(make_harness, caplog):
-    h = make_harness(num_retained=2)
-    h.start()
-    complete(h)
-    latest = complete(h)
-    url = filesystem.join(latest.external_pointer, "_metadata")
+def corrupt_metadata(checkpoint) -> None:
+    url = filesystem.join(checkpoint.external_pointer, "_metadata")
     data = bytearray(filesystem.read_bytes(url))
     data[-5] ^= 0x01
     filesystem.write_atomic(url, bytes(data))
+
+
+def test_at_least_once_restore_falls_back_when_latest_metadata_is_corrupt(make_harness, caplog):
+    h = make_harness(num_retained=2, mode="at_least_once")
+    h.start()
+    complete(h)
+    corrupt_metadata(complete(h))
     with caplog.at_level(logging.WARNING, logger="streamsnap.checkpoint.coordinator"):
         restored = h.coordinator.restore_latest_checkpoint()
     assert restored.checkpoint_id == 1
     assert "cannot restore checkpoint 2" in caplog.text and "checksum mismatch" in caplog.text
+    assert "output committed since then repeats" in caplog.text
     assert h.coordinator.id_counter.current == 3
+
+
+def test_exactly_once_refuses_to_fall_back_past_committed_output(make_harness):
+    """Checkpoint 2's output was committed: restoring checkpoint 1 would commit it again."""
+    h = make_harness(num_retained=2)
+    h.start()
+    older = complete(h)
+    corrupt_metadata(complete(h))
+    with pytest.raises(RestoreError) as info:
+        h.coordinator.restore_latest_checkpoint()
+    text = str(info.value)
+    assert "checkpoint 2" in text and "checksum mismatch" in text and "a second time" in text
+    assert f"restore_from={filesystem.user_path(older.external_pointer)!r}" in text
+    assert h.coordinator.stats.snapshot().latest_restored is None  # nothing was restored
 
 
 def test_restore_raises_when_no_retained_checkpoint_is_readable(make_harness):

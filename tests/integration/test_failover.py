@@ -266,3 +266,53 @@ def test_a_file_source_resumes_from_its_split_offsets_after_a_kill(spark, tmp_pa
     rows = result.rows()
     assert sorted(r["i"] for r in rows) == list(range(n_files * per_file))
     assert sum(final_by_key(rows, "key", "total").values()) == n_files * per_file
+
+
+def test_a_failure_after_a_completed_stop_with_savepoint_restores_from_it(spark, tmp_path, monkeypatch):
+    """The savepoint's commit was notified; a task dies before the job FINISHED. Restoring from
+    the checkpoint before the savepoint would replay committed rows: it must restore from the
+    savepoint, run on, and the stop must report that it did not stop."""
+    import threading
+
+    n = 6000
+    out, phases = tmp_path / "out", tmp_path / "phases"
+    phases.mkdir()
+    monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({"phase_dir": str(phases), "notify_delay": 0.3}))
+    config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
+                               restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.0))
+    (env.from_source(ss.sources.Generator(event, count=n, rate=2000), name="events", uid="events")
+        .key_by("key").process(RunningSum(), name="sum", uid="sum")
+        .sink_to(ss.sinks.FileSink(str(out), format="parquet"), name="files", uid="files"))
+    client = env.execute_async("fails after stop-with-savepoint")
+    wait_status(client, "RUNNING")
+    time.sleep(0.5)
+    assert client.trigger_checkpoint().checkpoint_id == 1
+    time.sleep(0.5)
+    stop: dict = {}
+
+    def stop_job():
+        try:
+            stop["path"] = client.stop_with_savepoint(str(tmp_path / "sp"))
+        except BaseException as exc:  # the test asserts what it was
+            stop["error"] = exc
+    stopper = threading.Thread(target=stop_job)
+    stopper.start()
+    deadline = time.monotonic() + 30
+    while (savepoint := client.checkpoint_stats().latest_savepoint) is None:
+        assert time.monotonic() < deadline, "the savepoint did not complete"
+        time.sleep(0.002)
+    # Its commit is being notified (notify_delay keeps each task in that phase for 0.3 s).
+    while not (markers := glob.glob(os.path.join(str(phases), f"commit-sum-*-{savepoint.checkpoint_id}-*"))):
+        assert time.monotonic() < deadline, f"no task committed savepoint {savepoint.checkpoint_id}"
+        time.sleep(0.002)
+    os.kill(int(markers[0].rsplit("-", 1)[1]), signal.SIGKILL)
+    stopper.join(60)
+    assert isinstance(stop.get("error"), ss.StreamsnapError), stop
+    assert "restores from that savepoint and runs on" in str(stop["error"])
+    result = client.wait(60)
+    assert result.restarts == 1
+    assert result.checkpoints.latest_restored.checkpoint_id == savepoint.checkpoint_id
+    rows = read_output(out)
+    assert len(rows) == len(set(rows)), "rows committed by the savepoint were committed again"
+    assert set(rows) == expected_rows(n)

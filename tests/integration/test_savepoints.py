@@ -196,21 +196,37 @@ def test_a_corrupted_metadata_file_fails_clearly(spark, tmp_path):
         env2.execute("from corrupt", restore_from=savepoint)
 
 
-def test_a_corrupted_latest_checkpoint_falls_back_to_the_previous_one(spark, tmp_path, caplog):
+def corrupt_newest_and_kill(client, tmp_path) -> int:
+    """Corrupt the newest retained checkpoint's _metadata, then fail a task right away."""
+    wait_completed(client, 3, timeout=30)
+    newest = checkpoint_dirs(tmp_path / "ckpt" / client.job_id)[-1]
+    (newest / "_metadata").write_bytes(b"garbage")
+    os.kill([s for s in client.subtasks() if s.vertex == "sum"][0].pid, signal.SIGKILL)
+    return int(newest.name[4:])
+
+
+def test_at_least_once_falls_back_from_a_corrupted_latest_checkpoint(spark, tmp_path, caplog):
     caplog.set_level(logging.WARNING)
     env = ss.StreamEnvironment(parallelism=2, spark=spark,
-                               checkpointing=config(tmp_path, num_retained=3, interval=0.3),
+                               checkpointing=config(tmp_path, num_retained=3, interval=0.3, mode="at_least_once"),
                                restart=ss.RestartStrategy.fixed_delay(3, 0.0))
     build(env, rate=3000)
     client = start(env, "fallback")
-    wait_completed(client, 3, timeout=30)
-    # Pause checkpointing effects by corrupting the newest one and failing right away.
-    job_dir = tmp_path / "ckpt" / client.job_id
-    newest = checkpoint_dirs(job_dir)[-1]
-    (newest / "_metadata").write_bytes(b"garbage")
-    os.kill([s for s in client.subtasks() if s.vertex == "sum"][0].pid, signal.SIGKILL)
+    newest = corrupt_newest_and_kill(client, tmp_path)
     result = client.wait(60)
     messages = " ".join(r.getMessage() for r in caplog.records)
-    assert f"checkpoint {int(newest.name[4:])}" in messages and "falling back" in messages.lower()
-    assert result.checkpoints.latest_restored.checkpoint_id < int(newest.name[4:])
+    assert f"checkpoint {newest}" in messages and "falling back" in messages.lower()
+    assert result.checkpoints.latest_restored.checkpoint_id < newest
     assert finals_of(result.rows()) == expected_finals()
+
+
+def test_exactly_once_refuses_to_fall_back_and_says_how_to_go_on(spark, tmp_path):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path, num_retained=3, interval=0.3),
+                               restart=ss.RestartStrategy.fixed_delay(3, 0.0))
+    build(env, rate=3000)
+    client = start(env, "no unsafe fallback")
+    newest = corrupt_newest_and_kill(client, tmp_path)
+    with pytest.raises(ss.JobExecutionError) as info:
+        client.wait(60)
+    text = str(info.value)
+    assert f"newest completed checkpoint {newest}" in text and "a second time" in text and "restore_from=" in text
