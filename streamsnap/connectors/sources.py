@@ -59,6 +59,10 @@ class Generator(Source):
 
     @property
     def schema(self) -> pa.Schema | None:
+        if self._schema is None:
+            # A generator function may declare its schema (e.g. the Nexmark ones), so it is not
+            # inferred from row 0 alone.
+            self._schema = getattr(self.fn, "schema", None)
         if self._schema is None and self.count != 0:
             try:
                 if self.vectorized:

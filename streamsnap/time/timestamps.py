@@ -1,0 +1,139 @@
+"""Reading event timestamps (int64 epoch milliseconds) out of Arrow record batches.
+
+A column name is the vectorized path: the column is validated and converted with Arrow/numpy
+kernels, no Python per row. Arrow timestamp columns of any unit are converted to milliseconds
+(flooring, so an instant just before a millisecond boundary stays in the earlier one). A
+function of the row is the flexible path and runs per row. Bad data fails with the field, the
+first offending row and what to do, because a missing timestamp silently becoming 0 or
+"now" would put events into wrong windows without anyone noticing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from numbers import Integral
+
+import numpy as np
+import pyarrow as pa
+
+from streamsnap.errors import StreamsnapError
+
+_UNIT_DIVISOR = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}   # None: multiply by 1000
+_INT64_MAX = 2 ** 63 - 1
+
+Batch = pa.RecordBatch | pa.Table
+
+
+class TimestampError(StreamsnapError, ValueError):
+    """A record's event timestamp is missing or not an integer number of milliseconds."""
+
+
+def _where(operator: str | None) -> str:
+    return f"operator '{operator}': " if operator else ""
+
+
+def extract_timestamps(batch: Batch, assigner: str | Callable[[dict], int],
+                       operator: str | None = None) -> np.ndarray:
+    """The event timestamps of `batch` as an int64 numpy array (epoch milliseconds).
+
+    `assigner` is a column name (an integer column of milliseconds or an Arrow timestamp
+    column) or a function of the row (a dict) returning an int. `operator` names the operator
+    in error messages.
+    """
+    if isinstance(assigner, str):
+        return _from_column(batch, assigner, operator)
+    if callable(assigner):
+        return _from_function(batch, assigner, operator)
+    raise TypeError(f"{_where(operator)}timestamp assigner must be a column name or a function "
+                    f"of the row, got {assigner!r}")
+
+
+def _from_column(batch: Batch, field: str, operator: str | None) -> np.ndarray:
+    names = batch.schema.names
+    if field not in names:
+        raise TimestampError(
+            f"{_where(operator)}the timestamp column '{field}' is missing; the records have "
+            f"columns {names}; fix the name given to with_timestamp_assigner or add the column")
+    column = batch.column(names.index(field))
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if column.null_count:
+        row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise TimestampError(
+            f"{_where(operator)}timestamp column '{field}' is null in row {row}; every record "
+            f"needs an event timestamp: fill the nulls or drop those rows before assigning "
+            f"timestamps")
+    kind = column.type
+    if pa.types.is_timestamp(kind):
+        raw = column.cast(pa.int64()).to_numpy()
+        divisor = _UNIT_DIVISOR[kind.unit]
+        return raw * 1000 if divisor is None else raw // divisor
+    if pa.types.is_integer(kind):
+        values = column.to_numpy()
+        if values.dtype == np.uint64 and len(values) and values.max() > _INT64_MAX:
+            row = int(np.flatnonzero(values > _INT64_MAX)[0])
+            raise TimestampError(
+                f"{_where(operator)}timestamp column '{field}' row {row} holds "
+                f"{int(values[row])}, beyond int64 milliseconds; timestamps must be epoch "
+                f"milliseconds")
+        return values.astype(np.int64, copy=False)
+    row, value = _first_non_integer(column)
+    raise TimestampError(
+        f"{_where(operator)}timestamp column '{field}' has type {kind}, not integer "
+        f"milliseconds (first offending row {row}: {value!r}); cast it to int64 epoch "
+        f"milliseconds or to an Arrow timestamp, e.g. pc.cast(column, pa.int64())")
+
+
+def _first_non_integer(column: pa.Array) -> tuple[int, object]:
+    if pa.types.is_floating(column.type) and len(column):
+        values = column.to_numpy(zero_copy_only=False)
+        with np.errstate(invalid="ignore"):
+            bad = np.flatnonzero(~np.isfinite(values) | (np.floor(values) != values))
+        row = int(bad[0]) if len(bad) else 0
+        return row, values[row].item()
+    return 0, (column[0].as_py() if len(column) else None)
+
+
+def _millis(value: object) -> int | None:
+    """`value` as an int64 of milliseconds, or None when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        return None
+    value = int(value)
+    return value if -(2 ** 63) <= value <= _INT64_MAX else None
+
+
+def _from_function(batch: Batch, assigner: Callable[[dict], int],
+                   operator: str | None) -> np.ndarray:
+    out = np.empty(batch.num_rows, dtype=np.int64)
+    for row, record in enumerate(batch.to_pylist()):
+        out[row] = assign_timestamp(assigner, record, operator, row)
+    return out
+
+
+def assign_timestamp(assigner: str | Callable[[dict], int], record: dict,
+                     operator: str | None = None, row: int | None = None) -> int:
+    """The timestamp of one record (the per-row path), validated like `extract_timestamps`."""
+    at = f"row {row} " if row is not None else "record "
+    if isinstance(assigner, str):
+        if assigner not in record:
+            raise TimestampError(
+                f"{_where(operator)}the timestamp field '{assigner}' is missing from {at}"
+                f"{record!r}; fix the name given to with_timestamp_assigner or add the field")
+        value = record[assigner]
+        ts = _millis(value)
+        if ts is None:
+            raise TimestampError(
+                f"{_where(operator)}timestamp field '{assigner}' of {at}{record!r} is "
+                f"{value!r} ({type(value).__name__}), not an int of epoch milliseconds; "
+                f"convert it before assigning timestamps")
+        return ts
+    value = assigner(record)
+    ts = _millis(value)
+    if ts is None:
+        raise TimestampError(
+            f"{_where(operator)}the timestamp assigner {assigner!r} returned {value!r} "
+            f"({type(value).__name__}) for {at}{record!r}; it must return an int of epoch "
+            f"milliseconds (e.g. int(dt.timestamp() * 1000))")
+    return ts
