@@ -13,6 +13,7 @@ from streamsnap.errors import ConfigurationError
 
 CHECKPOINT_MODES = ("exactly_once", "at_least_once")
 RETENTION_POLICIES = ("delete_on_cancellation", "retain_on_cancellation")
+RESUME_POLICIES = ("latest", "never")
 
 
 def _positive_number(owner: str, name: str, value, *, allow_zero: bool = False, allow_none: bool = False):
@@ -54,6 +55,10 @@ class CheckpointConfig:
     num_retained: completed checkpoints kept; older ones are deleted when subsumed.
     retention: whether the latest checkpoint survives `cancel()`.
     unaligned / aligned_timeout: unaligned checkpoints (see ARCHITECTURE, step 6).
+    resume: "latest" — when the directory already holds completed checkpoints of this job (the
+      same job name, or `execute(..., job_id=...)`), e.g. because its driver died, the job
+      resumes from the newest one, as Structured Streaming does with a checkpoint location;
+      "never" — start fresh and leave them in place.
     """
 
     interval: float | None = 10.0
@@ -67,6 +72,7 @@ class CheckpointConfig:
     retention: str = "delete_on_cancellation"
     unaligned: bool = False
     aligned_timeout: float | None = None
+    resume: str = "latest"
     # Tasks stay up after their input ends until one last checkpoint has committed their
     # output (Flink's FLIP-147 final checkpoint); this bounds how long that may take.
     final_checkpoint: bool = True
@@ -84,6 +90,7 @@ class CheckpointConfig:
         _int_at_least(owner, "tolerable_failures", self.tolerable_failures, 0)
         _int_at_least(owner, "num_retained", self.num_retained, 1)
         _choice(owner, "retention", self.retention, RETENTION_POLICIES)
+        _choice(owner, "resume", self.resume, RESUME_POLICIES)
         if not isinstance(self.unaligned, bool):
             raise ConfigurationError(f"{owner}.unaligned must be True or False, got {self.unaligned!r}")
         _positive_number(owner, "aligned_timeout", self.aligned_timeout, allow_zero=True, allow_none=True)

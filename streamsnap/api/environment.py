@@ -15,6 +15,7 @@ from streamsnap.api.datastream import DataStream
 from streamsnap.api.result import JobClient, JobResult
 from streamsnap.errors import ConfigurationError
 from streamsnap.graph.execution_graph import build_execution_graph
+from streamsnap.graph.ids import check_job_id, job_id_for_name
 from streamsnap.graph.job_graph import build_job_graph
 from streamsnap.graph.stream_graph import NodeKind, StreamGraph
 
@@ -160,7 +161,8 @@ class StreamEnvironment:
             lines.append(f"[{vertex.parallelism}x] {vertex.name}" + (f"  => {outs}" if outs else ""))
         return "\n".join(lines)
 
-    def _start(self, job_name: str, restore_from: str | None, allow_non_restored_state: bool):
+    def _start(self, job_name: str, restore_from: str | None, allow_non_restored_state: bool,
+               job_id: str | None = None):
         from streamsnap.cluster.jobmaster import JobMaster, JobSettings
         from streamsnap.cluster.spark_session import embedded_session, require_slots
 
@@ -170,6 +172,7 @@ class StreamEnvironment:
 
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"execute() needs a job name, got {job_name!r}")
+        job_id = check_job_id(job_id) if job_id is not None else job_id_for_name(job_name)
         execution_graph = self._plan(job_name)
         if restore_from is not None:
             if not isinstance(restore_from, str) or not restore_from:
@@ -185,15 +188,20 @@ class StreamEnvironment:
         require_slots(spark, execution_graph.num_tasks)
         hooks = json.loads(os.environ.get(TEST_HOOKS_ENV, "{}"))
         settings = JobSettings(job_name, self.checkpointing, self.restart, self.network, self.state_backend,
-                               restore_from, allow_non_restored_state, self.log_level, hooks)
+                               restore_from, allow_non_restored_state, self.log_level, hooks, job_id=job_id)
         master = JobMaster(spark, execution_graph, settings)
         master.start()
         return master
 
     def execute(self, job_name: str = "streamsnap job", *, restore_from: str | None = None,
-                allow_non_restored_state: bool = False) -> JobResult:
-        """Run the job and block until it ends; returns its JobResult or raises JobExecutionError."""
-        master = self._start(job_name, restore_from, allow_non_restored_state)
+                allow_non_restored_state: bool = False, job_id: str | None = None) -> JobResult:
+        """Run the job and block until it ends; returns its JobResult or raises JobExecutionError.
+
+        job_id: the job's identity across runs (default: derived from `job_name`); it names the
+        job's directory under `CheckpointConfig.directory`, so running the same job again after
+        its driver died resumes from its latest checkpoint (see `CheckpointConfig.resume`).
+        """
+        master = self._start(job_name, restore_from, allow_non_restored_state, job_id)
         try:
             result = master.wait()
             if "results" in CLI_DEFAULTS:
@@ -205,6 +213,6 @@ class StreamEnvironment:
             raise
 
     def execute_async(self, job_name: str = "streamsnap job", *, restore_from: str | None = None,
-                      allow_non_restored_state: bool = False) -> JobClient:
-        """Start the job and return a JobClient to watch and control it."""
-        return JobClient(self._start(job_name, restore_from, allow_non_restored_state))
+                      allow_non_restored_state: bool = False, job_id: str | None = None) -> JobClient:
+        """Start the job and return a JobClient to watch and control it (arguments as `execute`)."""
+        return JobClient(self._start(job_name, restore_from, allow_non_restored_state, job_id))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 from streamsnap.api.config import RETENTION_POLICIES
 from streamsnap.checkpoint import filesystem
@@ -122,7 +123,8 @@ class CompletedCheckpoint:
                        for state in op.subtask_states.values()
                        for url in state_file_urls(state, self.location.url)[1]})
 
-    def discard(self, registry: SharedStateRegistry | None = None) -> None:
+    def discard(self, registry: SharedStateRegistry | None = None,
+                delete: Callable[..., None] = filesystem.delete) -> None:
         """Delete this checkpoint: its directory (with its exclusive files) and, through the
         registry, shared files no other retained checkpoint references.
 
@@ -136,7 +138,7 @@ class CompletedCheckpoint:
             return
         if registry is not None:
             registry.unregister(self.checkpoint_id)
-        filesystem.delete(self.location.url, recursive=True)
+        delete(self.location.url, recursive=True)
         logger.debug("deleted checkpoint %d at %s", self.checkpoint_id, self.location.url)
 
 
@@ -159,10 +161,12 @@ def discard_on_shutdown(job_status: JobStatus, retention: str) -> bool:
 class CompletedCheckpointStore:
     """The newest `num_retained` completed checkpoints, oldest first."""
 
-    def __init__(self, num_retained: int = 1, registry: SharedStateRegistry | None = None):
+    def __init__(self, num_retained: int = 1, registry: SharedStateRegistry | None = None,
+                 delete: Callable[..., None] = filesystem.delete):
         if num_retained < 1:
             raise ValueError(f"num_retained must be >= 1, got {num_retained}")
         self.num_retained = num_retained
+        self._delete = delete
         self.registry = registry if registry is not None else SharedStateRegistry()
         self._checkpoints: list[CompletedCheckpoint] = []
 
@@ -192,7 +196,7 @@ class CompletedCheckpointStore:
 
     def _discard(self, checkpoint: CompletedCheckpoint) -> None:
         try:
-            checkpoint.discard(self.registry)
+            checkpoint.discard(self.registry, self._delete)
         except OSError as exc:
             logger.warning("could not delete checkpoint %d at %s: %s; delete it by hand",
                            checkpoint.checkpoint_id, checkpoint.location.url, exc)

@@ -28,14 +28,16 @@ from streamsnap.checkpoint.completed import CheckpointProperties, CompletedCheck
 from streamsnap.checkpoint.failure_manager import CheckpointFailureManager
 from streamsnap.checkpoint.id_counter import CheckpointIdCounter
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
-from streamsnap.checkpoint.metadata import read_metadata
+from streamsnap.checkpoint.io import CheckpointIO, InlineIO
+from streamsnap.checkpoint.metadata import read_metadata, write_metadata
 from streamsnap.checkpoint.pending import OperatorInfo, PendingCheckpoint, discard_subtask_state
 from streamsnap.checkpoint.reasons import AcknowledgeResult, CheckpointException, CheckpointFailureReason as R
 from streamsnap.checkpoint.request_decider import (DEFAULT_MAX_QUEUED, CheckpointRequestDecider,
                                                    CheckpointTriggerRequest, TriggerDecision)
 from streamsnap.checkpoint.shared_registry import SharedStateRegistry
 from streamsnap.checkpoint.stats import CheckpointStatsTracker
-from streamsnap.checkpoint.storage import CheckpointStorage, CheckpointStorageLocation, resolve_restore_path
+from streamsnap.checkpoint.storage import (METADATA_FILE_NAME, CheckpointStorage, CheckpointStorageLocation,
+                                           resolve_restore_path)
 from streamsnap.clock import Cancellable, Scheduler
 from streamsnap.cluster.status import ExecutionState, JobStatus
 from streamsnap.errors import RestoreError
@@ -84,20 +86,23 @@ class CheckpointCoordinator:
                  completed_store: CompletedCheckpointStore | None = None,
                  stats: CheckpointStatsTracker | None = None,
                  rng: random.Random | None = None,
-                 max_queued_requests: int = DEFAULT_MAX_QUEUED):
+                 max_queued_requests: int = DEFAULT_MAX_QUEUED,
+                 io: CheckpointIO | None = None):
         self.job_id = job_id
         self.config = config
         self.storage = storage
         self._scheduler = scheduler
         self._gateway = gateway
         self._rng = rng or random.Random()
+        self._io = io or InlineIO()  # _metadata writes and deletions; see checkpoint/io.py
         self._id_counter = id_counter or CheckpointIdCounter(storage.id_counter_url)
         existing = storage.existing_checkpoint_ids()
         if existing:
             # Never reuse the id of a directory already there, even if the counter was lost.
             self._id_counter.set_count(existing[-1] + 1)
         self._store = completed_store or CompletedCheckpointStore(
-            config.num_retained, SharedStateRegistry(owned_directory=storage.job_directory))
+            config.num_retained, SharedStateRegistry(owned_directory=storage.job_directory, delete=self._io.delete),
+            delete=self._io.delete)
         self._stats = stats or CheckpointStatsTracker()
         self._failure_manager = CheckpointFailureManager(config.tolerable_failures, fail_job)
         self._decider = CheckpointRequestDecider(config.max_concurrent, config.min_pause, scheduler,
@@ -375,7 +380,7 @@ class CheckpointCoordinator:
         options = CheckpointOptions(props.checkpoint_type, location.url, self.config.exactly_once, unaligned,
                                     self.config.aligned_timeout if unaligned else None)
         pending = PendingCheckpoint(self.job_id, checkpoint_id, timestamp, props, options, location,
-                                    self._ack_attempts, self._operators, self._store.registry)
+                                    self._ack_attempts, self._operators, self._store.registry, self._io.delete)
         self._pending[checkpoint_id] = pending
         self._futures[checkpoint_id] = request.future
         self._stats.report_pending(checkpoint_id, timestamp, props.checkpoint_type, pending.num_tasks)
@@ -425,10 +430,12 @@ class CheckpointCoordinator:
             else:
                 logger.debug("acknowledgement of unknown checkpoint %d from %s; deleting its state",
                              checkpoint_id, ack.attempt)
-                base = self.storage.checkpoint_directory(checkpoint_id)
+                # Long forgotten (a savepoint lives elsewhere): the task says where it wrote.
+                base = (ack.location if ack.location and self.storage.is_location_of(ack.location, checkpoint_id)
+                        else self.storage.checkpoint_directory(checkpoint_id))
             self._discard_stray_state(ack, base)
-            if finished is not None and not finished.completed:
-                filesystem.delete(finished.location.url, recursive=True)
+            if not (finished is not None and finished.completed):
+                self._io.run(partial(_delete_unless_completed, base), _log_io_failure)  # re-created by the late writer
             return AcknowledgeResult.DISCARDED if finished is not None else None
 
         timestamp = self._scheduler.wall()
@@ -477,20 +484,30 @@ class CheckpointCoordinator:
     def _discard_stray_state(self, ack: AcknowledgeCheckpoint, base_url: str) -> None:
         keep = self._keep_predicate(base_url)
         for state in ack.subtask_state.values():
-            discard_subtask_state(state, base_url, registry=self._store.registry, keep=keep)
+            discard_subtask_state(state, base_url, registry=self._store.registry, keep=keep, delete=self._io.delete)
 
     # ------------------------------------------------------------------ completion and abort
 
     def _complete(self, pending: PendingCheckpoint) -> None:
+        """Fully acknowledged: write `_metadata` on the I/O side, then `_on_finalized` here."""
+        metadata = pending.prepare_metadata(self._scheduler.wall())
+        self._io.run(partial(write_metadata, pending.location.url, metadata),
+                     partial(self._on_finalized, pending, metadata))
+
+    def _on_finalized(self, pending: PendingCheckpoint, metadata, _result, error: BaseException | None) -> None:
         checkpoint_id, props = pending.checkpoint_id, pending.properties
-        try:
-            completed = pending.finalize(self._scheduler.wall())
-        except Exception as exc:  # any failure to write _metadata makes the checkpoint unusable
-            logger.warning("could not finalize checkpoint %d: %r", checkpoint_id, exc)
+        if pending.is_disposed:
+            # Aborted (expired, subsumed, failover, shutdown) while `_metadata` was written; the
+            # abort's deletion of its directory was queued behind the write, so nothing stays.
+            logger.debug("checkpoint %d was aborted while its _metadata was written", checkpoint_id)
+            return
+        if error is not None:  # any failure to write _metadata makes the checkpoint unusable
+            logger.warning("could not finalize checkpoint %d: %r", checkpoint_id, error)
             self._abort(pending, CheckpointException(
-                R.FINALIZE_CHECKPOINT_FAILURE, f"writing {pending.location.metadata_url} failed: {exc!r}",
+                R.FINALIZE_CHECKPOINT_FAILURE, f"writing {pending.location.metadata_url} failed: {error!r}",
                 checkpoint_id))
             return
+        completed = pending.mark_completed(metadata)
         if props.is_terminating:
             # The sinks commit on this savepoint, so it must be the failover point until the job
             # finishes: a restore from an older checkpoint would replay committed output
@@ -501,7 +518,7 @@ class CheckpointCoordinator:
                 self._store.add_checkpoint(completed)
             except Exception as exc:
                 logger.warning("could not retain checkpoint %d: %r", checkpoint_id, exc)
-                filesystem.delete(completed.location.url, recursive=True)
+                self._io.delete(completed.location.url, recursive=True)
                 self._after_failure(pending, CheckpointException(
                     R.FINALIZE_CHECKPOINT_FAILURE, f"could not be retained: {exc!r}", checkpoint_id), run_queued=True)
                 return
@@ -582,6 +599,18 @@ class CheckpointCoordinator:
             self._abort(pending, CheckpointException(reason, None, pending.checkpoint_id), run_queued=False)
         self._run_queued()
 
+    def discard_abandoned_locations(self) -> None:
+        """Delete checkpoint directories nobody will complete: what tasks of aborted checkpoints
+        or of a cancelled attempt wrote after the abort. Called once an attempt's tasks are gone
+        and at shutdown, so the job directory holds the retained and pending checkpoints only."""
+        keep = set(self._pending)
+
+        def sweep():
+            for url in self.storage.abandoned_locations(keep):
+                logger.info("deleting abandoned checkpoint directory %s", url)
+                filesystem.delete(url, recursive=True)
+        self._io.run(sweep, _log_io_failure)
+
     # ------------------------------------------------------------------ listeners
 
     def add_listener(self, listener: CheckpointListener) -> None:
@@ -606,7 +635,7 @@ class CheckpointCoordinator:
         problems = []
         for checkpoint in reversed(candidates):
             try:
-                metadata = self._read_retained(checkpoint)
+                metadata = _read_completed(checkpoint.location, checkpoint.checkpoint_id)
             except RestoreError as exc:
                 problems.append((checkpoint, str(exc)))
                 if self.config.exactly_once:
@@ -627,14 +656,6 @@ class CheckpointCoordinator:
                 f"(restore_from=...), or raise CheckpointConfig.num_retained to keep more fallbacks")
         return None
 
-    @staticmethod
-    def _read_retained(checkpoint: CompletedCheckpoint):
-        metadata = read_metadata(checkpoint.location.metadata_url)
-        if metadata.checkpoint_id != checkpoint.checkpoint_id:
-            raise RestoreError(f"{checkpoint.location.metadata_url} holds checkpoint "
-                               f"{metadata.checkpoint_id}, expected {checkpoint.checkpoint_id}")
-        return metadata
-
     def _unsafe_fallback(self, problems: list, older: CompletedCheckpoint) -> RestoreError:
         newest, problem = problems[0]
         return RestoreError(
@@ -644,6 +665,51 @@ class CheckpointCoordinator:
             f"To go on: restore {newest.location.metadata_url} from a backup and run the job again; or accept "
             f"repeated output and restore the older checkpoint explicitly with "
             f"restore_from={filesystem.user_path(older.external_pointer)!r} (streamsnap run --from ...)")
+
+    def recover_completed_checkpoints(self) -> list[int]:
+        """Load the completed checkpoints an earlier run of this job left in its directory (its
+        driver died, or it failed or was cancelled with retention) into the store, so the next
+        restore resumes from the newest (Flink's CompletedCheckpointStore.recover). Returns
+        their ids; the store keeps `num_retained` of them and deletes the rest as subsumed.
+
+        A `_metadata` that does not read back is skipped with a warning; `restore_latest_checkpoint`
+        then decides as for any unreadable newest checkpoint (exactly-once refuses the fallback).
+        """
+        ids = []
+        unreadable = []
+        for checkpoint_id in self.storage.existing_checkpoint_ids():
+            location = CheckpointStorageLocation(self.storage.checkpoint_directory(checkpoint_id), checkpoint_id)
+            if not filesystem.exists(location.metadata_url):
+                continue  # never completed: swept as abandoned
+            try:
+                metadata = _read_completed(location, checkpoint_id)
+            except RestoreError as exc:
+                unreadable.append((checkpoint_id, location, str(exc)))
+                continue
+            if any(c.checkpoint_id == checkpoint_id for c in self._store.all()):
+                continue
+            self._store.add_checkpoint(CompletedCheckpoint(metadata, location, CheckpointProperties.for_checkpoint()))
+            ids.append(checkpoint_id)
+        newest_readable = max(ids, default=-1)
+        for checkpoint_id, location, problem in unreadable:
+            if checkpoint_id < newest_readable:
+                logger.warning("ignoring unreadable older checkpoint %d at %s: %s", checkpoint_id, location.url,
+                               problem)
+                continue
+            message = (f"the newest completed checkpoint {checkpoint_id} of job {self.job_id} cannot be read "
+                       f"({problem})")
+            if self.config.exactly_once:
+                older = self._store.latest()
+                raise RestoreError(
+                    message + ". Its output was already committed by the sinks, so resuming from an older "
+                    "checkpoint would commit that output a second time, which exactly-once forbids. To go on: "
+                    f"restore {location.metadata_url} from a backup and run the job again"
+                    + (f"; or accept repeated output and restore the older checkpoint explicitly with "
+                       f"restore_from={filesystem.user_path(older.external_pointer)!r}" if older else "")
+                    + "; or start fresh with CheckpointConfig(resume='never')")
+            logger.warning("%s; resuming from an older one (at-least-once: output committed since then repeats)",
+                           message)
+        return sorted(c.checkpoint_id for c in self._store.all())
 
     def restore_from(self, path: str) -> CompletedCheckpoint:
         """Load a savepoint or retained checkpoint named by the user (`restore_from=` / `--from`).
@@ -679,6 +745,24 @@ class CheckpointCoordinator:
         self._shutdown = True
         self._stop(CheckpointException(R.CHECKPOINT_COORDINATOR_SHUTDOWN, f"the job is {job_status.value}"))
         self._store.shutdown(job_status, self.config.retention)
+        self.discard_abandoned_locations()
+
+
+def _read_completed(location: CheckpointStorageLocation, checkpoint_id: int):
+    metadata = read_metadata(location.metadata_url)
+    if metadata.checkpoint_id != checkpoint_id:
+        raise RestoreError(f"{location.metadata_url} holds checkpoint {metadata.checkpoint_id}, expected {checkpoint_id}")
+    return metadata
+
+
+def _delete_unless_completed(location_url: str) -> None:
+    if not filesystem.exists(filesystem.join(location_url, METADATA_FILE_NAME)):
+        filesystem.delete(location_url, recursive=True)
+
+
+def _log_io_failure(_result, error: BaseException | None) -> None:
+    if error is not None:
+        logger.warning("checkpoint storage clean-up failed: %r; the files stay until deleted by hand", error)
 
 
 def _resolve(future: Future | None, *, result=None, exception: BaseException | None = None) -> None:

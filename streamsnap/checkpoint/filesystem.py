@@ -14,6 +14,7 @@ from typing import IO
 
 import fsspec
 from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
 
 def normalize(url: str) -> str:
@@ -78,11 +79,28 @@ def read_range(url: str, offset: int, length: int) -> bytes:
 
 
 def write_atomic(url: str, data: bytes) -> None:
-    """Write `data` so readers see either nothing or all of it: temp file, then rename."""
+    """Write `data` so readers see either nothing or all of it: temp file, then rename.
+
+    On a local filesystem the file and then its directory are fsynced, so once this returns the
+    write survives a machine crash — a `_metadata` must not count as completed before that.
+    Object stores make an object durable when its upload completes.
+    """
     fs, path = filesystem(url)
     directory = posixpath.dirname(path)
     fs.makedirs(directory, exist_ok=True)
     temp = posixpath.join(directory, f".{posixpath.basename(path)}.inprogress-{uuid.uuid4().hex}")
+    if isinstance(fs, LocalFileSystem):
+        with open(temp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return
     with fs.open(temp, "wb") as out:
         out.write(data)
     fs.mv(temp, path)

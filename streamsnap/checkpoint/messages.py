@@ -42,15 +42,20 @@ class AcknowledgeCheckpoint:
     checkpoint_id: int
     subtask_state: TaskStateSnapshot = field(default_factory=dict)
     metrics: CheckpointMetrics = CheckpointMetrics()
+    # The directory the task wrote into (its handles are relative to it), so state that arrives
+    # after the coordinator forgot the checkpoint is still found and deleted.
+    location: str = ""
 
     def to_wire(self) -> dict:
         return {"attempt": self.attempt.to_wire(), "checkpoint_id": self.checkpoint_id,
-                "state": task_state_to_wire(self.subtask_state), "metrics": self.metrics.to_wire()}
+                "state": task_state_to_wire(self.subtask_state), "metrics": self.metrics.to_wire(),
+                "location": self.location}
 
     @classmethod
     def from_wire(cls, data: dict) -> "AcknowledgeCheckpoint":
         return cls(ExecutionAttemptId.from_wire(data["attempt"]), int(data["checkpoint_id"]),
-                   task_state_from_wire(data["state"]), CheckpointMetrics.from_wire(data["metrics"]))
+                   task_state_from_wire(data["state"]), CheckpointMetrics.from_wire(data["metrics"]),
+                   str(data.get("location", "")))
 
 
 @dataclass(frozen=True)

@@ -53,12 +53,14 @@ class PendingStatus(enum.Enum):
 
 def discard_subtask_state(state: OperatorSubtaskState, base_url: str, *,
                           registry: SharedStateRegistry | None = None,
-                          keep: Callable[[str], bool] | None = None) -> list[str]:
+                          keep: Callable[[str], bool] | None = None,
+                          delete: Callable[[str], None] = filesystem.delete) -> list[str]:
     """Delete the files of a snapshot that will never be part of a completed checkpoint.
 
     Exclusive files go (unless `keep` protects them). Shared files go only when the registry
     proves no retained checkpoint references them: an incremental snapshot re-reports files
     uploaded for earlier checkpoints. Without a registry, shared files are left alone.
+    `delete` may only schedule the deletion (the coordinator's I/O thread).
     """
     exclusive, shared = state_file_urls(state, base_url)
     doomed = list(exclusive)
@@ -69,7 +71,7 @@ def discard_subtask_state(state: OperatorSubtaskState, base_url: str, *,
         if keep is not None and keep(url):
             continue
         try:
-            filesystem.delete(url)
+            delete(url)
             deleted.append(url)
         except OSError as exc:
             logger.warning("could not delete discarded state file %s: %s", url, exc)
@@ -81,8 +83,10 @@ class PendingCheckpoint:
                  properties: CheckpointProperties, options: CheckpointOptions,
                  location: CheckpointStorageLocation, tasks_to_ack: Iterable[ExecutionAttemptId],
                  operators: Mapping[str, OperatorInfo],
-                 shared_registry: SharedStateRegistry | None = None):
+                 shared_registry: SharedStateRegistry | None = None,
+                 delete: Callable[..., None] = filesystem.delete):
         self.job_id = job_id
+        self._delete = delete
         self.checkpoint_id = checkpoint_id
         self.trigger_timestamp = trigger_timestamp
         self.properties = properties
@@ -166,7 +170,7 @@ class PendingCheckpoint:
                            "chained into vertex %s; that state is dropped", self.checkpoint_id,
                            attempt, strays, attempt.vertex_id)
             for uid in strays:
-                discard_subtask_state(states[uid], self.location.url, registry=self._registry)
+                discard_subtask_state(states[uid], self.location.url, registry=self._registry, delete=self._delete)
         self.acknowledgements[attempt] = SubtaskAcknowledgement(attempt, ack_timestamp, size, ack.metrics)
         return AcknowledgeResult.SUCCESS
 
@@ -197,15 +201,25 @@ class PendingCheckpoint:
         Raises if not fully acknowledged or already disposed; an I/O error leaves the
         checkpoint pending so the caller can abort it (which deletes its files).
         """
+        metadata = self.prepare_metadata(completion_timestamp)
+        write_metadata(self.location.url, metadata)
+        return self.mark_completed(metadata)
+
+    def prepare_metadata(self, completion_timestamp: float) -> CheckpointMetadata:
+        """The `_metadata` to write: the first half of `finalize`, without I/O."""
         if self.is_disposed:
             raise RuntimeError(f"checkpoint {self.checkpoint_id} cannot be finalized: it is already "
                                f"{self.status.value}")
         if not self.is_fully_acknowledged:
             raise RuntimeError(f"checkpoint {self.checkpoint_id} cannot be finalized: still waiting for "
                                f"{sorted(map(str, self._not_yet_acknowledged))}")
-        metadata = CheckpointMetadata(self.job_id, self.checkpoint_id, self.properties.checkpoint_type,
-                                      self.trigger_timestamp, completion_timestamp, self.operator_states())
-        write_metadata(self.location.url, metadata)
+        return CheckpointMetadata(self.job_id, self.checkpoint_id, self.properties.checkpoint_type,
+                                  self.trigger_timestamp, completion_timestamp, self.operator_states())
+
+    def mark_completed(self, metadata: CheckpointMetadata) -> CompletedCheckpoint:
+        """`metadata` is durably written: the second half of `finalize`."""
+        if self.is_disposed:
+            raise RuntimeError(f"checkpoint {self.checkpoint_id} cannot complete: it is already {self.status.value}")
         self.status = PendingStatus.COMPLETED
         return CompletedCheckpoint(metadata, self.location, self.properties)
 
@@ -222,9 +236,10 @@ class PendingCheckpoint:
         deleted = []
         for states in self._subtask_states.values():
             for state in states.values():
-                deleted += discard_subtask_state(state, self.location.url, registry=self._registry, keep=keep)
+                deleted += discard_subtask_state(state, self.location.url, registry=self._registry, keep=keep,
+                                                 delete=self._delete)
         try:
-            filesystem.delete(self.location.url, recursive=True)
+            self._delete(self.location.url, recursive=True)
         except OSError as exc:
             logger.warning("could not delete the directory %s of aborted checkpoint %d: %s",
                            self.location.url, self.checkpoint_id, exc)

@@ -137,6 +137,28 @@ class CheckpointStorage:
         """Delete a location and everything in it (an aborted or subsumed checkpoint)."""
         filesystem.delete(location.url, recursive=True)
 
+    def is_location_of(self, url: str, checkpoint_id: int) -> bool:
+        """Whether `url` is where this job puts checkpoint or savepoint `checkpoint_id` — the
+        only directories the coordinator deletes on a task's word."""
+        url = filesystem.normalize(url).rstrip("/")
+        if url == filesystem.normalize(self.checkpoint_directory(checkpoint_id)).rstrip("/"):
+            return True
+        name = url.rsplit("/", 1)[-1]
+        return re.fullmatch(rf"{SAVEPOINT_DIR_PREFIX}{re.escape(self.job_id[:6])}-{checkpoint_id}-[0-9a-f]{{12}}",
+                            name) is not None
+
+    def abandoned_locations(self, keep_ids: set[int]) -> list[str]:
+        """`chk-<n>` directories without `_metadata` whose id is not in `keep_ids` (the pending
+        ones): what aborted, expired or cancelled attempts left behind."""
+        abandoned = []
+        for name, url in subdirectories(self.job_directory):
+            checkpoint_id = checkpoint_id_of(name)
+            if checkpoint_id is None or checkpoint_id in keep_ids:
+                continue
+            if not filesystem.exists(filesystem.join(url, METADATA_FILE_NAME)):
+                abandoned.append(url)
+        return abandoned
+
     def existing_checkpoint_ids(self) -> list[int]:
         """Ids of every `chk-<n>` directory of this job, completed or not, ascending."""
         ids = (checkpoint_id_of(name) for name, _ in subdirectories(self.job_directory))

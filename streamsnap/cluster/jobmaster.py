@@ -30,6 +30,7 @@ from typing import Any, Callable
 from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy
 from streamsnap.api.result import JobResult, OperatorMetrics, SubtaskInfo
 from streamsnap.checkpoint import filesystem
+from streamsnap.checkpoint.io import ThreadedIO
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import SystemClock, TimerQueue
@@ -39,7 +40,7 @@ from streamsnap.cluster.spark_session import control_host, is_local
 from streamsnap.cluster.status import ExecutionState, JobStatus
 from streamsnap.errors import JobExecutionError, RestoreError, StreamsnapError
 from streamsnap.graph.execution_graph import ExecutionGraph
-from streamsnap.graph.ids import ExecutionAttemptId
+from streamsnap.graph.ids import ExecutionAttemptId, job_id_for_name
 from streamsnap.graph.stream_graph import NodeKind
 from streamsnap.network import auth
 from streamsnap.network.control import ControlConnection, ControlServer
@@ -65,6 +66,7 @@ class JobSettings:
     allow_non_restored_state: bool = False
     log_level: str = "WARNING"
     test_hooks: dict = field(default_factory=dict)
+    job_id: str | None = None  # stable across runs (names the checkpoint directory); None: from the name
 
 
 @dataclass
@@ -121,7 +123,10 @@ class _CoordinatorGateway:
 
 class JobMaster:
     def __init__(self, spark, execution_graph: ExecutionGraph, settings: JobSettings):
-        self.job_id = uuid.uuid4().hex
+        self.job_id = settings.job_id or job_id_for_name(settings.job_name)
+        # This run of the job: attempts of an earlier run (a driver that died) never share names
+        # (Spark job groups, in-progress sink files) with this one's.
+        self.run_id = uuid.uuid4().hex[:12]
         self.settings = settings
         self.execution_graph = execution_graph
         self.job_graph = execution_graph.job_graph
@@ -165,6 +170,7 @@ class JobMaster:
                     self._sinks[node.uid] = component
                     self._sink_names[node.uid] = node.name
         self.coordinator = None
+        self._checkpoint_io = None
         self._server = ControlServer(control_host(spark), self._secret, lambda conn: None,
                                      self._on_control_message, self._on_control_close)
 
@@ -176,6 +182,7 @@ class JobMaster:
     def start(self) -> None:
         if self.settings.checkpoint is not None:
             self.coordinator = self._create_coordinator()
+            self._recover_earlier_run()
         self._server.start()
         self._loop_thread.start()
         self._attempts.request_deploy()
@@ -270,13 +277,36 @@ class JobMaster:
 
         config = self.settings.checkpoint
         storage = CheckpointStorage(config.directory, self.job_id)
+        self._checkpoint_io = ThreadedIO(self._post)
         coordinator = CheckpointCoordinator(
             job_id=self.job_id, config=config, storage=storage, scheduler=self._scheduler,
-            gateway=_CoordinatorGateway(self), fail_job=self._on_checkpoint_failure_limit)
+            gateway=_CoordinatorGateway(self), fail_job=self._on_checkpoint_failure_limit,
+            io=self._checkpoint_io)
         for component in self._sinks.values():
             if hasattr(component, "notify_checkpoint_complete"):
                 coordinator.add_listener(component)
         return coordinator
+
+    def _recover_earlier_run(self) -> None:
+        """Resume from the checkpoints an earlier run of this job left (its driver died), or say
+        why not. Runs before anything is deployed; a RestoreError fails `execute()` itself."""
+        config, name = self.settings.checkpoint, self.settings.job_name
+        where = filesystem.user_path(self.coordinator.storage.job_directory)
+        if self.settings.restore_from is None and config.resume == "latest":
+            recovered = self.coordinator.recover_completed_checkpoints()
+            if recovered:
+                log.warning("job '%s' resumes from checkpoint %d of an earlier run (%s holds its completed "
+                            "checkpoints); CheckpointConfig(resume='never') starts fresh instead",
+                            name, recovered[-1], where)
+        else:
+            earlier = [i for i in self.coordinator.storage.existing_checkpoint_ids()
+                       if filesystem.exists(filesystem.join(self.coordinator.storage.checkpoint_directory(i),
+                                                            "_metadata"))]
+            if earlier:
+                why = "restore_from was given" if self.settings.restore_from else "CheckpointConfig(resume='never')"
+                log.warning("job '%s' does not resume from the completed checkpoint(s) %s of an earlier run in %s "
+                            "(%s); they are left in place", name, earlier, where, why)
+        self.coordinator.discard_abandoned_locations()  # what a dead driver's tasks left half-written
 
     def _subtask_of(self, attempt: ExecutionAttemptId) -> _Subtask | None:
         for subtask in self._subtasks.values():
@@ -302,7 +332,7 @@ class JobMaster:
             return
         eg = self.execution_graph
         deployment = Deployment(
-            job_id=self.job_id, job_name=self.settings.job_name, attempt=self._attempt,
+            job_id=self.job_id, run_id=self.run_id, job_name=self.settings.job_name, attempt=self._attempt,
             execution_graph=eg, secret=self._secret, driver_address=self._server.address,
             bind_host=self.settings.network.bind_host or ("127.0.0.1" if is_local(self._spark) else ""),
             network=self.settings.network, state_backend=self.settings.state_backend,
@@ -317,7 +347,7 @@ class JobMaster:
                               for v in eg.vertices}
         if self.coordinator is not None:
             self._configure_coordinator()
-        group = f"streamsnap-{self.job_id}-{self._attempt}"
+        group = f"streamsnap-{self.job_id}-{self.run_id}-{self._attempt}"
         self._spark_group = group
         self._spark_running = True
         thread = threading.Thread(target=self._run_spark_job, args=(deployment, group, self._attempt),
@@ -587,6 +617,8 @@ class JobMaster:
         if self._cancel_requested:
             self._finalize(JobStatus.CANCELED)
             return
+        if self.coordinator is not None:
+            self.coordinator.discard_abandoned_locations()  # what the stopped tasks left behind
         if self._attempts.deploy_pending:
             log.debug("a deploy is already pending; attempt %d is not restarted twice", self._attempt)
             return
@@ -714,6 +746,8 @@ class JobMaster:
         self._done.set()
 
     def _cleanup(self) -> None:
+        if self._checkpoint_io is not None:
+            self._checkpoint_io.shutdown(wait=True)  # the last deletions (retention, sweep) finish
         self._server.close()
         for attempt, thread in self._spark_threads.items():
             if attempt not in self._abandoned_spark_jobs:

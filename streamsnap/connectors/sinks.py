@@ -228,7 +228,7 @@ class FileSinkWriter(SinkWriter):
         self._sink = sink
         self._ctx = ctx
         # Identifies this writer's files, so recovery can tell them from older attempts'.
-        self._token = f"{ctx.job_id[:12]}-a{ctx.attempt}-s{ctx.subtask_index}"
+        self._token = f"{ctx.run_id or ctx.job_id[:12]}-a{ctx.attempt}-s{ctx.subtask_index}"
         self._counter = 0
         self._file = None
         self._writer: pq.ParquetWriter | None = None
@@ -315,7 +315,7 @@ class FileSinkWriter(SinkWriter):
             _commit_file(pending)
         if self._ctx.subtask_index == 0:
             keep = {posixpath.basename(p["inprogress"]) for p in committables}
-            current = f"-{self._ctx.job_id[:12]}-a{self._ctx.attempt}-"
+            current = f"-{self._ctx.run_id or self._ctx.job_id[:12]}-a{self._ctx.attempt}-"
             fs, root = filesystem.filesystem(self._sink.path)
             for path in fs.ls(root, detail=False):
                 name = posixpath.basename(path)

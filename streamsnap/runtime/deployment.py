@@ -26,6 +26,7 @@ class Deployment:
     driver_address: tuple[str, int]
     bind_host: str
     network: NetworkConfig
+    run_id: str = ""  # this run of the job (a restarted driver starts a new run)
     state_backend: str = "hashmap"
     checkpointing: bool = False
     exactly_once: bool = True

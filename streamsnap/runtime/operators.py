@@ -44,6 +44,7 @@ class OperatorContext:
     attempt: int
     job_id: str
     task_name: str
+    run_id: str = ""                    # this run of the job (names things no other run may reuse)
     state_backend: str = "hashmap"
     restore: Any = None                 # state.assignment.SubtaskRestoreState for this uid
     restore_base: str | None = None     # the restored checkpoint's directory

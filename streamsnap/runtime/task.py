@@ -45,6 +45,7 @@ from streamsnap.runtime.input import CheckpointedInput
 from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators import OperatorContext, Output
 from streamsnap.runtime.output import RecordWriter
+from streamsnap.state.snapshot import SnapshotDiscardedError
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,10 @@ class StreamTask:
         # abort resumes the source; other checkpoints' aborts do not concern it.
         self._suspended_by: int | None = None
         self._aborted_checkpoints: set[int] = set()
+        # Snapshots whose asynchronous part has not finished, per checkpoint: an abort or a
+        # cancellation discards them, so nothing is written after the coordinator gave up.
+        self._in_flight: dict[int, list] = {}
+        self._in_flight_lock = threading.Lock()
         self._source_wait = 0.0
         self._hooks = deployment.test_hooks or {}
 
@@ -229,7 +234,7 @@ class StreamTask:
             ctx = OperatorContext(
                 name=node.name, uid=node.uid, subtask_index=self.vertex.index,
                 parallelism=self.vertex.parallelism, max_parallelism=node.max_parallelism,
-                attempt=d.attempt, job_id=d.job_id, task_name=self.name,
+                attempt=d.attempt, job_id=d.job_id, run_id=d.run_id, task_name=self.name,
                 state_backend=d.state_backend, restore=d.restore.get((node.uid, self.vertex.index)),
                 restore_base=d.restore_base, restored_operator=node.uid in d.restored_operators,
                 restored_checkpoint_id=d.restored_checkpoint_id, driver=self.driver,
@@ -350,6 +355,7 @@ class StreamTask:
         elif kind == "notify_aborted":
             checkpoint_id = int(mail["checkpoint_id"])
             self._aborted_checkpoints.add(checkpoint_id)
+            self._discard_in_flight(checkpoint_id)
             if self._input is not None:
                 self._input.handler.on_checkpoint_aborted(checkpoint_id)
             if self._suspended_by == checkpoint_id:
@@ -435,10 +441,25 @@ class StreamTask:
         sync_duration = time.monotonic() - started
         if options.checkpoint_type is CheckpointType.TERMINATING_SAVEPOINT and self.is_source:
             self._suspended_by = checkpoint_id
-        self._async.submit(self._complete_async, checkpoint_id, snapshots, sync_duration, metrics)
+        with self._in_flight_lock:
+            self._in_flight[checkpoint_id] = snapshots
+        self._async.submit(self._complete_async, checkpoint_id, snapshots, sync_duration, metrics,
+                           options.target_location)
+
+    def _discard_in_flight(self, checkpoint_id: int | None = None) -> None:
+        """Discard the snapshots of one checkpoint (or all): each deletes whatever it wrote,
+        now or when its running write notices."""
+        with self._in_flight_lock:
+            doomed = ([self._in_flight.pop(checkpoint_id, [])] if checkpoint_id is not None
+                      else list(self._in_flight.values()))
+            if checkpoint_id is None:
+                self._in_flight.clear()
+        for snapshots in doomed:
+            for snapshot in snapshots:
+                snapshot.discard()
 
     def _complete_async(self, checkpoint_id: int, snapshots: list, sync_duration: float,
-                        metrics: AlignmentMetrics) -> None:
+                        metrics: AlignmentMetrics, location: str) -> None:
         """The asynchronous part (Flink's AsyncCheckpointRunnable): write state, acknowledge."""
         started = time.monotonic()
         marker = self._phase("async", checkpoint_id)
@@ -447,6 +468,10 @@ class StreamTask:
             if delay:
                 time.sleep(float(delay))
             states = {snapshot.uid: snapshot.run() for snapshot in snapshots}
+        except SnapshotDiscardedError:
+            log.debug("%s: checkpoint %d was aborted while its state was written", self.name, checkpoint_id)
+            self._phase_done(marker)
+            return
         except Exception as exc:
             log.warning("%s: asynchronous part of checkpoint %d failed", self.name, checkpoint_id, exc_info=True)
             for snapshot in snapshots:
@@ -456,10 +481,13 @@ class StreamTask:
             except TaskCancelled:
                 log.debug("%s: could not decline checkpoint %d, the driver is gone", self.name, checkpoint_id)
             return
+        finally:
+            with self._in_flight_lock:
+                self._in_flight.pop(checkpoint_id, None)
         ack = AcknowledgeCheckpoint(self.attempt_id, checkpoint_id, states, CheckpointMetrics(
             sync_duration=sync_duration, async_duration=time.monotonic() - started,
             alignment_duration=metrics.alignment_duration, start_delay=metrics.start_delay,
-            bytes_processed_during_alignment=metrics.bytes_processed_during_alignment))
+            bytes_processed_during_alignment=metrics.bytes_processed_during_alignment), location)
         try:
             self.driver.send({"type": "ack", **ack.to_wire()})
         except TaskCancelled:
@@ -493,7 +521,10 @@ class StreamTask:
 
     def teardown(self) -> None:
         if self._async is not None:
-            # A cancelled task does not wait for snapshots nobody will use (recovery speed).
+            if self.cancelled:
+                # Nobody will use these snapshots: discard them (their files go) and do not wait
+                # long for them (recovery speed).
+                self._discard_in_flight()
             self._async.shutdown(timeout=1.0 if self.cancelled else 60.0)
         if self._server is not None:
             self._server.stop()

@@ -81,7 +81,7 @@ class _TimerQueue:
         self._stale = 0
         for key_group, key, timers in backend.iter_entries(state_name):
             for timestamp, ns_key in timers:
-                self._index(timestamp, key, key_group, ns_key)
+                self._heap.append(self._index(timestamp, key, key_group, ns_key))
         heapq.heapify(self._heap)
 
     def __len__(self) -> int:
@@ -90,9 +90,7 @@ class _TimerQueue:
     def _index(self, timestamp: int, key: Any, key_group: int, ns_key: Any) -> tuple:
         seq = next(self._seq)
         self._live[(key, ns_key, timestamp)] = seq
-        entry = (timestamp, seq, key, key_group, ns_key)
-        self._heap.append(entry)
-        return entry
+        return (timestamp, seq, key, key_group, ns_key)   # the caller puts it on the heap
 
     def register(self, timestamp: int, namespace: Any) -> None:
         backend = self._backend

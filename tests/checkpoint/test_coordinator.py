@@ -24,7 +24,7 @@ from streamsnap.errors import RestoreError
 from streamsnap.graph.ids import ExecutionAttemptId
 from streamsnap.runtime.events import CheckpointType
 
-from .conftest import OPERATORS, Harness, RecordingGateway, RecordingListener, file_exists, write_file
+from .conftest import JOB_ID, OPERATORS, Harness, RecordingGateway, RecordingListener, file_exists, write_file
 
 
 def monotonic_of(h, wall_timestamp: float) -> float:
@@ -940,3 +940,136 @@ def test_stopping_the_periodic_scheduler_keeps_in_flight_checkpoints(tmp_path):
     assert coordinator.completed_store.latest().checkpoint_id == 1
     final = coordinator.trigger_checkpoint()  # an explicit (final) checkpoint still works
     assert triggered == [1, 2] and not final.done()
+
+
+# ---------------------------------------------------------------- abandoned state
+
+def test_a_very_late_savepoint_ack_deletes_its_state_and_the_recreated_directory(make_harness, tmp_path):
+    """More than NUM_RECENT_CHECKPOINTS later the coordinator has forgotten the savepoint; the
+    ack's own location still leads to its files (not to chk-<id> of the job directory)."""
+    h = make_harness()
+    h.start()
+    h.coordinator.trigger_savepoint(str(tmp_path / "sp"))
+    location = h.location(1)
+    h.decline(1, h.tasks[0], R.CHECKPOINT_DECLINED)             # aborted: its directory is deleted
+    assert not filesystem.exists(location)
+    for _ in range(20):
+        complete(h)
+    late = h.ack_message(1, h.tasks[1], base_url=location)      # a straggler writes, then acks
+    late = AcknowledgeCheckpoint(late.attempt, 1, late.subtask_state, late.metrics, location)
+    assert filesystem.exists(location)
+    assert h.coordinator.receive_acknowledge(late) is None
+    assert not filesystem.exists(location)
+
+
+def test_a_late_ack_cannot_make_the_coordinator_delete_elsewhere(make_harness, tmp_path):
+    h = make_harness()
+    h.start()
+    elsewhere = str(tmp_path / "precious")
+    keep = write_file(elsewhere, "data")
+    ack = AcknowledgeCheckpoint(h.tasks[0], 99, {}, CheckpointMetrics(), filesystem.normalize(elsewhere))
+    h.coordinator.receive_acknowledge(ack)
+    assert file_exists(elsewhere, keep.path)
+
+
+def test_abandoned_checkpoint_directories_are_swept_but_not_pending_or_completed_ones(make_harness):
+    h = make_harness(num_retained=2)
+    h.start()
+    completed = complete(h)                                      # 1
+    h.coordinator.trigger_checkpoint()                           # 2 stays pending
+    stray = h.storage.checkpoint_directory(7)                    # a cancelled task re-created it
+    write_file(stray, "partial")
+    h.coordinator.discard_abandoned_locations()
+    assert not filesystem.exists(stray)
+    assert filesystem.exists(h.location(2))
+    assert filesystem.exists(filesystem.join(completed.external_pointer, "_metadata"))
+
+
+# ---------------------------------------------------------------- file I/O off the event loop
+
+class ManualIO:
+    """An I/O executor the test steps: work waits until `run_next`, in submission order."""
+
+    def __init__(self):
+        self.queue = []
+
+    def run(self, work, then):
+        self.queue.append((work, then))
+
+    def delete(self, url, recursive=False):
+        self.queue.append((lambda: filesystem.delete(url, recursive=recursive), lambda r, e: None))
+
+    def run_next(self):
+        work, then = self.queue.pop(0)
+        try:
+            result, error = work(), None
+        except Exception as exc:
+            result, error = None, exc
+        then(result, error)
+
+    def run_all(self):
+        while self.queue:
+            self.run_next()
+
+
+def harness_with_io(checkpoint_dir) -> tuple[Harness, ManualIO]:
+    io = ManualIO()
+    storage = CheckpointStorage(checkpoint_dir, JOB_ID)
+    gateway = RecordingGateway()
+    coordinator = CheckpointCoordinator(JOB_ID, CheckpointConfig(interval=None, directory=checkpoint_dir),
+                                        storage, ManualScheduler(), gateway, lambda exc: None, io=io)
+    h = Harness(coordinator, ManualScheduler(), gateway, storage)
+    h.start()
+    return h, io
+
+
+def test_metadata_is_written_off_the_loop_and_completion_waits_for_it(checkpoint_dir):
+    h, io = harness_with_io(checkpoint_dir)
+    coordinator, gateway = h.coordinator, h.gateway
+    future = coordinator.trigger_checkpoint()
+    h.ack_all(1)
+    # All acknowledged, but _metadata is queued on the I/O side: not complete, nothing committed.
+    assert not future.done() and gateway.completed == []
+    assert not filesystem.exists(filesystem.join(h.location(1), "_metadata"))
+    io.run_next()
+    assert future.result(timeout=0).checkpoint_id == 1 and len(gateway.completed) == len(h.tasks)
+
+
+def test_an_abort_while_metadata_is_written_deletes_the_directory_after_the_write(checkpoint_dir):
+    h, io = harness_with_io(checkpoint_dir)
+    coordinator, gateway = h.coordinator, h.gateway
+    future = coordinator.trigger_checkpoint()
+    location = h.location(1)
+    h.ack_all(1)
+    coordinator.abort_pending_checkpoints(R.JOB_FAILOVER)      # the job fails over meanwhile
+    assert reason_of(future) is R.JOB_FAILOVER
+    io.run_all()                                                # the write, then the deletes
+    assert not filesystem.exists(location)
+    assert gateway.completed == [] and coordinator.completed_store.all() == []
+
+
+# ---------------------------------------------------------------- a new driver for the same job
+
+def test_a_new_coordinator_recovers_the_earlier_runs_checkpoints(make_harness):
+    earlier = make_harness(num_retained=2)
+    earlier.start()
+    for _ in range(3):
+        complete(earlier)                       # 2 and 3 retained; then the driver dies
+    again = make_harness(num_retained=2)        # same storage, new process
+    assert again.coordinator.recover_completed_checkpoints() == [2, 3]
+    assert again.coordinator.restore_latest_checkpoint().checkpoint_id == 3
+    again.start()
+    complete(again)                             # 4 subsumes 2: the recovered ones are the job's own
+    assert [c.checkpoint_id for c in again.coordinator.completed_store.all()] == [3, 4]
+    assert not filesystem.exists(again.storage.checkpoint_directory(2))
+
+
+def test_recovery_refuses_an_unreadable_newest_checkpoint_under_exactly_once(make_harness):
+    earlier = make_harness(num_retained=2)
+    earlier.start()
+    complete(earlier)
+    corrupt_metadata(complete(earlier))
+    with pytest.raises(RestoreError, match="checkpoint 2 .*cannot be read.*resume='never'"):
+        make_harness(num_retained=2).coordinator.recover_completed_checkpoints()
+    lenient = make_harness(num_retained=2, mode="at_least_once")
+    assert lenient.coordinator.recover_completed_checkpoints() == [1]

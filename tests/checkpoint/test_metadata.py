@@ -63,12 +63,10 @@ def test_header_carries_version_and_checksum(location):
 
 
 def test_write_is_atomic(location, monkeypatch, tmp_path):
-    fs, _ = filesystem.filesystem(location)
-
     def crash(*args, **kwargs):
         raise OSError("driver died before the rename")
 
-    monkeypatch.setattr(type(fs), "mv", crash)
+    monkeypatch.setattr(filesystem.os, "replace", crash)  # local files: fsync, then os.replace
     with pytest.raises(OSError):
         write_metadata(location, sample())
     monkeypatch.undo()

@@ -58,3 +58,23 @@ def checkpoint_dirs(job_dir):
     """The `chk-<n>` directories of a job directory (a pathlib.Path), by checkpoint id."""
     found = [(checkpoint_id_of(p.name), p) for p in job_dir.iterdir()]
     return [p for i, p in sorted((i, p) for i, p in found if i is not None)]
+
+
+def stray_checkpoint_files(checkpoint_root) -> list[str]:
+    """Everything under a checkpoint directory (a pathlib.Path) that no retained checkpoint
+    owns: files outside a `chk-<n>` holding `_metadata`, and `chk-<n>` directories without one.
+    Only the id counter may stand beside them."""
+    stray = []
+    for job_dir in checkpoint_root.iterdir():
+        for entry in job_dir.rglob("*"):
+            relative = entry.relative_to(job_dir)
+            top = relative.parts[0]
+            if entry.is_dir():
+                if checkpoint_id_of(top) is not None and not (job_dir / top / "_metadata").exists():
+                    stray.append(str(entry))
+                continue
+            if relative.as_posix() == "_checkpoint_id":
+                continue
+            if checkpoint_id_of(top) is None or not (job_dir / top / "_metadata").exists():
+                stray.append(str(entry))
+    return sorted(set(stray))

@@ -110,6 +110,8 @@ def kill_in_phase(phase_dir, phase: str, vertex_prefix: str = "", timeout=30) ->
 
 
 def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str):
+    """Three SIGKILLs, each on a running attempt, with a budget of exactly three restarts: the job
+    must finish (a kill charged twice would exhaust it)."""
     rng = random.Random(seed)
     out, ckpt, phases = tmp_path / "out", tmp_path / "ckpt", tmp_path / "phases"
     phases.mkdir()
@@ -138,6 +140,8 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str):
     result = client.wait(180)
     assert result.restarts == 3 and len(result.recoveries) == 3, causes(client)
     assert all("first_output_at" in r for r in result.recoveries)
+    # After aborts, expiries and three failovers the directory holds no abandoned state.
+    assert support.stray_checkpoint_files(ckpt) == []
     return result, read_output(out), out
 
 

@@ -1,0 +1,121 @@
+"""A driver that dies: its Spark tasks go away, and running the job again resumes it.
+
+The driver is a real process running a job on its own embedded Spark session; it is SIGKILLed
+mid-run. Every process it had started (the Spark JVM, the Python workers running its tasks)
+must be gone within seconds, and a second run of the same job on the same checkpoint directory
+resumes from the latest completed checkpoint: the FileSink's committed output equals a
+failure-free run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from tests.integration.test_failover import expected_rows, read_output
+
+pytestmark = pytest.mark.spark
+
+N = 6_000
+
+DRIVER = textwrap.dedent('''
+    import json, os, sys
+    import streamsnap as ss
+
+    out, ckpt, info, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+    def event(i):  # as tests/integration/test_failover.py: a key's rows come from one split
+        return {"key": (i % 2) * 100 + (i // 2) % 50, "value": i + 1, "i": i}
+
+    class RunningSum(ss.KeyedProcessFunction):
+        def open(self, ctx):
+            self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
+
+        def process_element(self, row, ctx):
+            total = self.total.value() + row["value"]
+            self.total.update(total)
+            yield {"key": ctx.current_key, "total": total, "i": row["i"]}
+
+    env = ss.StreamEnvironment(parallelism=2, checkpointing=ss.CheckpointConfig(interval=0.3, directory=ckpt),
+                               restart=ss.RestartStrategy.none())
+    (env.from_source(ss.sources.Generator(event, count=n, rate=3000), name="events", uid="events")
+        .key_by("key").process(RunningSum(), name="sum", uid="sum")
+        .sink_to(ss.sinks.FileSink(out, format="parquet"), name="files", uid="files"))
+    client = env.execute_async("driver dies")
+    while client.status() != "RUNNING":
+        if client.status() in ("FAILED", "FINISHED", "CANCELED"):
+            break
+    with open(info + ".tmp", "w") as f:
+        json.dump({"job_id": client.job_id, "tasks": [s.pid for s in client.subtasks()]}, f)
+    os.replace(info + ".tmp", info)
+    result = client.wait()
+    print("RESULT", json.dumps({"restored": result.checkpoints.latest_restored.checkpoint_id
+                                if result.checkpoints.latest_restored else None}))
+''')
+
+
+def start_driver(tmp_path, run: int) -> tuple[subprocess.Popen, str]:
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    info = str(tmp_path / f"run-{run}.json")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "out"), str(tmp_path / "ckpt"), info, str(N)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return proc, info
+
+
+def wait_for_file(path: str, proc: subprocess.Popen, timeout=90) -> dict:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert proc.poll() is None, f"the driver exited early:\n{proc.stdout.read()}"
+        assert time.monotonic() < deadline, f"the driver did not start its job within {timeout} s"
+        time.sleep(0.05)
+    with open(path) as f:
+        return json.load(f)
+
+
+def completed_checkpoints(job_dir) -> list[str]:
+    if not job_dir.exists():
+        return []
+    return [p.name for p in job_dir.iterdir() if p.name.startswith("chk-") and (p / "_metadata").exists()]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_killed_driver_leaves_nothing_running_and_the_rerun_resumes_exactly(tmp_path, seed):
+    rng = random.Random(seed)
+    first, info = start_driver(tmp_path, 1)
+    started = wait_for_file(info, first)
+    job_dir = tmp_path / "ckpt" / started["job_id"]
+    deadline = time.monotonic() + 30
+    while len(completed_checkpoints(job_dir)) < 1:
+        assert time.monotonic() < deadline, "no checkpoint completed"
+        time.sleep(0.02)
+    time.sleep(rng.uniform(0.1, 1.5))
+    spawned = psutil.Process(first.pid).children(recursive=True)  # the Spark JVM and its Python workers
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+    orphans = set(started["tasks"]) | {p.pid for p in spawned}
+    deadline = time.monotonic() + 20
+    while alive := sorted(p for p in orphans if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"):
+        assert time.monotonic() < deadline, f"processes of the dead driver still run: {alive}"
+        time.sleep(0.1)
+    assert not (tmp_path / "out").exists() or read_output(tmp_path / "out") != sorted(expected_rows(N))
+
+    second, _ = start_driver(tmp_path, 2)
+    output, _ = second.communicate(timeout=180)
+    assert second.returncode == 0, output
+    assert "resumes from checkpoint" in output and "RESULT" in output, output
+    assert json.loads(output.split("RESULT", 1)[1])["restored"] is not None
+    rows = read_output(tmp_path / "out")
+    assert len(rows) == len(set(rows)), "duplicates in the committed output"
+    assert set(rows) == expected_rows(N)
+    assert not [f for f in os.listdir(tmp_path / "out") if f.startswith(".inprogress")]
