@@ -15,15 +15,21 @@ from streamsnap.api.datastream import DataStream, KeyedStream
 from streamsnap.api.environment import StreamEnvironment
 from streamsnap.api.functions import (
     CheckpointedFunction, CheckpointListener, Context, Function, FunctionInitializationContext,
-    FunctionSnapshotContext, KeyedBatchFunction, KeyedProcessFunction, RuntimeContext,
+    FunctionSnapshotContext, KeyedBatchFunction, KeyedProcessFunction, OutputTag, ProcessFunction,
+    RuntimeContext, TimerService,
 )
 from streamsnap.api.vectorized import group_cumsum
 from streamsnap.graph.keys import BatchKeys
 from streamsnap.api.result import JobClient, JobResult
 from streamsnap.connectors import sinks, sources
 from streamsnap.errors import (
-    ConfigurationError, FileReadError, JobExecutionError, RestoreError, StreamsnapError, UserFunctionError,
+    ConfigurationError, DataError, FileReadError, JobExecutionError, NullKeyError, PreflightError, RestoreError,
+    SchemaError, StreamsnapError, UserFunctionError,
 )
+from streamsnap import windows
+from streamsnap.api.windowing import AggregateFunction, ProcessWindowFunction, WindowedStream
+from streamsnap.time.timers import TimeDomain
+from streamsnap.time.watermarks import WatermarkGenerator, WatermarkStrategy
 from streamsnap.state.descriptors import (
     ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor,
 )
@@ -37,5 +43,6 @@ __all__ = [
     "ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
     "JobResult", "JobClient", "sources", "sinks",
     "StreamsnapError", "ConfigurationError", "JobExecutionError", "UserFunctionError", "RestoreError",
-    "FileReadError",
+    "FileReadError", "DataError", "SchemaError", "NullKeyError", "PreflightError", "WatermarkStrategy", "WatermarkGenerator", "windows", "OutputTag", "TimeDomain",
+    "ProcessFunction", "TimerService", "AggregateFunction", "ProcessWindowFunction", "WindowedStream",
 ]

@@ -59,3 +59,40 @@ class FileReadError(StreamsnapError):
 
 class AuthenticationError(StreamsnapError):
     """A peer did not prove it holds the job's secret."""
+
+
+class DataError(StreamsnapError):
+    """A row does not fit its stream: a schema mismatch or a null key.
+
+    Deterministic: a restart replays the same input from the last checkpoint and meets the same
+    row again, so the JobMaster fails the job at once instead of spending the restart budget
+    (Flink's non-recoverable errors). The message names the operator, the subtask, the field,
+    the row and the fix.
+    """
+
+    def __init__(self, message: str, *, operator: str | None = None, subtask: str | None = None,
+                 field: str | None = None, row=None):
+        super().__init__(message)
+        self.operator = operator
+        self.subtask = subtask
+        self.field = field
+        self.row = row
+
+    def __reduce__(self):
+        return _rebuild_data_error, (type(self), str(self), self.operator, self.subtask, self.field, self.row)
+
+
+def _rebuild_data_error(cls, message, operator, subtask, field, row):
+    return cls(message, operator=operator, subtask=subtask, field=field, row=row)
+
+
+class SchemaError(DataError):
+    """A row has a field its stream's schema lacks, lacks a required one, or a value of another type."""
+
+
+class NullKeyError(DataError):
+    """`key_by` met a row whose key is None (rejected unless `allow_null_keys=True`)."""
+
+
+class PreflightError(ConfigurationError):
+    """A check run by `execute()` before any Spark job failed: a path, a pickle, the executors."""

@@ -3,6 +3,11 @@
 Every call adds a node (or, for `rebalance`/`broadcast`/`key_by`, sets how the next node is
 connected) and checks what can be checked at build time: parallelism bounds, uids, and key
 columns against the schema whenever the schema is known.
+
+Event time: each node records its output's timestamp assigner (set by a watermark strategy,
+inherited by the operators downstream), so keyed process functions can answer
+`ctx.timestamp()`. A stream made by `get_side_output(tag)` reads the named side output of its
+node instead of the main one.
 """
 
 from __future__ import annotations
@@ -17,15 +22,59 @@ from streamsnap.graph.partitioners import (
     BroadcastPartitioner, ForwardPartitioner, KeyGroupPartitioner, Partitioner, RebalancePartitioner,
 )
 from streamsnap.graph.stream_graph import NodeKind, StreamNode
-from streamsnap.runtime.operators import FunctionOperatorFactory, KeyedProcessOperatorFactory
+from streamsnap.runtime.schemas import StreamSchema
+from streamsnap.runtime.operators import (
+    FunctionOperatorFactory, KeyedProcessOperatorFactory, ProcessOperatorFactory,
+)
+from streamsnap.runtime.vectorized_windows import VectorizedWindowOperatorFactory
+from streamsnap.runtime.window_operator import WindowOperatorFactory
+from streamsnap.time.watermarks import WatermarkStrategy
 
 if TYPE_CHECKING:
     from streamsnap.api.environment import StreamEnvironment
+    from streamsnap.api.windowing import WindowedStream
 
 
 def _check_callable(fn, what: str) -> None:
     if not callable(fn):
         raise ConfigurationError(f"{what} needs a function, got {fn!r}")
+
+
+def check_watermark_strategy(strategy, schema: pa.Schema | None, where: str) -> None:
+    """Build-time checks of a watermark strategy against the stream it is applied to."""
+    from streamsnap.runtime.watermark_emitter import generates_watermarks
+
+    if not isinstance(strategy, WatermarkStrategy):
+        raise ConfigurationError(
+            f"{where}: watermark_strategy must be an ss.WatermarkStrategy, e.g. "
+            f"ss.WatermarkStrategy.for_bounded_out_of_orderness(5).with_timestamp_assigner('ts'); "
+            f"got {type(strategy).__name__} {strategy!r}")
+    assigner = strategy.timestamp_assigner
+    if assigner is None:
+        if generates_watermarks(strategy):
+            raise ConfigurationError(
+                f"{where}: the watermark strategy has no timestamp assigner, so its watermarks "
+                f"would not follow the data; add .with_timestamp_assigner(column name or "
+                f"function of the row)")
+        return
+    if isinstance(assigner, str) and schema is not None:
+        if assigner not in schema.names:
+            raise ConfigurationError(
+                f"{where}: the timestamp column '{assigner}' is not in the stream's schema "
+                f"(columns {schema.names}); fix the name given to with_timestamp_assigner")
+        kind = schema.field(assigner).type
+        if not (pa.types.is_integer(kind) or pa.types.is_timestamp(kind)):
+            raise ConfigurationError(
+                f"{where}: the timestamp column '{assigner}' has type {kind}; it must hold int64 "
+                f"epoch milliseconds or be an Arrow timestamp — convert it first (e.g. with map)")
+
+
+def _row_schema(schema, output_schema, what: str) -> StreamSchema:
+    """`schema=` of a per-row operator (a pyarrow.Schema, "widen" or None); `output_schema=` is its
+    older name. See runtime/schemas.py for the rule."""
+    if schema is not None and output_schema is not None:
+        raise ConfigurationError(f"{what}: pass schema= or output_schema= (the same thing), not both")
+    return StreamSchema.of(schema if schema is not None else output_schema, what)
 
 
 def _check_schema(schema, what: str) -> pa.Schema | None:
@@ -38,57 +87,84 @@ class DataStream:
     """A stream of rows (dicts) produced by one or more upstream nodes."""
 
     def __init__(self, env: "StreamEnvironment", upstreams: tuple[StreamNode, ...],
-                 partitioner: Partitioner | None = None):
+                 partitioner: Partitioner | None = None, tag: str | None = None):
         self._env = env
         self._upstreams = upstreams
         self._partitioner = partitioner
+        self._tag = tag   # side output name of the (single) upstream; None: its main output
 
     # ------------------------------------------------------------------ properties
     @property
     def schema(self) -> pa.Schema | None:
         """The stream's schema when every upstream's is known and they agree."""
+        if self._tag is not None:
+            return None   # side outputs are untyped rows
         schemas = [n.schema for n in self._upstreams]
         if any(s is None for s in schemas) or any(s != schemas[0] for s in schemas[1:]):
             return None
         return schemas[0]
+
+    @property
+    def timestamp_assigner(self):
+        """How this stream's event timestamps are read (column or function), None without."""
+        assigners = [n.timestamps for n in self._upstreams]
+        first = assigners[0]
+        return first if all(a is first or a == first for a in assigners[1:]) else None
+
+    @property
+    def _stream_schema(self) -> StreamSchema:
+        """The schema and how it is known (declared, inferred, widen); see runtime/schemas.py."""
+        if self._tag is not None:
+            return StreamSchema()
+        spec = StreamSchema.combine([n.stream_schema for n in self._upstreams])
+        return StreamSchema(self.schema, spec.mode) if spec.mode == "inferred" else spec
 
     def _describe(self) -> str:
         return " + ".join(f"'{n.name}'" for n in self._upstreams)
 
     # ------------------------------------------------------------------ building
     def _add(self, kind: NodeKind, name: str, uid: str | None, operator, parallelism: int | None,
-             schema: pa.Schema | None, partitioner: Partitioner | None = None) -> StreamNode:
+             schema: pa.Schema | StreamSchema | None, partitioner: Partitioner | None = None) -> StreamNode:
         env = self._env
         if parallelism is None:
             parallelism = env.parallelism  # Flink's rule: the environment's default, not inherited
         env._check_parallelism(parallelism, f"parallelism of '{name}'")
-        node = env._graph.add_node(kind, name, uid, operator, parallelism, env.max_parallelism, schema)
+        spec = schema if isinstance(schema, StreamSchema) else StreamSchema.of(schema, name)
+        node = env._graph.add_node(kind, name, uid, operator, parallelism, env.max_parallelism, spec.schema)
+        node.schema_mode = spec.mode
+        node.timestamps = self.timestamp_assigner
         for upstream in self._upstreams:
-            env._graph.add_edge(upstream, node, partitioner if partitioner is not None else self._partitioner)
+            env._graph.add_edge(upstream, node, partitioner if partitioner is not None else self._partitioner,
+                                self._tag)
         return node
 
     def _transform(self, kind: str, fn: Callable, name: str | None, uid: str | None, parallelism: int | None,
-                   schema: pa.Schema | None, input_format: str = "row") -> "DataStream":
+                   schema: pa.Schema | StreamSchema | None, input_format: str = "row") -> "DataStream":
         _check_callable(fn, kind)
+        input_schema = self._stream_schema if input_format == "batch" else None
         node = self._add(NodeKind.OPERATOR, name or kind.replace("_", " ").title().replace(" ", ""), uid,
-                         FunctionOperatorFactory(kind, fn, input_format), parallelism, schema)
+                         FunctionOperatorFactory(kind, fn, input_format, input_schema), parallelism, schema)
         return DataStream(self._env, (node,))
 
     def map(self, fn: Callable[[dict], dict], *, name: str | None = None, uid: str | None = None,
-            parallelism: int | None = None, output_schema: pa.Schema | None = None) -> "DataStream":
-        """One row in, one row out."""
-        return self._transform("map", fn, name or "Map", uid, parallelism, _check_schema(output_schema, "map"))
+            parallelism: int | None = None, schema=None, output_schema: pa.Schema | None = None) -> "DataStream":
+        """One row in, one row out.
+
+        schema: the output rows' pyarrow.Schema; "widen" to let an inferred schema grow; None
+        (default) to infer it from the first batch. See README "Schemas".
+        """
+        return self._transform("map", fn, name or "Map", uid, parallelism, _row_schema(schema, output_schema, "map"))
 
     def filter(self, fn: Callable[[dict], bool], *, name: str | None = None, uid: str | None = None,
                parallelism: int | None = None) -> "DataStream":
         """Keep the rows for which `fn` is true."""
-        return self._transform("filter", fn, name or "Filter", uid, parallelism, self.schema)
+        return self._transform("filter", fn, name or "Filter", uid, parallelism, self._stream_schema)
 
     def flat_map(self, fn: Callable[[dict], object], *, name: str | None = None, uid: str | None = None,
-                 parallelism: int | None = None, output_schema: pa.Schema | None = None) -> "DataStream":
-        """One row in, any number of rows out (return an iterable, a dict, or None)."""
+                 parallelism: int | None = None, schema=None, output_schema: pa.Schema | None = None) -> "DataStream":
+        """One row in, any number of rows out (return an iterable, a dict, or None); schema: as for map."""
         return self._transform("flat_map", fn, name or "FlatMap", uid, parallelism,
-                               _check_schema(output_schema, "flat_map"))
+                               _row_schema(schema, output_schema, "flat_map"))
 
     def map_batches(self, fn: Callable[[pa.RecordBatch], pa.RecordBatch], *, name: str | None = None,
                     uid: str | None = None, parallelism: int | None = None,
@@ -97,11 +173,17 @@ class DataStream:
         return self._transform("map_batches", fn, name or "MapBatches", uid, parallelism,
                                _check_schema(output_schema, "map_batches"), input_format="batch")
 
-    def key_by(self, key) -> "KeyedStream":
-        """Partition by key: a column name, a list of column names, or a function of the row."""
-        selector = KeySelector.of(key)
+    def key_by(self, key, *, allow_null_keys: bool = False) -> "KeyedStream":
+        """Partition by key: a column name, a list of column names, or a function of the row.
+
+        A row whose key is None fails the job (naming the operator, key field and row), as in
+        Flink; allow_null_keys=True makes None one more key instead.
+        """
+        if not isinstance(allow_null_keys, bool):
+            raise ConfigurationError(f"key_by: allow_null_keys must be True or False, got {allow_null_keys!r}")
+        selector = KeySelector.of(key, allow_null=allow_null_keys)
         selector.validate(self.schema, self._describe())
-        return KeyedStream(self._env, self._upstreams, selector)
+        return KeyedStream(self._env, self._upstreams, selector, self._tag)
 
     def union(self, *others: "DataStream") -> "DataStream":
         """All rows of this stream and of `others` (schemas should match)."""
@@ -112,21 +194,87 @@ class DataStream:
                 raise ConfigurationError("union of streams from different StreamEnvironments")
         if any(s._partitioner is not None for s in (self, *others)):
             raise ConfigurationError("union the streams first, then call rebalance()/broadcast()/key_by()")
+        if any(s._tag is not None for s in (self, *others)):
+            raise ConfigurationError(
+                "union of a side output: apply an operator to the side output first (e.g. "
+                ".map(lambda r: r)), then union its result")
         by_id = {n.id: n for s in (self, *others) for n in s._upstreams}
         upstreams = tuple(by_id.values())
         return DataStream(self._env, upstreams)
 
     def rebalance(self) -> "DataStream":
         """Distribute batches round robin over the next operator's subtasks."""
-        return DataStream(self._env, self._upstreams, RebalancePartitioner())
+        return DataStream(self._env, self._upstreams, RebalancePartitioner(), self._tag)
 
     def broadcast(self) -> "DataStream":
         """Send every row to every subtask of the next operator."""
-        return DataStream(self._env, self._upstreams, BroadcastPartitioner())
+        return DataStream(self._env, self._upstreams, BroadcastPartitioner(), self._tag)
 
     def forward(self) -> "DataStream":
         """One-to-one to the next operator (requires the same parallelism)."""
-        return DataStream(self._env, self._upstreams, ForwardPartitioner())
+        return DataStream(self._env, self._upstreams, ForwardPartitioner(), self._tag)
+
+    def process(self, function, *, name: str | None = None, uid: str | None = None,
+                parallelism: int | None = None, schema=None,
+                output_schema: pa.Schema | None = None) -> "DataStream":
+        """Run a ProcessFunction per row (side outputs via ctx.output; no keyed state or timers)."""
+        from streamsnap.api.functions import KeyedProcessFunction
+
+        if not callable(getattr(function, "process_element", None)):
+            raise ConfigurationError(
+                f"process takes a ProcessFunction (an object with process_element(row, ctx)), "
+                f"got {function!r}")
+        if isinstance(function, KeyedProcessFunction) or callable(getattr(function, "on_timer", None)):
+            raise ConfigurationError(
+                f"process({type(function).__name__}) on the non-keyed stream {self._describe()}: "
+                f"timers and keyed state are per key, so they need a keyed stream; call "
+                f".key_by(...) before .process(...)")
+        node = self._add(NodeKind.OPERATOR, name or type(function).__name__, uid,
+                         ProcessOperatorFactory(function, self.timestamp_assigner), parallelism,
+                         _row_schema(schema, output_schema, "process"))
+        return DataStream(self._env, (node,))
+
+    def assign_timestamps_and_watermarks(self, strategy: WatermarkStrategy, *, name: str | None = None,
+                                         uid: str | None = None,
+                                         parallelism: int | None = None) -> "DataStream":
+        """Event timestamps and watermarks from `strategy`, from here on.
+
+        Watermarks from upstream are dropped (the new ones replace them), except the end of
+        time when the input ends. Prefer `env.from_source(..., watermark_strategy=...)`: there
+        each split of the source gets its own watermark.
+        """
+        from streamsnap.runtime.timestamps_operator import TimestampsAndWatermarksFactory
+
+        name = name or "Timestamps/Watermarks"
+        check_watermark_strategy(strategy, self.schema, f"assign_timestamps_and_watermarks '{name}'")
+        node = self._add(NodeKind.OPERATOR, name, uid,
+                         TimestampsAndWatermarksFactory(strategy, self._env.auto_watermark_interval),
+                         parallelism, self._stream_schema)
+        if strategy.timestamp_assigner is not None:
+            node.timestamps = strategy.timestamp_assigner
+        return DataStream(self._env, (node,))
+
+    def window(self, assigner) -> "WindowedStream":
+        raise ConfigurationError(
+            f"window() on the non-keyed stream {self._describe()}: windows are per key; call "
+            f".key_by(...) first, e.g. stream.key_by('user').window(assigner)")
+
+    def get_side_output(self, tag) -> "DataStream":
+        """The rows the process function before this stream sent to `ctx.output(tag, ...)`."""
+        from streamsnap.api.functions import OutputTag
+
+        if not isinstance(tag, OutputTag):
+            raise ConfigurationError(f"get_side_output takes an ss.OutputTag, got {tag!r}")
+        if self._tag is not None or self._partitioner is not None or len(self._upstreams) != 1 \
+                or not isinstance(self._upstreams[0].operator,
+                                  (ProcessOperatorFactory, KeyedProcessOperatorFactory,
+                                   WindowOperatorFactory, VectorizedWindowOperatorFactory)) \
+                or getattr(self._upstreams[0].operator, "vectorized", False):
+            raise ConfigurationError(
+                f"get_side_output({tag.name!r}) on {self._describe()}: side outputs come from "
+                f"process(...) with a (Keyed)ProcessFunction or from a window's reduce/aggregate/"
+                f"process; call it on the stream that call returned")
+        return DataStream(self._env, self._upstreams, None, tag.name)
 
     def sink_to(self, sink, *, name: str | None = None, uid: str | None = None,
                 parallelism: int | None = None) -> "DataStreamSink":
@@ -137,8 +285,8 @@ class DataStream:
                 f"sink_to takes a sink such as ss.sinks.Collect(), ss.sinks.Print() or "
                 f"ss.sinks.FileSink(path), got {sink!r}")
         sink.validate(self.schema)
-        node = self._add(NodeKind.SINK, name or type(sink).__name__, uid, SinkOperatorFactory(sink),
-                         parallelism, None)
+        factory = SinkOperatorFactory(sink, self._stream_schema, " + ".join(n.name for n in self._upstreams))
+        node = self._add(NodeKind.SINK, name or type(sink).__name__, uid, factory, parallelism, None)
         return DataStreamSink(node)
 
     def print(self, prefix: str = "") -> "DataStreamSink":
@@ -150,20 +298,26 @@ class DataStream:
 class KeyedStream(DataStream):
     """A stream partitioned by key: every key's rows go to the same subtask, with its state."""
 
-    def __init__(self, env: "StreamEnvironment", upstreams: tuple[StreamNode, ...], key: KeySelector):
-        super().__init__(env, upstreams, KeyGroupPartitioner(key, env.max_parallelism))
+    def __init__(self, env: "StreamEnvironment", upstreams: tuple[StreamNode, ...], key: KeySelector,
+                 tag: str | None = None):
+        super().__init__(env, upstreams, KeyGroupPartitioner(key, env.max_parallelism), tag)
         self.key = key
 
     def process(self, function, *, name: str | None = None, uid: str | None = None,
-                parallelism: int | None = None, output_schema: pa.Schema | None = None) -> DataStream:
-        """Run a KeyedProcessFunction: per-row logic with per-key state."""
+                parallelism: int | None = None, schema=None,
+                output_schema: pa.Schema | None = None) -> DataStream:
+        """Run a KeyedProcessFunction: per-row logic with per-key state; schema: as for map."""
         if not callable(getattr(function, "process_element", None)):
             raise ConfigurationError(
                 f"process takes a KeyedProcessFunction (an object with process_element(row, ctx)), "
                 f"got {function!r}")
-        node = self._add(NodeKind.OPERATOR, name or type(function).__name__, uid,
-                         KeyedProcessOperatorFactory(function, self.key), parallelism,
-                         _check_schema(output_schema, "process"))
+        name = name or type(function).__name__
+        key = self.key.for_operator(name)
+        node = self._add(NodeKind.OPERATOR, name, uid,
+                         KeyedProcessOperatorFactory(function, key, timestamps=self.timestamp_assigner),
+                         parallelism,
+                         _row_schema(schema, output_schema, "process"),
+                         KeyGroupPartitioner(key, self._env.max_parallelism))
         return DataStream(self._env, (node,))
 
     def process_batches(self, function, *, name: str | None = None, uid: str | None = None,
@@ -173,13 +327,23 @@ class KeyedStream(DataStream):
             raise ConfigurationError(
                 f"process_batches takes a KeyedBatchFunction (an object with process_batch(batch, keys)), "
                 f"got {function!r}")
-        node = self._add(NodeKind.OPERATOR, name or type(function).__name__, uid,
-                         KeyedProcessOperatorFactory(function, self.key, vectorized=True), parallelism,
-                         _check_schema(output_schema, "process_batches"))
+        name = name or type(function).__name__
+        key = self.key.for_operator(name)
+        node = self._add(NodeKind.OPERATOR, name, uid,
+                         KeyedProcessOperatorFactory(function, key, vectorized=True), parallelism,
+                         _check_schema(output_schema, "process_batches"),
+                         KeyGroupPartitioner(key, self._env.max_parallelism))
         return DataStream(self._env, (node,))
 
     def key_by(self, key) -> "KeyedStream":
         raise ConfigurationError("the stream is already keyed; call key_by once, on the unkeyed stream")
+
+    def window(self, assigner) -> "WindowedStream":
+        """Windows per key (`ss.windows.TumblingEventTimeWindows.of(60)`, ...); finish with
+        `.reduce`, `.aggregate` or `.process`. See api/windowing.py."""
+        from streamsnap.api.windowing import WindowedStream
+
+        return WindowedStream(self, assigner)
 
 
 class DataStreamSink:

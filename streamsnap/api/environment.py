@@ -11,6 +11,7 @@ import logging
 import os
 
 from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy, validate_state_backend
+from streamsnap.api import preflight
 from streamsnap.api.datastream import DataStream
 from streamsnap.api.result import JobClient, JobResult
 from streamsnap.errors import ConfigurationError
@@ -40,12 +41,16 @@ class StreamEnvironment:
       RestartStrategy.fixed_delay(3, 1.0) with it.
     spark: a SparkSession; None uses the active one or starts an embedded local[N] session.
     network: data-plane tuning (buffer timeout, batch size, flow-control credits).
+    auto_watermark_interval: seconds (or timedelta) between periodic watermark emissions of
+      sources and timestamp assigners (Flink's auto-watermark interval); 0 disables periodic
+      emission (only generators that emit per event then advance event time).
     """
 
     def __init__(self, parallelism: int = 2, *, max_parallelism: int = 128,
                  checkpointing: CheckpointConfig | None = None, state_backend: str = "hashmap",
                  restart: RestartStrategy | None = None, spark=None, network: NetworkConfig | None = None,
-                 buffer_timeout: float | None = None, log_level: str = "WARNING"):
+                 buffer_timeout: float | None = None, log_level: str = "WARNING",
+                 auto_watermark_interval=0.2):
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise ConfigurationError(f"StreamEnvironment.parallelism must be an integer >= 1, got {parallelism!r}")
         if (isinstance(max_parallelism, bool) or not isinstance(max_parallelism, int)
@@ -85,6 +90,10 @@ class StreamEnvironment:
             raise ConfigurationError(f"StreamEnvironment.log_level must be DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
         if spark is not None and not hasattr(spark, "sparkContext"):
             raise ConfigurationError(f"StreamEnvironment.spark must be a SparkSession, got {type(spark).__name__}")
+        from streamsnap.time.durations import to_millis
+
+        self.auto_watermark_interval = to_millis(auto_watermark_interval,
+                                                 "StreamEnvironment.auto_watermark_interval") / 1000.0
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism
         self.checkpointing = checkpointing
@@ -105,18 +114,33 @@ class StreamEnvironment:
             raise ConfigurationError(f"{what} ({value}) exceeds max_parallelism ({self.max_parallelism})")
 
     def from_source(self, source, *, name: str | None = None, uid: str | None = None,
-                    parallelism: int | None = None) -> DataStream:
+                    parallelism: int | None = None, watermark_strategy=None) -> DataStream:
+        """A stream of the source's rows.
+
+        watermark_strategy: an ss.WatermarkStrategy for event time; each split of the source
+          gets its own watermark generator, the source's watermark is their minimum. None (or
+          WatermarkStrategy.no_watermarks()): no event-time progress until a bounded source
+          ends (then every event-time timer fires).
+        """
+        from streamsnap.api.datastream import check_watermark_strategy
         from streamsnap.connectors.base import Source, SourceOperatorFactory
 
         if not isinstance(source, Source):
             raise ConfigurationError(
                 f"from_source takes a source such as ss.sources.Generator(...), got {source!r}")
         source.validate()
+        if watermark_strategy is not None:
+            check_watermark_strategy(watermark_strategy, source.schema,
+                                     f"from_source '{name or type(source).__name__}'")
         parallelism = self.parallelism if parallelism is None else parallelism
         self._check_parallelism(parallelism, f"parallelism of source '{name or 'Source'}'")
         label = f"Source: {name}" if name else "Source"
-        node = self._graph.add_node(NodeKind.SOURCE, label, uid, SourceOperatorFactory(source),
+        factory = SourceOperatorFactory(source, watermark_strategy, self.auto_watermark_interval)
+        node = self._graph.add_node(NodeKind.SOURCE, label, uid, factory,
                                     parallelism, self.max_parallelism, source.schema)
+        node.schema_mode = source.schema_mode   # declared, inferred or widen (runtime/schemas.py)
+        if watermark_strategy is not None:
+            node.timestamps = watermark_strategy.timestamp_assigner
         return DataStream(self, (node,))
 
     def from_collection(self, rows: list, schema=None, *, name: str | None = None,
@@ -174,6 +198,7 @@ class StreamEnvironment:
             raise ConfigurationError(f"execute() needs a job name, got {job_name!r}")
         job_id = check_job_id(job_id) if job_id is not None else job_id_for_name(job_name)
         execution_graph = self._plan(job_name)
+        restored_uids: set[str] = set()
         if restore_from is not None:
             if not isinstance(restore_from, str) or not restore_from:
                 raise ConfigurationError(f"restore_from must be a checkpoint or savepoint path, got {restore_from!r}")
@@ -183,9 +208,24 @@ class StreamEnvironment:
 
             metadata_url, base = resolve_restore_path(restore_from)
             # Fail now, not in a Spark task, if the state does not fit this job.
-            plan_restore(read_metadata(metadata_url), base, execution_graph.job_graph, allow_non_restored_state)
+            metadata = read_metadata(metadata_url)
+            plan_restore(metadata, base, execution_graph.job_graph, allow_non_restored_state)
+            restored_uids = set(metadata.operators)
+        elif self.checkpointing is not None and self.checkpointing.resume == "latest" \
+                and self.checkpointing.directory is not None:
+            # A new run of a job whose driver died resumes its own output (cluster/jobmaster.py).
+            from streamsnap.checkpoint.metadata import read_metadata
+            from streamsnap.checkpoint.storage import CheckpointStorage
+
+            resumed = CheckpointStorage(self.checkpointing.directory, job_id).newest_completed_location()
+            if resumed is not None:
+                restored_uids = set(read_metadata(resumed.metadata_url).operators)
+        # Directories, pickling, sink output: before any Spark job (api/preflight.py).
+        preflight.run(self._graph, self.checkpointing, restored_uids)
         spark = self._spark or embedded_session(execution_graph.num_tasks)
         require_slots(spark, execution_graph.num_tasks)
+        if self._spark is not None:
+            preflight.check_executors(spark.sparkContext)   # a user's session: can executors import us?
         hooks = json.loads(os.environ.get(TEST_HOOKS_ENV, "{}"))
         settings = JobSettings(job_name, self.checkpointing, self.restart, self.network, self.state_backend,
                                restore_from, allow_non_restored_state, self.log_level, hooks, job_id=job_id)

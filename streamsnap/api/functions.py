@@ -5,12 +5,16 @@ them (duck typing, as Python users expect): `open(ctx)`/`close()`; Flink's Check
 (`initialize_state(ctx)`/`snapshot_state(ctx)`) to keep operator state; CheckpointListener
 (`notify_checkpoint_complete(id)`/`notify_checkpoint_aborted(id)`) to act on completed
 checkpoints. `KeyedProcessFunction` is the stateful per-key function; its state lives in the
-keyed state backend, scoped to the current key and snapshotted by key group.
+keyed state backend, scoped to the current key and snapshotted by key group, and so do its
+timers (`ctx.timer_service()`, `on_timer(timestamp, ctx)`), which is why only keyed streams
+have them. `ctx.output(tag, row)` sends a row to a side output (`OutputTag`).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any, Iterable
 
 from streamsnap.state.descriptors import (
@@ -81,18 +85,115 @@ class FunctionInitializationContext:
         return self._runtime.get_state(descriptor)
 
 
+@dataclass(frozen=True)
+class OutputTag:
+    """Names a side output: `ctx.output(tag, row)` emits to it, `stream.get_side_output(tag)`
+    reads it as a stream of its own."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            from streamsnap.errors import ConfigurationError
+            raise ConfigurationError(f"OutputTag needs a non-empty name, e.g. OutputTag('late'), "
+                                     f"got {self.name!r}")
+
+
+class TimerService:
+    """`ctx.timer_service()` of a keyed function: event-time and processing-time timers of the
+    current key. Times are int epoch milliseconds; registering a time twice keeps one timer.
+    """
+
+    __slots__ = ("_internal", "_on_processing_timer")
+
+    def __init__(self, internal, on_processing_timer):
+        self._internal = internal                        # time.timers.InternalTimerService
+        self._on_processing_timer = on_processing_timer  # makes the task wake up in time
+
+    def current_watermark(self) -> int:
+        """The operator's event time: the last watermark it received (ms)."""
+        return self._internal.current_watermark
+
+    def current_processing_time(self) -> int:
+        """Wall-clock time now, epoch milliseconds."""
+        return int(time.time() * 1000)
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        """Call `on_timer` once the watermark reaches `timestamp`."""
+        self._internal.register_event_time_timer(timestamp)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        """Call `on_timer` once the wall clock reaches `timestamp` (epoch ms)."""
+        self._internal.register_processing_time_timer(timestamp)
+        self._on_processing_timer(int(timestamp))
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self._internal.delete_event_time_timer(timestamp)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self._internal.delete_processing_time_timer(timestamp)
+
+
 class Context:
-    """Per-record context of a KeyedProcessFunction."""
+    """Per-record context of a (Keyed)ProcessFunction, also handed to `on_timer`.
 
-    __slots__ = ("current_key", "subtask_index", "_runtime")
+    `current_key`: the key of the row (or of the firing timer). `timestamp()`: the row's event
+    timestamp (ms) — evaluated from the stream's timestamp assigner — or the firing timer's
+    time in `on_timer`; None when the stream has no timestamps. `time_domain()`: the firing
+    timer's TimeDomain in `on_timer`, None in `process_element`.
+    """
 
-    def __init__(self, runtime: RuntimeContext):
+    __slots__ = ("current_key", "subtask_index", "_runtime", "_assigner", "_row", "_timer",
+                 "_timers", "_side")
+
+    def __init__(self, runtime: RuntimeContext, timestamps=None):
         self.current_key: Any = None
         self.subtask_index = runtime.subtask_index
         self._runtime = runtime
+        self._assigner = timestamps   # column name or function of the row, or None
+        self._row: dict | None = None
+        self._timer = None            # time.timers.Timer while on_timer runs
+        self._timers: TimerService | None = None
+        self._side: dict[str, list] = {}
 
     def get_state(self, descriptor):
         return self._runtime.get_state(descriptor)
+
+    def timer_service(self) -> TimerService:
+        if self._timers is None:
+            raise RuntimeError(
+                f"operator '{self._runtime.operator_name}' is not keyed, and timers are keyed "
+                f"state: call key_by(...) before process(...) to use ctx.timer_service()")
+        return self._timers
+
+    def timestamp(self) -> int | None:
+        if self._timer is not None:
+            return self._timer.timestamp
+        assigner, row = self._assigner, self._row
+        if assigner is None or row is None:
+            return None
+        if isinstance(assigner, str):
+            value = row.get(assigner)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, Integral):
+                raise TypeError(f"timestamp field '{assigner}' is {value!r} "
+                                f"({type(value).__name__}), not int epoch milliseconds")
+            return int(value)
+        from streamsnap.time.timestamps import assign_timestamp
+        return assign_timestamp(assigner, row, self._runtime.operator_name)
+
+    def time_domain(self):
+        return self._timer.domain if self._timer is not None else None
+
+    def output(self, tag: OutputTag, row: dict) -> None:
+        """Emit `row` to the side output `tag` (read it with `stream.get_side_output(tag)`)."""
+        if not isinstance(tag, OutputTag):
+            raise TypeError(f"ctx.output takes an ss.OutputTag, got {tag!r}")
+        if type(row) is not dict:
+            raise TypeError(f"ctx.output({tag.name!r}, ...) takes a row (dict), got "
+                            f"{type(row).__name__}")
+        self._side.setdefault(tag.name, []).append(row)
 
 
 class Function:
@@ -105,8 +206,8 @@ class Function:
         """Called once when the subtask ends."""
 
 
-class KeyedProcessFunction(Function):
-    """Processes each row of a keyed stream with access to that key's state.
+class ProcessFunction(Function):
+    """Processes each row of a (non-keyed) stream; may emit to side outputs via `ctx.output`.
 
     `process_element` may return None, a row (dict), or an iterable of rows (e.g. `yield`).
     """
@@ -114,6 +215,15 @@ class KeyedProcessFunction(Function):
     def process_element(self, row: dict, ctx: Context) -> Iterable[dict] | dict | None:
         raise NotImplementedError(
             f"{type(self).__name__} must implement process_element(self, row, ctx)")
+
+
+class KeyedProcessFunction(ProcessFunction):
+    """Processes each row of a keyed stream with access to that key's state and timers.
+
+    Define `on_timer(timestamp, ctx)` to be called when a timer registered through
+    `ctx.timer_service()` fires; `ctx.current_key` is the timer's key, its state is current,
+    and like `process_element` it may return or yield rows.
+    """
 
 
 class KeyedBatchFunction(Function):

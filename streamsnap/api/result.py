@@ -43,6 +43,12 @@ class JobResult:
     # One entry per failover: failed_at (noticed), running_at (all subtasks running again),
     # first_output_at (first row reached a sink after the restore); wall-clock seconds.
     recoveries: tuple[dict, ...] = ()
+    # Record counts (`operators`, `records_in`) are those of the last deployment attempt
+    # (`attempt`, 0 = the first): after a restart or a restore they count the rows processed
+    # since `restored_checkpoint` (the checkpoint or savepoint id it started from) — rows before
+    # it were processed by earlier attempts/jobs and are in the output, not in these counts.
+    attempt: int = 0
+    restored_checkpoint: int | None = None
 
     def rows(self, sink: str | None = None) -> list[dict]:
         """Rows of the Collect sink `sink` (the only one when omitted)."""
@@ -57,11 +63,17 @@ class JobResult:
 
     @property
     def records_in(self) -> int:
+        """Rows the sources emitted in the last attempt (see `attempt`, `restored_checkpoint`)."""
         return sum(m.records_in for m in self.operators.values() if m.name.startswith("Source"))
 
     def summary(self) -> str:
         lines = [f"job '{self.job_name}' {self.status} in {self.duration:.2f} s"
                  + (f" after {self.restarts} restart(s)" if self.restarts else "")]
+        if self.restored_checkpoint is not None:
+            lines.append(f"  record counts below: attempt {self.attempt + 1} only, since checkpoint "
+                         f"{self.restored_checkpoint} it restored — rows before that checkpoint were processed "
+                         f"{'by earlier attempts' if self.restarts else 'by the job that took it'} and are in "
+                         f"the output, not in these counts")
         for m in self.operators.values():
             lines.append(f"  {m.name:<28} parallelism {m.parallelism:<3} in {m.records_in:>12,}  out {m.records_out:>12,}")
         if self.checkpoints is not None:
@@ -107,10 +119,22 @@ class JobClient:
 
     def trigger_savepoint(self, directory: str, timeout: float | None = 120.0) -> str:
         """Take a savepoint into `directory`; returns the savepoint's path."""
+        _check_savepoint_directory(directory, "trigger_savepoint")
         return self._master.trigger_savepoint(directory, terminate=False).result(timeout)
 
     def stop_with_savepoint(self, directory: str, drain: bool = False, timeout: float | None = 120.0) -> str:
         """Take a savepoint, then stop the job; returns the savepoint's path."""
+        _check_savepoint_directory(directory, "stop_with_savepoint")
         path = self._master.trigger_savepoint(directory, terminate=True, drain=drain).result(timeout)
         self._master.wait_terminal(timeout)
         return path
+
+
+def _check_savepoint_directory(directory, call: str) -> None:
+    """Probe the target now: a bad path fails in milliseconds, naming it, not as a failed savepoint."""
+    from streamsnap.api.preflight import check_directory
+    from streamsnap.errors import ConfigurationError
+
+    if not isinstance(directory, str) or not directory:
+        raise ConfigurationError(f"{call} needs a directory path or fsspec URL, got {directory!r}")
+    check_directory(directory, "the savepoint directory", f"{call}(directory)")

@@ -159,6 +159,14 @@ class CheckpointStorage:
                 abandoned.append(url)
         return abandoned
 
+    def newest_completed_location(self) -> CheckpointStorageLocation | None:
+        """The newest `chk-<n>` with a `_metadata` (what a new run of this job resumes from)."""
+        for checkpoint_id in reversed(self.existing_checkpoint_ids()):
+            url = self.checkpoint_directory(checkpoint_id)
+            if filesystem.exists(filesystem.join(url, METADATA_FILE_NAME)):
+                return CheckpointStorageLocation(url, checkpoint_id)
+        return None
+
     def existing_checkpoint_ids(self) -> list[int]:
         """Ids of every `chk-<n>` directory of this job, completed or not, ascending."""
         ids = (checkpoint_id_of(name) for name, _ in subdirectories(self.job_directory))

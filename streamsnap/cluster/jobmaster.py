@@ -112,7 +112,9 @@ class _CoordinatorGateway:
 
     def trigger_checkpoint(self, attempt, checkpoint_id, timestamp, options) -> None:
         self._send(attempt, {"type": "trigger_checkpoint", "checkpoint_id": checkpoint_id,
-                             "timestamp": timestamp, "options": options.to_wire()})
+                             "timestamp": timestamp, "options": options.to_wire(),
+                             # sources advance event time to its end before this barrier
+                             "drain": self._master._drain_savepoint and options.checkpoint_type.is_savepoint})
 
     def notify_checkpoint_complete(self, attempt, checkpoint_id, timestamp) -> None:
         self._send(attempt, {"type": "notify_complete", "checkpoint_id": checkpoint_id, "timestamp": timestamp})
@@ -153,6 +155,7 @@ class JobMaster:
         self._final_checkpoint_pending = False
         # A completed stop-with-savepoint waiting for the job to finish: (savepoint path, future).
         self._stopping: tuple[str, concurrent.futures.Future] | None = None
+        self._drain_savepoint = False   # the stop-with-savepoint being triggered drains
         self._started_at = time.monotonic()
         self._done = threading.Event()
         self._result: JobResult | None = None
@@ -161,6 +164,9 @@ class JobMaster:
         # Per failure: when it was noticed, when the job ran again, when the first row reached a
         # driver-side sink after the restore (wall-clock seconds) — the recovery-time figures.
         self.recovery_log: list[dict] = []
+        # The checkpoint the current attempt restored (None: a fresh start); the result's record
+        # counts are this attempt's, i.e. rows after that checkpoint.
+        self._restored_checkpoint_id: int | None = None
         self._sinks: dict[str, Any] = {}
         self._sink_names: dict[str, str] = {}
         for node in self.job_graph.stream_graph.nodes.values():
@@ -409,6 +415,7 @@ class JobMaster:
             metadata = read_metadata(metadata_url)
             if self.coordinator is not None:
                 self.coordinator.restored_from(metadata.checkpoint_id)
+        self._restored_checkpoint_id = metadata.checkpoint_id if metadata is not None else None
         if metadata is None:
             return None
         plan = plan_restore(metadata, base, self.job_graph, self.settings.allow_non_restored_state)
@@ -476,7 +483,8 @@ class JobMaster:
         elif kind == "failed":
             with self._lock:
                 subtask.state = ExecutionState.FAILED
-            reason = "USER_FUNCTION" if message.get("user_error") else "TASK_FAILURE"
+            reason = ("DATA_ERROR" if message.get("data_error") else
+                      "USER_FUNCTION" if message.get("user_error") else "TASK_FAILURE")
             self._handle_failure(str(message["error"]), reason, attempt.attempt)
         elif kind == "first_output":
             if self.recovery_log and "first_output_at" not in self.recovery_log[-1]:
@@ -623,7 +631,8 @@ class JobMaster:
             log.debug("a deploy is already pending; attempt %d is not restarted twice", self._attempt)
             return
         self._backoff.notify_failure(self._clock.monotonic())
-        if self._backoff.can_restart():
+        # A data error (errors.DataError) meets the same row again after any restore: fail at once.
+        if self._failure_reason != "DATA_ERROR" and self._backoff.can_restart():
             self._attempts.request_deploy()
             self._backoff.notify_restart()
             self._set_status(JobStatus.RESTARTING)
@@ -634,7 +643,10 @@ class JobMaster:
             return
         restarts = self._backoff.restarts
         message = self._failure
-        if restarts:
+        if self._failure_reason == "DATA_ERROR":
+            message = (f"job failed without a restart ({restarts} earlier restart(s)): a data error recurs "
+                       f"whenever the same input is replayed, so restarting cannot help:\n{message}")
+        elif restarts:
             message = f"job failed after {restarts} restart(s) ({self._backoff.describe()}); last failure:\n{message}"
         self._finalize(JobStatus.FAILED, JobExecutionError(message, job_name=self.settings.job_name,
                                                             cause=self._failure, reason=self._failure_reason))
@@ -685,6 +697,7 @@ class JobMaster:
             result.set_exception(StreamsnapError(f"cannot take a savepoint while the job is {self.status.value}"))
             return
         attempt = self._attempt
+        self._drain_savepoint = terminate and drain
         future = self.coordinator.trigger_savepoint(directory, terminate=terminate)
 
         def done(f):
@@ -779,7 +792,8 @@ class JobMaster:
         collected = {self._sink_names[uid]: c.rows() for uid, c in self._sinks.items() if hasattr(c, "rows")}
         return JobResult(self.job_id, self.settings.job_name, JobStatus.FINISHED.value,
                          time.monotonic() - self._started_at, operators, collected, stats,
-                         self._backoff.restarts, network, tuple(dict(r) for r in self.recovery_log))
+                         self._backoff.restarts, network, tuple(dict(r) for r in self.recovery_log),
+                         attempt=self._attempt, restored_checkpoint=self._restored_checkpoint_id)
 
 
 def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future, transform) -> None:

@@ -5,11 +5,22 @@ reads the splits dealt to it, and the reader's per-split positions are the sourc
 state — split-distributed, so restoring with another parallelism deals the same splits out
 again and every split resumes where the checkpoint left it.
 
+Event time (FLIP-27's per-split watermarks): a reader says which splits it is reading now
+(`active_splits`) and which split the batch `poll` just returned came from (`current_split`);
+the source operator then runs one watermark generator per split, so a slow split holds the
+source's watermark back and a finished one stops doing so. A reader that says nothing counts
+as a single split. A bounded source emits the maximum watermark when it ends.
+
 Sinks follow the two-phase-commit shape: `write` records, `prepare_commit(n)` at the
 checkpoint's synchronous phase returns the committables of everything written before barrier
 n (kept in operator state), `commit(n)` makes them visible once checkpoint n completed, and
 `recover` on restore commits what the restored checkpoint had pre-committed and cleans up the
 rest. A non-transactional sink simply makes `prepare_commit` return [] .
+
+Every sink receives Arrow batches checked by the schema rule (`runtime/schemas.py`): rows are
+converted, batches conformed, before `write` — so all sinks see the same rows, and a row that
+does not fit fails the job, naming the sink, the field and the row, instead of being dropped
+by one sink and kept by another.
 """
 
 from __future__ import annotations
@@ -20,8 +31,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from streamsnap.runtime.batches import Batch, num_rows
+from streamsnap.runtime.batches import Batch, num_rows, to_record_batch
 from streamsnap.runtime.operators import OperatorContext, OperatorFactory, StreamOperator
+from streamsnap.runtime.schemas import RowSchema, StreamSchema
+from streamsnap.time.watermarks import WatermarkStrategy
 
 SOURCE_SPLITS_STATE = "source-splits"
 SOURCE_GLOBAL_STATE = "source-global"
@@ -48,6 +61,15 @@ class SourceReader(ABC):
     def next_available_in(self) -> float:
         """Seconds until `poll` may return data again (rate limits, idle inputs)."""
         return 0.0
+
+    def active_splits(self) -> list | None:
+        """Ids (hashable) of the splits being read now — each holds the source's watermark
+        back until it finishes; None: the reader does not tell (one watermark for all)."""
+        return None
+
+    def current_split(self) -> Any:
+        """Id of the split the batch last returned by `poll` came from (None: not told)."""
+        return None
 
     def open(self) -> None:
         """Called once before the first poll."""
@@ -78,6 +100,12 @@ class Source(ABC):
     def schema(self) -> pa.Schema | None:
         """Output schema when known at build time (lets key_by validate column names)."""
         return None
+
+    @property
+    def schema_mode(self) -> str:
+        """How `schema` holds at run time: "declared" (rows are checked against it), "inferred"
+        (from the first batch; `schema` is a build-time sample) or "widen" (runtime/schemas.py)."""
+        return "inferred"
 
     @abstractmethod
     def splits(self, parallelism: int) -> list:
@@ -119,6 +147,10 @@ class SinkWriter(ABC):
 
 
 class Sink(ABC):
+    #: Whether input rows are checked against the stream's schema before `write` (only a sink
+    #: that looks at no row, like Discard, may skip it).
+    checks_schema: bool = True
+
     @abstractmethod
     def create_writer(self, ctx: OperatorContext) -> SinkWriter: ...
 
@@ -130,15 +162,27 @@ class Sink(ABC):
         """Raise ConfigurationError for settings that cannot work (called at build time)."""
 
 
-class SourceOperator(StreamOperator):
-    """Runs a SourceReader; its split positions are the operator's split-distributed state."""
+_WHOLE_READER = "reader"    # the watermark part of a reader that does not report splits
 
-    def __init__(self, ctx: OperatorContext, source: Source):
+
+class SourceOperator(StreamOperator):
+    """Runs a SourceReader; its split positions are the operator's split-distributed state.
+
+    With a watermark strategy, the timestamps of each batch feed that batch's split's
+    generator (see `runtime/watermark_emitter.py`); the watermarks follow the batch.
+    """
+
+    def __init__(self, ctx: OperatorContext, source: Source,
+                 watermark_strategy: WatermarkStrategy | None = None,
+                 watermark_interval: float = 0.2):
         super().__init__(ctx)
         self.source = source
         self.reader = source.create_reader(ctx)
         self._splits_state = None
         self._global_state = None
+        self._strategy = watermark_strategy
+        self._interval = watermark_interval
+        self.watermarks = None      # WatermarkEmitter, created in open()
 
     def initialize_state(self) -> None:
         super().initialize_state()
@@ -153,7 +197,19 @@ class SourceOperator(StreamOperator):
         self.reader.assign_splits(list(splits))
 
     def open(self) -> None:
+        from streamsnap.runtime.watermark_emitter import WatermarkEmitter
+
         self.reader.open()
+        self.watermarks = WatermarkEmitter(self._strategy, self.ctx.name, self.output,
+                                           self.ctx.timers, self.ctx.clock, self._interval,
+                                           splits=self._active_splits)
+        self.watermarks.start()
+
+    def _active_splits(self) -> list:
+        active = self.reader.active_splits()
+        if active is None:
+            return [] if self.source.bounded and self.reader.is_finished() else [_WHOLE_READER]
+        return active
 
     def emit_next(self) -> bool:
         """Emit one batch if the reader has one; returns whether it did."""
@@ -161,8 +217,17 @@ class SourceOperator(StreamOperator):
         if batch is None or not num_rows(batch):
             return False
         self.records_in += num_rows(batch)
+        watermarks = self.watermarks
+        timestamps = watermarks.timestamps(batch)
         self.output.emit(batch)
+        if timestamps is not None:
+            split = self.reader.current_split()
+            watermarks.on_timestamps(_WHOLE_READER if split is None else split, timestamps)
         return True
+
+    def advance_to_end_of_time(self) -> None:
+        """The input ended (or a draining stop): every event-time timer downstream may fire."""
+        self.watermarks.end_of_time()
 
     def snapshot_state(self, checkpoint_id: int, timestamp: float, location: str):
         self._splits_state.update(self.reader.snapshot_splits(checkpoint_id))
@@ -181,9 +246,12 @@ class SourceOperator(StreamOperator):
 class SinkOperator(StreamOperator):
     """Runs a SinkWriter; pre-committed committables are the operator's state."""
 
-    def __init__(self, ctx: OperatorContext, sink: Sink):
+    def __init__(self, ctx: OperatorContext, sink: Sink, input_schema: StreamSchema | None = None,
+                 producer: str | None = None):
         super().__init__(ctx)
         self.writer = sink.create_writer(ctx)
+        self._rows = (RowSchema(input_schema, ctx.name, ctx.task_name, producer=producer, role="input")
+                      if sink.checks_schema else None)
         self._committables = None
         self._reported_first_output = ctx.attempt == 0  # only restarts are timed
 
@@ -202,6 +270,9 @@ class SinkOperator(StreamOperator):
 
     def process(self, batch: Batch) -> None:
         self.records_in += num_rows(batch)
+        rows = self._rows
+        if rows is not None:
+            batch = rows.conform(batch) if isinstance(batch, pa.RecordBatch) else to_record_batch(batch, rows)
         self.writer.write(batch)
         if not self._reported_first_output:
             # Recovery time ends here: the first row reaches a sink after the restore.
@@ -225,22 +296,30 @@ class SinkOperator(StreamOperator):
 
 
 class SourceOperatorFactory(OperatorFactory):
-    def __init__(self, source: Source):
+    def __init__(self, source: Source, watermark_strategy: WatermarkStrategy | None = None,
+                 watermark_interval: float = 0.2):
         self.source = source
+        self.watermark_strategy = watermark_strategy
+        self.watermark_interval = watermark_interval
 
     def create(self, ctx: OperatorContext) -> StreamOperator:
-        return SourceOperator(ctx, self.source)
+        return SourceOperator(ctx, self.source, self.watermark_strategy, self.watermark_interval)
 
     def describe(self) -> str:
         return f"Source: {type(self.source).__name__}"
 
 
 class SinkOperatorFactory(OperatorFactory):
-    def __init__(self, sink: Sink):
+    """input_schema: the schema of the stream the sink consumes; producer: its operator(s), named
+    in schema errors as the place to fix them."""
+
+    def __init__(self, sink: Sink, input_schema: StreamSchema | None = None, producer: str | None = None):
         self.sink = sink
+        self.input_schema = input_schema
+        self.producer = producer
 
     def create(self, ctx: OperatorContext) -> StreamOperator:
-        return SinkOperator(ctx, self.sink)
+        return SinkOperator(ctx, self.sink, self.input_schema, self.producer)
 
     def describe(self) -> str:
         return f"Sink: {type(self.sink).__name__}"

@@ -179,6 +179,10 @@ class FileSource(Source):
             self._schema_resolved = True
         return self._schema
 
+    @property
+    def schema_mode(self) -> str:
+        return "declared" if self._given_schema is not None else "inferred"
+
     def _infer_schema(self, files: list[str]) -> pa.Schema | None:
         fs, _ = self.filesystem()
         for path in files:
@@ -242,6 +246,7 @@ class FileSourceReader(SourceReader):
         self._inherited: set[str] = set()
         self._taken: set[str] = set()
         self._next_listing: float | None = None  # None: list at the first poll
+        self._current: str | None = None          # the file of the batch last returned
 
     # ------------------------------------------------------------ assignment and restore
     def restore_global_state(self, elements: list) -> None:
@@ -295,6 +300,7 @@ class FileSourceReader(SourceReader):
                 self._queue.popleft()
                 continue
             split[1] += batch.num_rows
+            self._current = split[0]
             return batch
         return None
 
@@ -319,6 +325,14 @@ class FileSourceReader(SourceReader):
 
     def is_finished(self) -> bool:
         return self._source.bounded and not self._queue
+
+    def active_splits(self) -> list:
+        """Only the file being read: files are read one after another, so a queued file has
+        not started and must not hold the watermark back (it joins when its turn comes)."""
+        return [self._queue[0][0]] if self._queue else []
+
+    def current_split(self) -> str | None:
+        return self._current
 
     def next_available_in(self) -> float:
         if self._queue or self._source.bounded or self._next_listing is None:

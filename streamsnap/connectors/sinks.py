@@ -194,12 +194,15 @@ class _DiscardWriter(SinkWriter):
 class Discard(Sink):
     """Consumes and drops every row (Flink's DiscardingSink): for benchmarks and dry runs."""
 
+    checks_schema = False  # it keeps no row, so it pays for no conversion
+
     def create_writer(self, ctx: OperatorContext) -> SinkWriter:
         return _DiscardWriter()
 
 
 # ===================================================================== files
 FORMATS = ("parquet", "jsonl")
+MODES = ("error_if_exists", "append", "overwrite")
 INPROGRESS_PREFIX = ".inprogress-"
 
 
@@ -208,16 +211,55 @@ class FileSink(Sink):
 
     Finished files are `part-<subtask>-<n>-<id>.<ext>`; files in progress are hidden
     (`.inprogress-...`), so `spark.read.parquet(path)` only ever sees committed output.
+
+    mode: what to do with output already in the directory when the job starts, as Spark's
+      DataFrameWriter — "error_if_exists" (default, as in Spark: refuse, so two runs never mix
+      silently), "append" (add to it) or "overwrite" (delete the directory's contents first).
+      A job restored from a checkpoint or savepoint that has this sink's state (same uid) is
+      continuing its own output: it is neither refused nor overwritten.
     """
 
-    def __init__(self, path: str, format: str = "parquet"):
+    def __init__(self, path: str, format: str = "parquet", *, mode: str = "error_if_exists"):
         if not isinstance(path, str) or not path:
             raise ConfigurationError(f"FileSink.path must be a directory path or fsspec URL, got {path!r}")
         if format not in FORMATS:
             raise ConfigurationError(
                 f"FileSink.format must be one of {', '.join(repr(f) for f in FORMATS)}, got {format!r}")
+        if mode not in MODES:
+            raise ConfigurationError(
+                f"FileSink.mode must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}")
         self.path = filesystem.normalize(path)
         self.format = format
+        self.mode = mode
+
+    def check_output(self, sink_name: str, resuming: bool) -> None:
+        """Apply `mode` to existing output; called by execute() before the job runs (api/preflight.py)."""
+        if resuming or self.mode == "append":
+            return
+        fs, root = filesystem.filesystem(self.path)
+        if not fs.exists(root):
+            return
+        if not fs.isdir(root):
+            raise ConfigurationError(f"FileSink '{sink_name}': {filesystem.user_path(self.path)!r} is a file, "
+                                     f"not a directory; choose a directory for the output")
+        fs.invalidate_cache(root)
+        entries = fs.ls(root, detail=False)
+        if self.mode == "overwrite":
+            for entry in entries:
+                fs.rm(entry, recursive=True)
+            if entries:
+                log.info("FileSink '%s': mode='overwrite' deleted %d entries of %s", sink_name, len(entries),
+                         filesystem.user_path(self.path))
+            return
+        existing = sorted(posixpath.basename(e.rstrip("/")) for e in entries
+                          if not posixpath.basename(e.rstrip("/")).startswith((".", "_")))
+        if existing:
+            raise ConfigurationError(
+                f"FileSink '{sink_name}': the output directory {filesystem.user_path(self.path)!r} already holds "
+                f"{len(existing)} file(s) ({', '.join(existing[:3])}{', ...' if len(existing) > 3 else ''}); "
+                f"mode='error_if_exists' (the default, as Spark's) refuses to mix two runs' output. Fix: "
+                f"FileSink(..., mode='append') to add to it, mode='overwrite' to replace it, another path, or "
+                f"execute(restore_from=...) to resume the job that wrote it")
 
     def create_writer(self, ctx: OperatorContext) -> SinkWriter:
         return FileSinkWriter(self, ctx)
@@ -251,12 +293,11 @@ class FileSinkWriter(SinkWriter):
         if not num_rows(batch):
             return
         if self._sink.format == "parquet":
+            # Batches arrive checked against the stream's schema (connectors.base); it changes only
+            # when a widening stream grew, and then a new part file starts with the wider schema.
             record_batch = to_record_batch(batch)
-            if self._file is not None and self._writer.schema != record_batch.schema:
-                try:
-                    record_batch = record_batch.cast(self._writer.schema)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
-                    self._close_file(roll=True)
+            if self._file is not None and not self._writer.schema.equals(record_batch.schema):
+                self._close_file(roll=True)
             if self._file is None:
                 self._start_file(record_batch.schema)
             self._writer.write_batch(record_batch)

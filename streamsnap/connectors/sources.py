@@ -19,6 +19,7 @@ from streamsnap.connectors.base import Source, SourceReader
 from streamsnap.errors import ConfigurationError
 from streamsnap.runtime.batches import as_record_batch
 from streamsnap.runtime.operators import OperatorContext
+from streamsnap.runtime.schemas import StreamSchema, infer_collection_schema
 
 
 class Generator(Source):
@@ -30,7 +31,9 @@ class Generator(Source):
     rate: rows per second over all subtasks (None = as fast as possible).
     splits: number of splits (default: the source's parallelism at first start).
     batch_size: rows per emitted batch.
-    schema: the output schema; inferred from row 0 when omitted.
+    schema: the output pyarrow.Schema (declared: rows are checked against it); "widen" or None
+      (default): inferred at run time from the first batch, "widen" letting it grow (README
+      "Schemas"). Row 0 is also sampled at build time, to check key_by column names.
     """
 
     def __init__(self, fn: Callable, *, count: int | None = None, rate: float | None = None,
@@ -46,15 +49,15 @@ class Generator(Source):
             raise ConfigurationError(f"Generator.splits must be an integer >= 1, got {splits!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigurationError(f"Generator.batch_size must be an integer >= 1, got {batch_size!r}")
-        if schema is not None and not isinstance(schema, pa.Schema):
-            raise ConfigurationError(f"Generator.schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        spec = StreamSchema.of(schema, "Generator")
         self.fn = fn
         self.count = count
         self.rate = float(rate) if rate is not None else None
         self.num_splits = splits
         self.batch_size = batch_size
         self.vectorized = vectorized
-        self._schema = schema
+        self._schema = spec.schema
+        self._schema_mode = spec.mode
         self.bounded = count is not None
 
     @property
@@ -77,6 +80,12 @@ class Generator(Source):
             self._schema = sample.schema
         return self._schema
 
+    @property
+    def schema_mode(self) -> str:
+        if self._schema_mode == "inferred" and getattr(self.fn, "schema", None) is not None:
+            return "declared"  # the function declares its rows' schema (e.g. the Nexmark ones)
+        return self._schema_mode
+
     def validate(self) -> None:
         _ = self.schema
 
@@ -96,6 +105,7 @@ class GeneratorReader(SourceReader):
         self._rate: float | None = None
         self._started = 0.0
         self._emitted_since_start = 0
+        self._current: int | None = None
 
     def assign_splits(self, splits: list) -> None:
         self._splits = [[int(j), int(total), int(pos)] for j, total, pos in splits]
@@ -129,6 +139,15 @@ class GeneratorReader(SourceReader):
     def is_finished(self) -> bool:
         return self._source.count is not None and all(self._remaining(s) <= 0 for s in self._splits)
 
+    def active_splits(self) -> list:
+        """All unfinished splits: they are read round robin, so each holds the watermark back."""
+        if self._source.count is None:
+            return [s[0] for s in self._splits]
+        return [s[0] for s in self._splits if self._remaining(s) > 0]
+
+    def current_split(self) -> int | None:
+        return self._current
+
     def poll(self):
         if not self._splits:
             return None
@@ -147,6 +166,7 @@ class GeneratorReader(SourceReader):
             batch = self._generate(indices)
             split[2] = pos + n
             self._emitted_since_start += n
+            self._current = j
             return batch
         return None
 
@@ -161,7 +181,13 @@ class GeneratorReader(SourceReader):
 
 
 class CollectionSource(Generator):
-    """A fixed list of rows (Flink's fromCollection): one split, so order is preserved."""
+    """A fixed list of rows (Flink's fromCollection): one split, so order is preserved.
+
+    All rows are known up front, so the schema rule (runtime/schemas.py) is applied to the whole
+    collection when the pipeline is built: without `schema=` it is inferred over every row (all
+    rows must have the same fields; types are unified, e.g. 1 and 2.5 make a float64 field),
+    with it every row is checked — a mismatch fails at build time, naming the row.
+    """
 
     def __init__(self, rows: list, schema: pa.Schema | None = None):
         if not isinstance(rows, (list, tuple)):
@@ -170,8 +196,11 @@ class CollectionSource(Generator):
         if bad is not None:
             raise ConfigurationError(f"from_collection: every element must be a dict (a row), got {bad!r}")
         self.rows = list(rows)
-        if schema is None and self.rows:
-            schema = pa.RecordBatch.from_pylist(self.rows).schema
+        if schema is not None and not isinstance(schema, pa.Schema):
+            raise ConfigurationError(f"from_collection: schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        if self.rows:
+            checked = infer_collection_schema(self.rows, "from_collection", schema)
+            schema = schema or checked
         super().__init__(self.rows.__getitem__, count=len(self.rows), splits=1, schema=schema)
 
 

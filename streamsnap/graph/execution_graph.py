@@ -24,6 +24,7 @@ class OutputGate:
     partitioner: Partitioner
     channels: tuple[ChannelId, ...]
     target_tasks: tuple[int, ...]
+    tag: str | None = None     # the side output sent on this gate; None: the main output
 
 
 @dataclass
@@ -83,5 +84,6 @@ def build_execution_graph(job_graph: JobGraph) -> ExecutionGraph:
                 downstream.input_tasks.append(upstream.task_index)
             upstream.outputs.append(OutputGate(edge.index, edge.source_node, edge.partitioner,
                                                tuple(channels),
-                                               tuple(by_subtask[(target.id, j)].task_index for j in targets)))
+                                               tuple(by_subtask[(target.id, j)].task_index for j in targets),
+                                               edge.tag))
     return ExecutionGraph(job_graph, vertices)

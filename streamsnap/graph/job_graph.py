@@ -3,7 +3,9 @@
 A node joins its upstream's chain when the edge between them is forward (explicit or by
 default), both have the same parallelism, and the node has no other input. Chains may branch
 (one operator feeding several chained operators), so a chain is a tree rooted at its head.
-Every other edge becomes a network JobEdge between two job vertices.
+Every other edge becomes a network JobEdge between two job vertices. Side-output edges chain
+and cross the network like any other; they keep their tag so the task wires them to the
+operator's side output of that name.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class JobEdge:
     source_node: int       # the operator inside the source vertex that emits on this edge
     target_vertex: str
     partitioner: Partitioner
+    tag: str | None = None     # side output carried by this edge; None: the main output
 
 
 @dataclass
@@ -32,6 +35,7 @@ class JobVertex:
     max_parallelism: int
     nodes: list[int] = field(default_factory=list)          # topological, head first
     chained: dict[int, list[int]] = field(default_factory=dict)  # node -> chained successors
+    chained_tags: dict[int, str] = field(default_factory=dict)   # successor fed by a side output
     inputs: list[JobEdge] = field(default_factory=list)
     outputs: list[JobEdge] = field(default_factory=list)
     name: str = ""
@@ -89,6 +93,8 @@ def build_job_graph(graph: StreamGraph) -> JobGraph:
         if chain_to is not None:
             chain_to.nodes.append(node.id)
             chain_to.chained.setdefault(resolved[0][0].source, []).append(node.id)
+            if resolved[0][0].tag is not None:
+                chain_to.chained_tags[node.id] = resolved[0][0].tag
             vertex_of[node.id] = chain_to
             continue
         vertex = JobVertex(id=node.uid, head=node.id, parallelism=node.parallelism,
@@ -97,7 +103,7 @@ def build_job_graph(graph: StreamGraph) -> JobGraph:
         vertex_of[node.id] = vertex
         for edge, partitioner in resolved:
             upstream_vertex = vertex_of[edge.source]
-            job_edge = JobEdge(len(edges), upstream_vertex.id, edge.source, vertex.id, partitioner)
+            job_edge = JobEdge(len(edges), upstream_vertex.id, edge.source, vertex.id, partitioner, edge.tag)
             edges.append(job_edge)
             upstream_vertex.outputs.append(job_edge)
             vertex.inputs.append(job_edge)

@@ -8,15 +8,16 @@ two always agree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamsnap.errors import ConfigurationError
+from streamsnap.errors import ConfigurationError, NullKeyError
 from streamsnap.runtime.batches import Batch
+from streamsnap.runtime.schemas import describe_row
 from streamsnap.state.key_groups import assign_key_groups, hash_keys_columns
 
 
@@ -39,21 +40,27 @@ class BatchKeys:
 
 @dataclass(frozen=True)
 class KeySelector:
+    """columns or function: the key. allow_null: None is a key like any other (else a row with a
+    null key raises NullKeyError, as Flink rejects null keys). operator: the keyed operator,
+    named in that error."""
+
     columns: tuple[str, ...] = ()
     function: Callable | None = None
+    allow_null: bool = False
+    operator: str | None = None
 
     @classmethod
-    def of(cls, key) -> "KeySelector":
+    def of(cls, key, allow_null: bool = False) -> "KeySelector":
         if isinstance(key, str):
             if not key:
                 raise ConfigurationError("key_by: the key column name must not be empty")
-            return cls(columns=(key,))
+            return cls(columns=(key,), allow_null=allow_null)
         if isinstance(key, (list, tuple)):
             if not key or not all(isinstance(c, str) and c for c in key):
                 raise ConfigurationError(f"key_by: expected a non-empty list of column names, got {key!r}")
-            return cls(columns=tuple(key))
+            return cls(columns=tuple(key), allow_null=allow_null)
         if callable(key):
-            return cls(function=key)
+            return cls(function=key, allow_null=allow_null)
         raise ConfigurationError(
             f"key_by takes a column name, a list of column names or a function of the row, got {key!r}")
 
@@ -61,6 +68,40 @@ class KeySelector:
         if self.function is not None:
             return getattr(self.function, "__name__", "key function")
         return ", ".join(self.columns)
+
+    def for_operator(self, name: str) -> "KeySelector":
+        return replace(self, operator=name)
+
+    # -- null keys
+    def _null_key(self, row, field: str | None) -> NullKeyError:
+        where = f"key_by({self.describe()!r})" + (f" in front of operator '{self.operator}'" if self.operator else "")
+        what = (f"field '{field}' is None" if field is not None
+                else f"the key function {self.describe()!r} returned None" if self.function is not None
+                else "a key field is None")
+        return NullKeyError(
+            f"{where}: row has a null key ({what})\n"
+            f"  row: {describe_row(row)}\n"
+            f"  Every row needs a key: it decides the subtask and the keyed state (Flink rejects null keys too).\n"
+            f"  fix: filter such rows out before key_by, give them a key in a map before it, or opt in with "
+            f"key_by(..., allow_null_keys=True) so that None is one more key",
+            operator=self.operator, field=field, row=row)
+
+    def _check_rows(self, rows: list, keys: list) -> None:
+        if len(self.columns) > 1:
+            bad = next((i for i, k in enumerate(keys) if None in k), None)
+        else:
+            bad = keys.index(None) if None in keys else None
+        if bad is not None:
+            row = rows[bad]
+            field = next((c for c in self.columns if row.get(c) is None), None)
+            raise self._null_key(row, field)
+
+    def _check_columns(self, batch: pa.RecordBatch) -> None:
+        for c in self.columns:
+            column = batch.column(c)
+            if column.null_count:
+                i = int(column.is_null().to_numpy(zero_copy_only=False).nonzero()[0][0])
+                raise self._null_key(batch.slice(i, 1).to_pylist()[0], c)
 
     def validate(self, schema: pa.Schema | None, where: str) -> None:
         """Fail at build time when the schema is known and a key column is missing."""
@@ -83,15 +124,20 @@ class KeySelector:
     def keys_of_rows(self, rows: list) -> list:
         if self.function is not None:
             fn = self.function
-            return [fn(r) for r in rows]
-        try:
-            if len(self.columns) == 1:
-                c = self.columns[0]
-                return [r[c] for r in rows]
-            cols = self.columns
-            return [tuple(r[c] for c in cols) for r in rows]
-        except KeyError as exc:
-            raise KeyError(f"key_by: row has no column {exc.args[0]!r}") from None
+            keys = [fn(r) for r in rows]
+        else:
+            try:
+                if len(self.columns) == 1:
+                    c = self.columns[0]
+                    keys = [r[c] for r in rows]
+                else:
+                    cols = self.columns
+                    keys = [tuple(r[c] for c in cols) for r in rows]
+            except KeyError as exc:
+                raise KeyError(f"key_by: row has no column {exc.args[0]!r}") from None
+        if not self.allow_null:
+            self._check_rows(rows, keys)
+        return keys
 
     def keys_of_batch(self, batch: pa.RecordBatch, rows: list) -> list:
         """Keys of an Arrow batch's rows, read column-wise (no per-row dict lookups)."""
@@ -101,6 +147,8 @@ class KeySelector:
         for c in self.columns:
             if c not in names:
                 raise KeyError(f"key_by: batch has no column {c!r} (columns: {', '.join(names)})")
+        if not self.allow_null:
+            self._check_columns(batch)
         if len(self.columns) == 1:
             return batch.column(self.columns[0]).to_pylist()
         return list(zip(*(batch.column(c).to_pylist() for c in self.columns)))
@@ -111,6 +159,8 @@ class KeySelector:
             names = batch.schema.names
             if self.columns[0] not in names:
                 raise KeyError(f"key_by: batch has no column {self.columns[0]!r} (columns: {', '.join(names)})")
+            if not self.allow_null:
+                self._check_columns(batch)
             column = batch.column(self.columns[0])
             if pa.types.is_dictionary(column.type):
                 column = column.dictionary_decode()
@@ -132,6 +182,8 @@ class KeySelector:
             missing = [c for c in self.columns if c not in names]
             if missing:
                 raise KeyError(f"key_by: batch has no column {missing[0]!r} (columns: {', '.join(names)})")
+            if not self.allow_null:
+                self._check_columns(batch)
             if len(self.columns) == 1:
                 return assign_key_groups(batch.column(self.columns[0]), max_parallelism)
             hashes = hash_keys_columns([batch.column(c) for c in self.columns])

@@ -1,9 +1,11 @@
 """The StreamGraph: one node per user operation, as the DataStream API records it.
 
 Each node carries an operator factory (what to run), its name, stable `uid` (the key its state
-is stored under, so it must not change between versions of a job), parallelism and output
-schema when known. Edges carry a partitioner; `None` means "the default": forward when the
-parallelism matches, rebalance otherwise (Flink's rule).
+is stored under, so it must not change between versions of a job), parallelism, output
+schema when known, and the timestamp assigner of its output (column name or function, see
+`runtime/timestamps_operator.py`). Edges carry a partitioner; `None` means "the default":
+forward when the parallelism matches, rebalance otherwise (Flink's rule). An edge with a `tag`
+carries the source node's side output of that name instead of its main output.
 """
 
 from __future__ import annotations
@@ -34,11 +36,22 @@ class StreamNode:
     parallelism: int
     max_parallelism: int
     schema: pa.Schema | None = None
+    timestamps: Any = None   # how the output's event timestamps are read (None: no event time)
     in_edges: list["StreamEdge"] = field(default_factory=list)
     out_edges: list["StreamEdge"] = field(default_factory=list)
+    # How the rows' schema is known at run time (runtime/schemas.py): "declared" (`schema` is
+    # the user's), "inferred" from the first batch (`schema` is at most a build-time sample,
+    # for checking column names), or "widen".
+    schema_mode: str = "inferred"
 
     def __str__(self) -> str:
         return f"{self.name} (uid {self.uid!r}, parallelism {self.parallelism})"
+
+    @property
+    def stream_schema(self):
+        from streamsnap.runtime.schemas import StreamSchema
+
+        return StreamSchema(self.schema if self.schema_mode == "declared" else None, self.schema_mode)
 
 
 @dataclass
@@ -46,6 +59,7 @@ class StreamEdge:
     source: int
     target: int
     partitioner: Partitioner | None = None
+    tag: str | None = None   # side output name; None: the main output
 
 
 class StreamGraph:
@@ -73,8 +87,9 @@ class StreamGraph:
         self.nodes[node_id] = node
         return node
 
-    def add_edge(self, source: StreamNode, target: StreamNode, partitioner: Partitioner | None) -> StreamEdge:
-        edge = StreamEdge(source.id, target.id, partitioner)
+    def add_edge(self, source: StreamNode, target: StreamNode, partitioner: Partitioner | None,
+                 tag: str | None = None) -> StreamEdge:
+        edge = StreamEdge(source.id, target.id, partitioner, tag)
         self.edges.append(edge)
         source.out_edges.append(edge)
         target.in_edges.append(edge)

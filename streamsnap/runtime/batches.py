@@ -3,6 +3,12 @@
 Per-row operators work on lists of dicts and vectorized ones on `pyarrow.RecordBatch`; a chain
 of per-row operators passes lists along without converting, and conversion happens only where
 a vectorized operator or the network needs Arrow. Helpers here convert lazily, once.
+
+Every conversion of rows to Arrow goes through `to_record_batch`; given a
+`runtime.schemas.RowSchema` (what the engine passes) it applies the schema rule — a field the
+schema lacks, a missing field or a value of another type is an error naming the operator, the
+row and the fix, never a silent drop or fill. A bare `pyarrow.Schema` (or None) is the
+unchecked conversion, for callers that built the rows themselves.
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ from __future__ import annotations
 from typing import Union
 
 import pyarrow as pa
+
+from streamsnap.runtime.schemas import RowSchema
 
 Batch = Union[list, pa.RecordBatch]
 
@@ -22,9 +30,15 @@ def to_rows(batch: Batch) -> list:
     return batch.to_pylist() if isinstance(batch, pa.RecordBatch) else batch
 
 
-def to_record_batch(batch: Batch, schema: pa.Schema | None = None) -> pa.RecordBatch:
+def to_record_batch(batch: Batch, schema=None) -> pa.RecordBatch:
+    """`batch` as Arrow. schema: a RowSchema (checked, see module docstring), a pa.Schema or None."""
     if isinstance(batch, pa.RecordBatch):
         return batch
+    if isinstance(schema, RowSchema):
+        return schema.to_batch(batch)
+    if schema is None and batch:
+        # Unchecked, but never lossy: pyarrow would take the field names of the first row only.
+        return RowSchema(None, "rows").to_batch(batch)
     return pa.RecordBatch.from_pylist(batch, schema=schema)
 
 

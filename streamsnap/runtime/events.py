@@ -2,8 +2,10 @@
 
 Flink sends checkpoint barriers, cancel markers and end-of-partition *in* the data stream, in
 order with the records, so that "everything before the barrier" is well defined per channel.
-These are frozen value objects; their wire form (msgpack, never pickle) lives here too so the
-codec and the types cannot drift apart.
+Watermarks and watermark statuses (idle/active) travel the same way, so a channel that is not
+read (barrier alignment) holds its event-time progress back together with its data. These are
+frozen value objects; their wire form (msgpack, never pickle) lives here too so the codec and
+the types cannot drift apart.
 """
 
 from __future__ import annotations
@@ -82,12 +84,29 @@ class EndOfPartition:
 
 @dataclass(frozen=True)
 class Watermark:
+    """Event time reached `timestamp` (epoch ms): no older record follows on this channel."""
+
     timestamp: int
 
 
-Event = Union[CheckpointBarrier, CancelCheckpointMarker, EndOfData, EndOfPartition, Watermark]
+class WatermarkStatus(enum.Enum):
+    """Whether a channel currently drives event time (ACTIVE) or is excluded from it (IDLE).
 
-_BARRIER, _CANCEL, _END_OF_DATA, _END_OF_PARTITION, _WATERMARK = range(5)
+    Shared by the runtime (in-band events) and `streamsnap.time` (the valve, generators).
+    """
+
+    ACTIVE = "active"
+    IDLE = "idle"
+
+    @property
+    def is_idle(self) -> bool:
+        return self is WatermarkStatus.IDLE
+
+
+Event = Union[CheckpointBarrier, CancelCheckpointMarker, EndOfData, EndOfPartition, Watermark,
+              WatermarkStatus]
+
+_BARRIER, _CANCEL, _END_OF_DATA, _END_OF_PARTITION, _WATERMARK, _WATERMARK_STATUS = range(6)
 
 
 def encode_event(event: Event) -> bytes:
@@ -101,6 +120,8 @@ def encode_event(event: Event) -> bytes:
         body = [_END_OF_PARTITION]
     elif isinstance(event, Watermark):
         body = [_WATERMARK, event.timestamp]
+    elif isinstance(event, WatermarkStatus):
+        body = [_WATERMARK_STATUS, event.is_idle]
     else:
         raise TypeError(f"not an in-band event: {event!r}")
     return msgpack.packb(body, use_bin_type=True)
@@ -120,6 +141,8 @@ def decode_event(payload: bytes) -> Event:
             return EndOfPartition()
         if kind == _WATERMARK:
             return Watermark(int(body[1]))
+        if kind == _WATERMARK_STATUS:
+            return WatermarkStatus.IDLE if body[1] else WatermarkStatus.ACTIVE
     except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
         raise ValueError(f"malformed event frame: {exc}") from exc
     raise ValueError(f"unknown event kind {kind!r}")

@@ -5,6 +5,13 @@ frames and are not blocked. Data frames are decoded into Arrow batches for the o
 their credit returned to the sender); events go to the barrier handler, which decides when the
 task snapshots. A channel the aligner blocks is simply not read any more, so its sender runs
 out of credit and stops: alignment needs no buffering here.
+
+Watermarks and watermark statuses go to the `StatusWatermarkValve` of the channel's logical
+input (one per input; a one-input task, unions included, has one), and end of partition closes
+the channel in its valve. With several inputs the valves' outputs are combined (minimum over
+the non-idle inputs, `CombinedWatermark`), as a two-input operator's event time is. `poll_next` hands out what the valve decides — a new combined
+`Watermark` or a `WatermarkStatus` — in order with the batches, only when it changes. A
+blocked channel's watermarks wait behind its data, like everything else on it.
 """
 
 from __future__ import annotations
@@ -20,8 +27,11 @@ from streamsnap.network.frames import FrameKind, decode_batches
 from streamsnap.network.poller import CONNECTION_CLOSED, TaskNetwork
 from streamsnap.runtime.barriers import AlignmentMetrics, create_barrier_handler
 from streamsnap.runtime.events import (
-    CancelCheckpointMarker, CheckpointBarrier, EndOfData, EndOfPartition, Watermark, decode_event,
+    CancelCheckpointMarker, CheckpointBarrier, EndOfData, EndOfPartition, Watermark, WatermarkStatus,
+    decode_event,
 )
+from streamsnap.time.combined import CombinedWatermark
+from streamsnap.time.valve import StatusWatermarkValve
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +41,10 @@ class UpstreamLostError(ConnectionError):
 
 
 class CheckpointedInput:
+    """`input_of[i]`: the logical input of channel i (default: all channels are input 0)."""
+
     def __init__(self, channels: list[InputChannel], network: TaskNetwork, task, exactly_once: bool, clock,
-                 task_name: str):
+                 task_name: str, input_of: list[int] | None = None):
         self.channels = channels
         self._network = network
         self._task = task
@@ -40,7 +52,24 @@ class CheckpointedInput:
         self._end_of_data = [False] * len(channels)
         self._end_of_partition = [False] * len(channels)
         self.drain = True  # False once any channel ended without draining
-        self._decoded: deque[pa.RecordBatch] = deque()
+        # Decoded batches and valve decisions (Watermark / WatermarkStatus), in arrival order.
+        self._decoded: deque[pa.RecordBatch | Watermark | WatermarkStatus] = deque()
+        input_of = input_of or [0] * len(channels)
+        if len(input_of) != len(channels):
+            raise ValueError(f"input_of has {len(input_of)} entries for {len(channels)} channels")
+        num_inputs = max(input_of, default=-1) + 1
+        # Channel i is channel _valve_index[i] of valve _valve_of[i].
+        sizes = [input_of.count(k) for k in range(num_inputs)]
+        self.valves = [StatusWatermarkValve(n) for n in sizes if n]
+        if len(self.valves) != num_inputs:
+            raise ValueError(f"input_of {input_of} leaves a logical input without channels")
+        seen = [0] * num_inputs
+        self._input_of = input_of
+        self._valve_index: list[int] = []
+        for k in input_of:
+            self._valve_index.append(seen[k])
+            seen[k] += 1
+        self._combined = CombinedWatermark(range(num_inputs)) if num_inputs > 1 else None
         self._next = 0
         self.handler = create_barrier_handler(exactly_once, len(channels), self, clock, task_name)
         self.bytes_consumed = 0
@@ -70,8 +99,9 @@ class CheckpointedInput:
     def is_blocked(self, channel: int) -> bool:
         return self._blocked[channel]
 
-    def poll_next(self) -> pa.RecordBatch | None:
-        """The next batch of records, or None when no unblocked channel has data now."""
+    def poll_next(self) -> pa.RecordBatch | Watermark | WatermarkStatus | None:
+        """The next batch of records or change of the input's watermark / status, or None
+        when no unblocked channel has anything now."""
         if self._decoded:
             return self._decoded.popleft()
         channels = self.channels
@@ -97,6 +127,8 @@ class CheckpointedInput:
                 return batches[0]
             if kind is FrameKind.EVENT:
                 self._on_event(i, decode_event(payload))
+                if self._decoded:   # the valve advanced the input's watermark or status
+                    return self._decoded.popleft()
                 scanned = 0  # the event may have blocked or released channels
                 continue
             if kind is CONNECTION_CLOSED:
@@ -122,7 +154,24 @@ class CheckpointedInput:
             self._end_of_partition[channel] = True
             self._network.close_input(self.channels[channel])
             self.handler.process_end_of_partition(channel)
+            valve = self.valves[self._input_of[channel]]
+            self._time_events(channel, valve.input_end_of_partition(self._valve_index[channel]))
         elif isinstance(event, Watermark):
-            log.debug("watermarks are not used by any operator yet: %s", event)
+            valve = self.valves[self._input_of[channel]]
+            self._time_events(channel, valve.input_watermark(self._valve_index[channel], event.timestamp))
+        elif isinstance(event, WatermarkStatus):
+            valve = self.valves[self._input_of[channel]]
+            self._time_events(channel, valve.input_watermark_status(self._valve_index[channel], event))
         else:
             raise ValueError(f"unknown event {event!r}")
+
+    def _time_events(self, channel: int, events: list) -> None:
+        """Queue a valve's decisions for the task (combined over inputs when there are several)."""
+        if not events:
+            return
+        if self._combined is None:
+            self._decoded.extend(events)
+            return
+        part = self._input_of[channel]
+        for event in events:
+            self._decoded.extend(self._combined.apply(part, event))

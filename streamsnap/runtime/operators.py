@@ -7,6 +7,12 @@ sent downstream, `snapshot_state` for the synchronous part (returning the asynch
 run on another thread), and `notify_checkpoint_complete/aborted` afterwards (Flink's
 AbstractStreamOperator lifecycle).
 
+Event time flows through the chain like records: a task hands the head operator each new
+watermark of its input (`process_watermark`) and status (`process_watermark_status`); the
+default forwards them to the operator's output, a keyed process operator first fires the
+event-time timers the watermark passed, so their output precedes the watermark downstream.
+Watermarks reach every output, side outputs included.
+
 Per-row operators loop over plain dicts with the user call inside a `try` (free in Python 3.11
 until something raises); a failure becomes a UserFunctionError naming operator, subtask and row.
 """
@@ -21,15 +27,17 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from streamsnap.api.functions import (
-    Context, FunctionInitializationContext, FunctionSnapshotContext, RuntimeContext,
+    Context, FunctionInitializationContext, FunctionSnapshotContext, RuntimeContext, TimerService,
 )
 from streamsnap.checkpoint.handles import OperatorSubtaskState
 from streamsnap.errors import UserFunctionError
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.batches import Batch, as_record_batch, num_rows, to_record_batch, to_rows
+from streamsnap.runtime.schemas import RowSchema
 from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
 from streamsnap.state.key_groups import KeyGroupRange, key_group_range_for_subtask
 from streamsnap.state.operator_state import OperatorStateBackend
+from streamsnap.time.timers import InternalTimerService, Timer
 
 
 @dataclass
@@ -52,6 +60,10 @@ class OperatorContext:
     restored_checkpoint_id: int | None = None
     driver: Any = None                  # runtime.task.DriverLink: messages to the JobMaster
     extra: dict = field(default_factory=dict)
+    # The task's processing-time timers (clock.TimerQueue), run by its mailbox thread; None
+    # outside a task (unit tests of readers and writers).
+    timers: Any = None
+    clock: Any = None
 
 
 class OperatorFactory(ABC):
@@ -69,13 +81,36 @@ class OperatorFactory(ABC):
 
 
 class Output:
-    """Where an operator's results go: chained operators and/or network record writers."""
+    """Where an operator's results go: chained operators and/or network record writers.
 
-    __slots__ = ("_targets", "records_out")
+    `side` maps an OutputTag's name to the targets of that side output; watermarks and
+    statuses go to every target, main and side.
+    """
 
-    def __init__(self, targets: list):
+    __slots__ = ("_targets", "_side", "_all", "records_out")
+
+    def __init__(self, targets: list, side: dict[str, list] | None = None):
         self._targets = targets
+        self._side = side or {}
+        self._all = list(targets) + [t for ts in self._side.values() for t in ts]
         self.records_out = 0
+
+    def emit_side(self, tag: str, rows: list) -> None:
+        """Rows for the side output named `tag`; dropped when nothing consumes it (as Flink)."""
+        targets = self._side.get(tag)
+        if not targets or not rows:
+            return
+        self.records_out += len(rows)
+        for i, target in enumerate(targets):
+            target.process([dict(r) for r in rows] if i < len(targets) - 1 else rows)
+
+    def emit_watermark(self, timestamp: int) -> None:
+        for target in self._all:
+            target.process_watermark(timestamp)
+
+    def emit_watermark_status(self, status) -> None:
+        for target in self._all:
+            target.process_watermark_status(status)
 
     def emit(self, batch: Batch) -> None:
         n = num_rows(batch)
@@ -178,6 +213,14 @@ class StreamOperator:
     def end_input(self) -> None:
         """All inputs reached end of data; operators that buffer emit what they hold."""
 
+    def process_watermark(self, timestamp: int) -> None:
+        """Event time of the input advanced to `timestamp` (called only when it changes)."""
+        self.output.emit_watermark(timestamp)
+
+    def process_watermark_status(self, status) -> None:
+        """The input went idle or active again (WatermarkStatus)."""
+        self.output.emit_watermark_status(status)
+
     def close(self) -> None:
         if self.function is not None:
             _call_hook(self.function, "close")
@@ -274,8 +317,11 @@ class FlatMapOperator(StreamOperator):
 class MapBatchesOperator(StreamOperator):
     """Vectorized: a pyarrow.RecordBatch in, a RecordBatch (or Table / dict of columns) out."""
 
+    #: Converts rows a chained per-row operator hands over (schemas.RowSchema, set by the factory).
+    input_rows = None
+
     def process(self, batch: Batch) -> None:
-        record_batch = to_record_batch(batch)
+        record_batch = to_record_batch(batch, self.input_rows)
         self.records_in += record_batch.num_rows
         try:
             result = as_record_batch(self.function(record_batch), f"map_batches function of '{self.ctx.name}'")
@@ -285,13 +331,24 @@ class MapBatchesOperator(StreamOperator):
         self.output.emit(result)
 
 
-class KeyedProcessOperator(StreamOperator):
-    """Runs a KeyedProcessFunction with the keyed state backend scoped to each row's key."""
+class ProcessOperator(StreamOperator):
+    """Runs a ProcessFunction per row with a Context (side outputs, element timestamps).
 
-    def __init__(self, ctx: OperatorContext, function, key: KeySelector):
-        super().__init__(ctx, function, keyed=True)
-        self.key = key
-        self.context = Context(self.runtime_context)
+    `timestamps` is the stream's timestamp assigner (column name or function of the row, see
+    `runtime/timestamps_operator.py`); `ctx.timestamp()` evaluates it on the current row only
+    when asked, so rows carry no extra column and unused timestamps cost nothing.
+    """
+
+    def __init__(self, ctx: OperatorContext, function, timestamps=None, keyed: bool = False):
+        super().__init__(ctx, function, keyed=keyed)
+        self.context = Context(self.runtime_context, timestamps)
+
+    def _flush_side(self) -> None:
+        side = self.context._side
+        if side:
+            self.context._side = {}
+            for tag, rows in side.items():
+                self.output.emit_side(tag, rows)
 
     def process(self, batch: Batch) -> None:
         rows = to_rows(batch)
@@ -299,17 +356,91 @@ class KeyedProcessOperator(StreamOperator):
         self.records_in += n
         if not n:
             return
-        try:
-            if isinstance(batch, pa.RecordBatch):
-                # Column-wise: keys via one to_pylist, key groups hashed vectorized on Arrow.
-                keys = self.key.keys_of_batch(batch, rows)
-                key_groups = self.key.key_groups(batch, self.ctx.max_parallelism, keys=(
-                    keys if self.key.function is not None else None)).tolist()
-            else:
-                keys = self.key.keys_of_rows(rows)
-                key_groups = self.key.key_groups(rows, self.ctx.max_parallelism, keys=keys).tolist()
-        except Exception as exc:
-            raise user_error(self, rows[0], exc) from None
+        context = self.context
+        fn = self.function.process_element
+        out: list = []
+        for row in rows:
+            context._row = row
+            try:
+                _extend_results(out, fn(row, context))
+            except Exception as exc:
+                raise user_error(self, row, exc) from None
+        context._row = None
+        self.output.emit(out)
+        self._flush_side()
+
+
+def keys_of(op: "StreamOperator", batch: Batch, rows: list) -> tuple[list, list]:
+    """The keys and key groups of a batch's rows for a keyed operator (`op.key`): column-wise
+    for Arrow batches (one to_pylist, key groups hashed vectorized), per row for row lists."""
+    key, max_parallelism = op.key, op.ctx.max_parallelism
+    try:
+        if isinstance(batch, pa.RecordBatch):
+            keys = key.keys_of_batch(batch, rows)
+            groups = key.key_groups(batch, max_parallelism, keys=keys if key.function is not None else None)
+        else:
+            keys = key.keys_of_rows(rows)
+            groups = key.key_groups(rows, max_parallelism, keys=keys)
+    except Exception as exc:
+        raise user_error(op, rows[0], exc) from None
+    return keys, groups.tolist()
+
+
+class ProcessingTimeWakeups:
+    """Fires an operator's processing-time timers from the task's mailbox thread: one wake-up on
+    the task's timer queue for the earliest timer, re-armed after each firing. The operator
+    provides `timer_service`, `ctx` and `_fire_timers(timers)`."""
+
+    _wakeup_at: int | None = None   # earliest processing-time wake-up scheduled
+
+    def _schedule_wakeup(self, timestamp: int | None) -> None:
+        if timestamp is None or (self._wakeup_at is not None and self._wakeup_at <= timestamp):
+            return
+        timers = self.ctx.timers
+        if timers is None:
+            raise RuntimeError(f"operator '{self.ctx.name}' runs outside a task: processing-time "
+                               f"timers need the task's timer queue")
+        self._wakeup_at = timestamp
+        delay = (timestamp - current_millis(self.ctx.clock)) / 1000.0
+        timers.call_later(delay, lambda: self._on_processing_time(timestamp))
+
+    def _on_processing_time(self, scheduled: int) -> None:
+        if self._wakeup_at == scheduled:
+            self._wakeup_at = None
+        # The queue may wake us a little early (monotonic vs wall clock): never fire early.
+        now = max(current_millis(self.ctx.clock), scheduled)
+        self._fire_timers(self.timer_service.advance_processing_time(now))
+        self._schedule_wakeup(self.timer_service.next_processing_time())
+
+
+class KeyedProcessOperator(ProcessingTimeWakeups, ProcessOperator):
+    """Runs a KeyedProcessFunction with the keyed state backend scoped to each row's key.
+
+    Timers live in an InternalTimerService over the keyed backend, so they are checkpointed,
+    restored and rescaled with the key groups. Event-time timers fire in `process_watermark`
+    before the watermark is forwarded; processing-time timers fire from a wake-up on the
+    task's timer queue (the mailbox thread), scheduled for the earliest pending timer.
+    """
+
+    def __init__(self, ctx: OperatorContext, function, key: KeySelector, timestamps=None):
+        super().__init__(ctx, function, timestamps, keyed=True)
+        self.key = key
+        self.timer_service: InternalTimerService | None = None
+
+    def initialize_state(self) -> None:
+        super().initialize_state()
+        # After the backend restored: the service indexes the restored timers.
+        self.timer_service = InternalTimerService(self.keyed_backend)
+        self.context._timers = TimerService(self.timer_service, self._schedule_wakeup)
+        self._schedule_wakeup(self.timer_service.next_processing_time())
+
+    def process(self, batch: Batch) -> None:
+        rows = to_rows(batch)
+        n = len(rows)
+        self.records_in += n
+        if not n:
+            return
+        keys, key_groups = keys_of(self, batch, rows)
         set_key = self.keyed_backend.set_current_key
         context = self.context
         fn = self.function.process_element
@@ -318,6 +449,7 @@ class KeyedProcessOperator(StreamOperator):
         for row, key, key_group in zip(rows, keys, key_groups):
             set_key(key, key_group)
             context.current_key = key
+            context._row = row
             try:
                 result = fn(row, context)
                 if result is None:
@@ -328,7 +460,42 @@ class KeyedProcessOperator(StreamOperator):
                     _extend_results(out, result)
             except Exception as exc:
                 raise user_error(self, row, exc) from None
+        context._row = None
         self.output.emit(out)
+        self._flush_side()
+
+    # ---------------------------------------------------------------- timers
+    def _fire_timers(self, timers) -> None:
+        """Run `on_timer` for each due timer (its key is already current), then emit."""
+        on_timer = getattr(self.function, "on_timer", None)
+        context = self.context
+        out: list = []
+        timer: Timer | None = None
+        try:
+            for timer in timers:
+                if on_timer is None:
+                    raise TypeError(f"{type(self.function).__name__} registered a timer but has no "
+                                    f"on_timer(timestamp, ctx) method to call when it fires")
+                context.current_key = timer.key
+                context._timer = timer
+                _extend_results(out, on_timer(timer.timestamp, context))
+        except Exception as exc:
+            raise user_error(self, f"<{timer.domain.value} timer {timer.timestamp} of key {timer.key!r}>"
+                             if timer is not None else "<timer>", exc) from None
+        finally:
+            context._timer = None
+        self.output.emit(out)
+        self._flush_side()
+
+    def process_watermark(self, timestamp: int) -> None:
+        self._fire_timers(self.timer_service.advance_watermark(timestamp))
+        self.output.emit_watermark(timestamp)
+
+
+
+def current_millis(clock) -> int:
+    """Processing time: wall-clock epoch milliseconds."""
+    return int(clock.wall() * 1000)
 
 
 class KeyedBatchProcessOperator(StreamOperator):
@@ -362,12 +529,16 @@ class FunctionOperatorFactory(OperatorFactory):
     kind: str
     function: Callable
     input_format: str = "row"
+    input_schema: Any = None    # vectorized: the input stream's schemas.StreamSchema
 
     _OPERATORS = {"map": MapOperator, "filter": FilterOperator, "flat_map": FlatMapOperator,
                   "map_batches": MapBatchesOperator}
 
     def create(self, ctx: OperatorContext) -> StreamOperator:
-        return self._OPERATORS[self.kind](ctx, self.function)
+        operator = self._OPERATORS[self.kind](ctx, self.function)
+        if self.input_format == "batch":
+            operator.input_rows = RowSchema(self.input_schema, ctx.name, ctx.task_name, role="input")
+        return operator
 
     def describe(self) -> str:
         return self.kind
@@ -378,16 +549,32 @@ class KeyedProcessOperatorFactory(OperatorFactory):
     function: Any
     key: KeySelector
     vectorized: bool = False
+    timestamps: Any = None      # the input stream's timestamp assigner (for ctx.timestamp())
     keyed = True
 
     def create(self, ctx: OperatorContext) -> StreamOperator:
         if self.vectorized:
             return KeyedBatchProcessOperator(ctx, self.function, self.key)
-        return KeyedProcessOperator(ctx, self.function, self.key)
+        return KeyedProcessOperator(ctx, self.function, self.key, self.timestamps)
 
     def describe(self) -> str:
         return "process_batches" if self.vectorized else "process"
 
 
+@dataclass(frozen=True)
+class ProcessOperatorFactory(OperatorFactory):
+    """A ProcessFunction on a non-keyed stream: per row, side outputs, no state or timers."""
+
+    function: Any
+    timestamps: Any = None
+
+    def create(self, ctx: OperatorContext) -> StreamOperator:
+        return ProcessOperator(ctx, self.function, self.timestamps)
+
+    def describe(self) -> str:
+        return "process"
+
+
 __all__ = ["OperatorContext", "OperatorFactory", "StreamOperator", "Output", "SnapshotInProgress",
-           "FunctionOperatorFactory", "KeyedProcessOperatorFactory", "user_error"]
+           "FunctionOperatorFactory", "KeyedProcessOperatorFactory", "ProcessOperatorFactory",
+           "user_error"]

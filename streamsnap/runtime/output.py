@@ -2,9 +2,9 @@
 
 A writer routes each emitted batch over its edge's channels, accumulates small parts per
 channel, and turns them into one Arrow IPC data frame when a channel holds `batch_size` rows or
-its oldest row waited `buffer_timeout` seconds. Events (barriers, cancel markers, end of data /
-partition) first flush what is pending, so they stay in order behind the records emitted
-before them.
+its oldest row waited `buffer_timeout` seconds. Events (barriers, cancel markers, watermarks and
+watermark statuses, end of data / partition) first flush what is pending, so they stay in order
+behind the records emitted before them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from streamsnap.graph.execution_graph import OutputGate
 from streamsnap.network.channels import OutputChannel
 from streamsnap.network.frames import FrameKind, encode_batches
 from streamsnap.runtime.batches import Batch, num_rows, to_record_batch
-from streamsnap.runtime.events import Event, encode_event
+from streamsnap.runtime.events import Event, Watermark, WatermarkStatus, encode_event
 
 
 class RecordWriter:
@@ -94,6 +94,14 @@ class RecordWriter:
             elif next_deadline is None or due < next_deadline:
                 next_deadline = due
         return next_deadline
+
+    # Watermarks and statuses are chain output like records: the writer sends them in band to
+    # every channel, behind the records emitted before them.
+    def process_watermark(self, timestamp: int) -> None:
+        self.broadcast_event(Watermark(timestamp))
+
+    def process_watermark_status(self, status: WatermarkStatus) -> None:
+        self.broadcast_event(status)
 
     def broadcast_event(self, event: Event) -> None:
         self.flush_all()

@@ -29,8 +29,8 @@ import traceback
 
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, CheckpointMetrics, DeclineCheckpoint
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
-from streamsnap.clock import SystemClock
-from streamsnap.errors import StreamsnapError, UserFunctionError
+from streamsnap.clock import SystemClock, TimerQueue
+from streamsnap.errors import DataError, StreamsnapError, UserFunctionError
 from streamsnap.graph.stream_graph import NodeKind
 from streamsnap.network.channels import InputChannel, OutputChannel
 from streamsnap.network.control import connect_control
@@ -40,10 +40,12 @@ from streamsnap.runtime.barriers import AlignmentMetrics
 from streamsnap.runtime.deployment import Deployment
 from streamsnap.runtime.events import (
     CancelCheckpointMarker, CheckpointBarrier, CheckpointOptions, CheckpointType, EndOfData, EndOfPartition,
+    Watermark, WatermarkStatus,
 )
 from streamsnap.runtime.input import CheckpointedInput
 from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators import OperatorContext, Output
+from streamsnap.runtime import schemas
 from streamsnap.runtime.output import RecordWriter
 from streamsnap.state.snapshot import SnapshotDiscardedError
 
@@ -110,6 +112,12 @@ class StreamTask:
         self.attempt_id = deployment.attempt_id(task_index)
         self.name = f"{self.job_vertex.name} ({self.vertex.index + 1}/{self.vertex.parallelism})"
         self.clock = SystemClock()
+        # Processing-time callbacks of the operators (timers, periodic watermarks), run by the
+        # mailbox loop between units of work — never from another thread.
+        self.timers = TimerQueue(self.clock)
+        # A terminating savepoint this task took part in: until it is aborted, no processing-time
+        # callback runs (their output would follow the savepoint's barrier and be lost to it).
+        self._quiesced_by: int | None = None
         self.network = TaskNetwork(self.name)
         self.mailbox = Mailbox(self.network.wake)
         self.cancelled = False
@@ -212,8 +220,11 @@ class StreamTask:
                 self._outputs.append(channel)
                 channels.append(channel)
             node = d.execution_graph.job_graph.node(gate.source_node)
+            # Rows become Arrow here, checked by the schema rule (runtime/schemas.py); a side
+            # output's schema is inferred.
+            schema = schemas.for_output(node, self.name, gate.tag)
             self.writers.append(RecordWriter(gate, channels, self.vertex.index,
-                                             d.network.batch_size, d.network.buffer_timeout, node.schema))
+                                             d.network.batch_size, d.network.buffer_timeout, schema))
 
     def _await_inputs(self) -> None:
         deadline = time.monotonic() + SETUP_TIMEOUT
@@ -238,11 +249,16 @@ class StreamTask:
                 state_backend=d.state_backend, restore=d.restore.get((node.uid, self.vertex.index)),
                 restore_base=d.restore_base, restored_operator=node.uid in d.restored_operators,
                 restored_checkpoint_id=d.restored_checkpoint_id, driver=self.driver,
-                extra={"checkpointing": d.checkpointing})
+                extra={"checkpointing": d.checkpointing}, timers=self.timers, clock=self.clock)
             op = node.operator.create(ctx)
-            targets = [created[c] for c in self.job_vertex.chained.get(node_id, [])]
-            targets += [w for w in self.writers if w.gate.source_node == node_id]
-            op.output = Output(targets)
+            targets, side = [], {}
+            tags = self.job_vertex.chained_tags
+            for c in self.job_vertex.chained.get(node_id, []):
+                (side.setdefault(tags[c], []) if c in tags else targets).append(created[c])
+            for w in self.writers:
+                if w.gate.source_node == node_id:
+                    (targets if w.gate.tag is None else side.setdefault(w.gate.tag, [])).append(w)
+            op.output = Output(targets, side)
             created[node_id] = op
         self.operators = [created[n] for n in self.job_vertex.nodes]
         self.head = created[self.job_vertex.head]
@@ -275,6 +291,9 @@ class StreamTask:
                 timeout = min(timeout, max(0.0, deadline - now))
             if self._source_wait:
                 timeout = min(timeout, self._source_wait)
+            timer_due = self.timers.next_due() if self._timers_may_run() else None
+            if timer_due is not None:
+                timeout = min(timeout, max(0.0, timer_due - now))
             network.poll(timeout)
 
     def _outputs_available(self) -> bool:
@@ -283,8 +302,19 @@ class StreamTask:
                 return False
         return True
 
+    def _timers_may_run(self) -> bool:
+        """Processing-time callbacks stop at end of data (nothing may follow EndOfData) and
+        after a terminating savepoint, unless that savepoint was aborted."""
+        if self._end_of_data:
+            return False
+        return self._quiesced_by is None or self._quiesced_by in self._aborted_checkpoints
+
     def _step(self) -> bool:
         self._source_wait = 0.0
+        due = self.timers.next_due()
+        if due is not None and due <= self.clock.monotonic() and self._timers_may_run():
+            self.timers.run_due()
+            return True
         if self.is_source:
             if self._suspended_by is not None or self._end_of_data:
                 return False
@@ -295,9 +325,14 @@ class StreamTask:
                 return True
             self._source_wait = self.head.reader.next_available_in()
             return False
-        batch = self._input.poll_next()
-        if batch is not None:
-            self.head.process(batch)
+        item = self._input.poll_next()
+        if item is not None:
+            if type(item) is Watermark:   # the input's combined watermark advanced
+                self.head.process_watermark(item.timestamp)
+            elif isinstance(item, WatermarkStatus):
+                self.head.process_watermark_status(item)
+            else:
+                self.head.process(item)
             return True
         if self._input.all_end_of_data and not self._end_of_data:
             self._on_end_of_data()
@@ -307,6 +342,9 @@ class StreamTask:
     def _on_end_of_data(self) -> None:
         self._end_of_data = True
         drain = self._drain and (self._input is None or self._input.drain)
+        if drain and self.is_source:
+            # Bounded input ended (or a draining stop): event time ends, every timer fires.
+            self.head.advance_to_end_of_time()
         if drain:
             for op in self.operators:
                 op.end_input()
@@ -341,8 +379,13 @@ class StreamTask:
         if kind == "trigger_checkpoint":
             options = CheckpointOptions.from_wire(mail["options"])
             start_delay = max(0.0, self.clock.wall() - float(mail["timestamp"]))
+            if mail.get("drain") and self.is_source:
+                # A draining stop-with-savepoint: event time ends before the savepoint's barrier,
+                # so every timer fires and its output is covered by the savepoint.
+                self.head.advance_to_end_of_time()
             self.perform_checkpoint(int(mail["checkpoint_id"]), float(mail["timestamp"]), options,
                                     AlignmentMetrics(0.0, 0, start_delay))
+            self._quiesce_if_terminating(int(mail["checkpoint_id"]), options)
         elif kind == "notify_complete":
             checkpoint_id = int(mail["checkpoint_id"])
             marker = self._phase("commit", checkpoint_id)
@@ -399,6 +442,11 @@ class StreamTask:
     # ================================================================== checkpoints
     def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
         self.perform_checkpoint(barrier.checkpoint_id, barrier.timestamp, barrier.options, metrics)
+        self._quiesce_if_terminating(barrier.checkpoint_id, barrier.options)
+
+    def _quiesce_if_terminating(self, checkpoint_id: int, options: CheckpointOptions) -> None:
+        if options.checkpoint_type is CheckpointType.TERMINATING_SAVEPOINT:
+            self._quiesced_by = checkpoint_id
 
     def abort_checkpoint_on_barrier(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
         self._decline(checkpoint_id, reason, "")
@@ -534,7 +582,7 @@ class StreamTask:
 
 
 def _describe_failure(exc: BaseException) -> tuple[str, bool]:
-    if isinstance(exc, UserFunctionError):
+    if isinstance(exc, (UserFunctionError, DataError)):
         return str(exc), True
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), False
 
@@ -565,7 +613,8 @@ def run_task(deployment: Deployment, task_index: int) -> tuple:
         log.debug("%s failed: %s", task.name, text)
         try:
             if task.driver is not None:
-                task.driver.send({"type": "failed", "error": text, "user_error": user})
+                task.driver.send({"type": "failed", "error": text, "user_error": user,
+                                  "data_error": isinstance(exc, DataError)})
         except (TaskCancelled, OSError):
             log.error("%s failed and could not tell the driver: %s", task.name, text)
         _close_quietly(task)

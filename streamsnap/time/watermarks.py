@@ -14,7 +14,6 @@ the vectorized path never runs Python per row. Watermarks leaving an output only
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -27,24 +26,13 @@ import pyarrow.compute as pc
 
 from streamsnap.clock import Clock, SystemClock
 from streamsnap.errors import ConfigurationError
-from streamsnap.runtime.events import Watermark
+from streamsnap.runtime.events import Watermark, WatermarkStatus
 from streamsnap.time.durations import to_millis
 
 MIN_WATERMARK = -(2 ** 63)      # nothing is known yet
 MAX_WATERMARK = 2 ** 63 - 1     # the end of time: every timer and window fires
 
 Timestamps = np.ndarray | pa.Array | pa.ChunkedArray
-
-
-class WatermarkStatus(enum.Enum):
-    """Whether an input currently drives event time (ACTIVE) or is excluded from it (IDLE)."""
-
-    ACTIVE = "active"
-    IDLE = "idle"
-
-    @property
-    def is_idle(self) -> bool:
-        return self is WatermarkStatus.IDLE
 
 
 # What watermark logic hands to the runtime to send downstream, in order.

@@ -37,7 +37,7 @@ def test_group_cumsum_rejects_misaligned_input():
 @pytest.mark.parametrize("key", ["k", ["k", "j"], lambda r: (r["k"] or 0) * 10 + r["j"]])
 def test_batch_keys_factorize_in_first_appearance_order(key):
     batch = pa.RecordBatch.from_pylist([{"k": k, "j": j} for k, j in [(3, 0), (1, 1), (3, 0), (None, 2), (1, 1)]])
-    selector = KeySelector.of(key)
+    selector = KeySelector.of(key, allow_null=True)   # None is a key here (key_by(..., allow_null_keys=True))
     keys = selector.batch_keys(batch, 32)
     per_row = selector.keys_of_rows(batch.to_pylist())
     assert [keys.unique[i] for i in keys.index] == per_row

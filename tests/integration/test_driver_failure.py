@@ -73,7 +73,7 @@ def start_driver(tmp_path, run: int) -> tuple[subprocess.Popen, str]:
     return proc, info
 
 
-def wait_for_file(path: str, proc: subprocess.Popen, timeout=90) -> dict:
+def wait_for_file(path: str, proc: subprocess.Popen, timeout=240) -> dict:
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):
         assert proc.poll() is None, f"the driver exited early:\n{proc.stdout.read()}"

@@ -1,0 +1,266 @@
+"""Windows on keyed streams: `keyed.window(assigner)` → `WindowedStream`, and its functions.
+
+A WindowedStream only collects configuration (trigger, allowed lateness, late-data tag); the
+terminal `reduce` / `aggregate` / `process` adds the window operator (runtime/window_operator.py)
+to the graph. Everything checkable is checked here, at build time, so a job with an event-time
+window but no timestamps, or a trigger that cannot merge sessions, never reaches Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import pyarrow as pa
+
+from streamsnap.api.functions import Function, OutputTag
+from streamsnap.errors import ConfigurationError
+from streamsnap.time.durations import to_millis
+from streamsnap.time.triggers import Trigger
+from streamsnap.time.windows import WindowAssigner
+
+if TYPE_CHECKING:
+    from streamsnap.api.datastream import DataStream, KeyedStream
+
+
+class AggregateFunction(Function):
+    """Incremental window aggregation: one accumulator per key and window.
+
+    The accumulator is keyed state, so it must be msgpack-encodable (numbers, str, lists,
+    dicts, tuples) unless a `serializer=` is given to `aggregate`. `add` and `merge` return the
+    new accumulator (they may change the one they are given). `merge` is needed for session
+    windows, whose windows merge.
+    """
+
+    def create_accumulator(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement create_accumulator(self)")
+
+    def add(self, row: dict, accumulator: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement add(self, row, accumulator)")
+
+    def get_result(self, accumulator: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement get_result(self, accumulator)")
+
+    def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement merge(self, a, b) to be "
+                                  f"used with session (merging) windows")
+
+
+class ProcessWindowFunction(Function):
+    """Called when a window fires: `process(key, context, elements)` returns or yields rows.
+
+    `context.window` has `start` and `end` (epoch ms, end exclusive) and `max_timestamp`;
+    `context.current_watermark()`, `context.current_processing_time()`, `context.current_key`
+    and `context.output(tag, row)` (side outputs) are there too. `elements` are the window's
+    rows, or the single pre-aggregated value when used with `reduce`/`aggregate`.
+    """
+
+    def process(self, key: Any, context, elements: list) -> Iterable[dict] | dict | None:
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement process(self, key, context, elements)")
+
+
+@dataclass(frozen=True)
+class _WindowSpec:
+    assigner: WindowAssigner
+    trigger: Trigger
+    allowed_lateness: int = 0        # ms
+    late_tag: OutputTag | None = None
+
+
+class WindowedStream:
+    """A keyed stream cut into windows; finish it with reduce, aggregate or process."""
+
+    def __init__(self, keyed: "KeyedStream", assigner: WindowAssigner):
+        if not isinstance(assigner, WindowAssigner):
+            raise ConfigurationError(
+                f"window() takes a window assigner such as "
+                f"ss.windows.TumblingEventTimeWindows.of(60), got {assigner!r}")
+        if assigner.is_event_time and keyed.timestamp_assigner is None:
+            raise ConfigurationError(
+                f"window({type(assigner).__name__}) on {keyed._describe()}: event-time windows "
+                f"need event timestamps, and this stream has none; give the source a "
+                f"watermark_strategy=ss.WatermarkStrategy...with_timestamp_assigner(...), call "
+                f".assign_timestamps_and_watermarks(strategy) before key_by, or use a "
+                f"processing-time assigner")
+        self._keyed = keyed
+        self._spec = _WindowSpec(assigner, assigner.default_trigger())
+
+    def _with(self, **changes) -> "WindowedStream":
+        copy = object.__new__(WindowedStream)
+        copy._keyed = self._keyed
+        copy._spec = replace(self._spec, **changes)
+        return copy
+
+    def trigger(self, trigger: Trigger) -> "WindowedStream":
+        """Replace the assigner's default trigger (e.g. ss.windows.CountTrigger.of(100))."""
+        if not isinstance(trigger, Trigger):
+            raise ConfigurationError(f"trigger() takes a Trigger such as "
+                                     f"ss.windows.CountTrigger.of(10), got {trigger!r}")
+        if self._spec.assigner.is_merging and not trigger.can_merge():
+            raise ConfigurationError(
+                f"trigger {type(trigger).__name__} cannot merge, so it cannot be used with "
+                f"{type(self._spec.assigner).__name__}; use a trigger whose can_merge() is True")
+        return self._with(trigger=trigger)
+
+    def allowed_lateness(self, lateness) -> "WindowedStream":
+        """Keep event-time windows this long (seconds or timedelta) after they fired: late
+        elements re-fire them. Elements later than that are dropped or go to the late side
+        output. Ignored by processing-time windows, which are never late."""
+        millis = to_millis(lateness, "allowed_lateness")
+        return self._with(allowed_lateness=millis)
+
+    def side_output_late_data(self, tag: OutputTag) -> "WindowedStream":
+        """Send elements too late for every window to `tag`; read them with
+        `result.get_side_output(tag)`."""
+        if not isinstance(tag, OutputTag):
+            raise ConfigurationError(f"side_output_late_data takes an ss.OutputTag, got {tag!r}")
+        return self._with(late_tag=tag)
+
+    # ------------------------------------------------------------------ terminals
+    def reduce(self, fn: Callable[[dict, dict], dict], function: ProcessWindowFunction | None = None,
+               **options) -> "DataStream":
+        """Fold each window's rows pairwise with `fn(a, b) -> row`; emits the reduced row (or
+        hands it to `function`, a ProcessWindowFunction, with the window)."""
+        from streamsnap.runtime.window_operator import ReduceContents
+
+        if not callable(fn):
+            raise ConfigurationError(f"reduce needs a function (a, b) -> row, got {fn!r}")
+        return self._build(ReduceContents(fn), function, "reduce", **options)
+
+    def aggregate(self, aggregate: AggregateFunction, function: ProcessWindowFunction | None = None,
+                  *, serializer=None, **options) -> "DataStream":
+        """Aggregate incrementally with an AggregateFunction; emits `get_result` (a row) or
+        hands it to `function` with the window. `serializer` encodes the accumulators."""
+        from streamsnap.runtime.window_operator import AggregateContents
+
+        for method in ("create_accumulator", "add", "get_result"):
+            if not callable(getattr(aggregate, method, None)):
+                raise ConfigurationError(
+                    f"aggregate takes an AggregateFunction (create_accumulator, add, get_result, "
+                    f"merge), got {aggregate!r} without {method}()")
+        if self._spec.assigner.is_merging and \
+                type(aggregate).merge is AggregateFunction.merge:
+            raise ConfigurationError(
+                f"{type(aggregate).__name__} has no merge(a, b); session windows merge, so "
+                f"their accumulators must too")
+        return self._build(AggregateContents(aggregate), function, "aggregate",
+                           serializer=serializer, **options)
+
+    def process(self, function: ProcessWindowFunction, **options) -> "DataStream":
+        """Call `function.process(key, context, rows)` with all of a window's rows when it fires."""
+        from streamsnap.runtime.window_operator import ListContents
+
+        return self._build(ListContents(), function, "process", required=True, **options)
+
+    # ------------------------------------------------------------------ vectorized
+    def aggregate_columns(self, aggregates: dict, **options) -> "DataStream":
+        """Vectorized per-window aggregates on Arrow batches, no Python per row (tumbling and
+        sliding windows, default trigger). `aggregates` maps output names to
+        ``(function, column)`` with function one of sum, min, max, mean, or to ``"count"``
+        (rows). Emits the key column(s) (``key`` for a key function), ``window_start``,
+        ``window_end`` and the outputs; nulls are skipped (all-null gives None)."""
+        from streamsnap.runtime.vectorized_windows import (AGGREGATES, ColumnAggregate,
+                                                           VectorizedWindowOperatorFactory)
+
+        spec = self._spec
+        assigner = spec.assigner
+        if not hasattr(assigner, "assign_window_starts"):
+            raise ConfigurationError(
+                f"aggregate_columns: {type(assigner).__name__} is not vectorized; use tumbling "
+                f"or sliding windows, or .aggregate(AggregateFunction) for this assigner")
+        if type(spec.trigger) is not type(assigner.default_trigger()):
+            raise ConfigurationError(
+                f"aggregate_columns fires windows with the assigner's default trigger; "
+                f"{type(spec.trigger).__name__} needs .aggregate(...) or .reduce(...)")
+        if not isinstance(aggregates, dict) or not aggregates:
+            raise ConfigurationError(
+                f"aggregate_columns takes a non-empty dict such as {{'total': ('sum', 'value'), "
+                f"'n': 'count'}}, got {aggregates!r}")
+        parsed = []
+        schema = self._keyed.schema
+        reserved = {"window_start", "window_end", *self._keyed.key.columns}
+        for output, definition in aggregates.items():
+            function, column = (definition, None) if definition == "count" else (
+                definition if isinstance(definition, tuple) and len(definition) == 2
+                else (None, None))
+            if function not in AGGREGATES or (function != "count") != isinstance(column, str):
+                raise ConfigurationError(
+                    f"aggregate_columns: {output!r}: give ('sum' | 'min' | 'max' | 'mean', "
+                    f"column name) or 'count', got {definition!r}")
+            if not isinstance(output, str) or output in reserved:
+                raise ConfigurationError(
+                    f"aggregate_columns: output name {output!r} must be a str other than "
+                    f"{sorted(reserved)}")
+            if column is not None and schema is not None:
+                if column not in schema.names:
+                    raise ConfigurationError(
+                        f"aggregate_columns: column {column!r} is not in the stream's schema "
+                        f"(columns {schema.names})")
+                kind = schema.field(column).type
+                if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                        or pa.types.is_boolean(kind)):
+                    raise ConfigurationError(
+                        f"aggregate_columns: column {column!r} has type {kind}; {function} "
+                        f"takes integer, float or boolean columns")
+            parsed.append(ColumnAggregate(output, function, column))
+        keyed = self._keyed
+        name = options.pop("name", None) or f"Window({type(assigner).__name__}).aggregate_columns"
+        key = keyed.key.for_operator(name)
+        factory = VectorizedWindowOperatorFactory(
+            key, assigner, spec.allowed_lateness, tuple(parsed),
+            spec.late_tag.name if spec.late_tag is not None else None, keyed.timestamp_assigner)
+        return self._add(factory, name, key, **options)
+
+    def sum(self, column: str, **options) -> "DataStream":
+        """Vectorized sum of `column` per key and window (output column named `column`)."""
+        return self.aggregate_columns({column: ("sum", column)}, **options)
+
+    def min(self, column: str, **options) -> "DataStream":
+        return self.aggregate_columns({column: ("min", column)}, **options)
+
+    def max(self, column: str, **options) -> "DataStream":
+        return self.aggregate_columns({column: ("max", column)}, **options)
+
+    def mean(self, column: str, **options) -> "DataStream":
+        return self.aggregate_columns({column: ("mean", column)}, **options)
+
+    def count(self, **options) -> "DataStream":
+        """Vectorized row count per key and window (output column `count`)."""
+        return self.aggregate_columns({"count": "count"}, **options)
+
+    def _add(self, factory, name: str, key, *, uid: str | None = None,
+             parallelism: int | None = None, schema=None, what: str = "window") -> "DataStream":
+        from streamsnap.api.datastream import DataStream, _row_schema
+        from streamsnap.graph.partitioners import KeyGroupPartitioner
+        from streamsnap.graph.stream_graph import NodeKind
+
+        keyed = self._keyed
+        node = keyed._add(NodeKind.OPERATOR, name, uid, factory, parallelism,
+                          _row_schema(schema, None, what),
+                          KeyGroupPartitioner(key, keyed._env.max_parallelism))
+        return DataStream(keyed._env, (node,))
+
+    def _build(self, contents, function, what: str, *, name: str | None = None,
+               uid: str | None = None, parallelism: int | None = None, schema=None,
+               serializer=None, required: bool = False) -> "DataStream":
+        from streamsnap.runtime.window_operator import WindowOperatorFactory
+
+        if (function is not None or required) and \
+                not callable(getattr(function, "process", None)):
+            raise ConfigurationError(
+                f"{what} takes a ProcessWindowFunction (an object with process(key, context, "
+                f"elements)), got {function!r}")
+        spec = self._spec
+        keyed = self._keyed
+        name = name or f"Window({type(spec.assigner).__name__}).{what}"
+        key = keyed.key.for_operator(name)
+        factory = WindowOperatorFactory(
+            key, spec.assigner, spec.trigger, spec.allowed_lateness, contents, function,
+            spec.late_tag.name if spec.late_tag is not None else None,
+            keyed.timestamp_assigner, serializer)
+        return self._add(factory, name, key, uid=uid, parallelism=parallelism, schema=schema,
+                         what=what)
+
+
+__all__ = ["AggregateFunction", "ProcessWindowFunction", "WindowedStream"]

@@ -1,0 +1,148 @@
+"""Rows that do not fit their stream, on Spark: named errors at once, never a silent drop."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+import streamsnap as ss
+from tests.integration.support import RunningSum, final_by_key, wait_status
+
+pytestmark = pytest.mark.spark
+
+N = 3000
+DRIFT_AT = 1500
+
+
+def drifting(row):
+    """Adds a field from row DRIFT_AT on: the case of issue 10 (a map that grows mid-stream)."""
+    out = {"key": row["key"], "value": row["value"]}
+    if row["value"] >= DRIFT_AT:
+        out["extra"] = "x"
+    return out
+
+
+def event(i):
+    return {"key": i % 7, "value": i}
+
+
+def failing_job(spark, build, name, **settings):
+    """Runs a job that must fail with a data error; returns (error, seconds it took)."""
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, restart=ss.RestartStrategy.fixed_delay(3, 1.0), **settings)
+    build(env)
+    started = time.monotonic()
+    with pytest.raises(ss.JobExecutionError) as info:
+        env.execute(name)
+    return info.value, time.monotonic() - started
+
+
+@pytest.mark.parametrize("sink", ["collect", "parquet"])
+def test_a_field_added_mid_stream_fails_every_sink_alike_naming_field_row_and_fix(spark, tmp_path, sink):
+    def build(env):
+        target = ss.sinks.Collect() if sink == "collect" else ss.sinks.FileSink(str(tmp_path / "out"))
+        # Batches of 500: the first batch of each subtask (which the schema is inferred from) ends before the drift.
+        (env.from_source(ss.sources.Generator(event, count=N, batch_size=500), name="events")
+            .map(drifting, name="enrich").sink_to(target, name="out"))
+
+    error, seconds = failing_job(spark, build, f"drift into {sink}")
+    text = str(error)
+    assert error.reason == "DATA_ERROR"
+    assert "operator 'out' (subtask Source: events -> enrich -> out (" in text   # the sink and its subtask
+    assert "field 'extra', which the stream's schema lacks" in text
+    assert "'extra': 'x'" in text and "'value': 150" in text  # the row (1500 or 1501)
+    assert "on 'enrich'" in text and 'schema="widen"' in text and "schema=pa.schema" in text  # the fix
+    assert "without a restart (0 earlier restart(s))" in text  # the restart budget is not burnt
+    assert seconds < 30
+    if sink == "parquet":  # nothing committed without the field
+        assert not [p for p in (tmp_path / "out").iterdir() if not p.name.startswith(".")]
+
+
+def test_a_type_change_mid_stream_names_the_operator_field_and_row(spark):
+    def build(env):
+        (env.from_source(ss.sources.Generator(event, count=N, batch_size=500), name="events")
+            .map(lambda r: {"key": r["key"], "code": r["value"] if r["value"] < 2000 else f"c{r['value']}"},
+                 name="parse")
+            .rebalance().map(lambda r: r, name="relay").sink_to(ss.sinks.Collect()))
+
+    # Small network batches: the schema is inferred from a first batch before the change.
+    error, seconds = failing_job(spark, build, "int then str", network=ss.NetworkConfig(batch_size=200))
+    text = str(error)
+    assert "operator 'parse'" in text and "Source: events -> parse" in text
+    assert "of field 'code' does not fit its type int64" in text and "'c20" in text
+    assert "str(value)" not in text and "int(value)" in text   # cast to the field's type
+    assert "ArrowInvalid" not in text and "Traceback" not in text
+    assert error.reason == "DATA_ERROR" and seconds < 30
+
+
+def test_a_null_key_names_the_keyed_operator_field_and_row_and_can_be_allowed(spark):
+    def with_null(i):
+        return {"key": None if i % 500 == 7 else i % 5, "value": 1}
+
+    def build(env):
+        (env.from_source(ss.sources.Generator(with_null, count=N), name="events")
+            .key_by("key").process(RunningSum(), name="sum").sink_to(ss.sinks.Collect()))
+
+    error, seconds = failing_job(spark, build, "null key")
+    text = str(error)
+    assert "key_by('key') in front of operator 'sum'" in text and "field 'key' is None" in text
+    assert "'key': None, 'value': 1" in text and "allow_null_keys=True" in text
+    assert error.reason == "DATA_ERROR" and seconds < 30
+
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    (env.from_source(ss.sources.Generator(with_null, count=N), name="events")
+        .key_by("key", allow_null_keys=True).process(RunningSum(), name="sum").sink_to(ss.sinks.Collect()))
+    totals = final_by_key(env.execute("null keys allowed").rows(), "key", "total")
+    nulls = sum(1 for i in range(N) if i % 500 == 7)
+    assert totals[None] == nulls and sum(totals.values()) == N
+
+
+def test_widening_keeps_every_field_in_collect_and_file_sink_alike(spark, tmp_path):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    grown = (env.from_source(ss.sources.Generator(event, count=N), name="events")
+             .map(drifting, name="enrich", schema="widen"))
+    grown.sink_to(ss.sinks.Collect(), name="rows")
+    grown.sink_to(ss.sinks.FileSink(str(tmp_path / "out")), name="files")
+    result = env.execute("widening")
+    collected = sorted(result.rows("rows"), key=lambda r: r["value"])
+    written = sorted((r for p in sorted((tmp_path / "out").glob("part-*")) for r in pq.read_table(p).to_pylist()),
+                     key=lambda r: r["value"])
+    assert len(collected) == len(written) == N
+    for rows in (collected, written):
+        assert all(r["extra"] == "x" for r in rows if r["value"] >= DRIFT_AT)   # nothing dropped
+        assert all(r.get("extra") is None for r in rows if r["value"] < DRIFT_AT)
+
+
+def test_savepoint_target_checked_at_call_time_and_a_resumed_job_continues_its_file_output(spark, tmp_path):
+    import pyarrow.dataset as ds
+
+    n = 4000
+    out, blocker = tmp_path / "out", tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
+
+    def build(env, rate):
+        (env.from_source(ss.sources.Generator(event, count=n, rate=rate), name="events", uid="events")
+            .key_by("key").process(RunningSum(), name="sum", uid="sum")
+            .sink_to(ss.sinks.FileSink(str(out)), name="files", uid="files"))
+
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
+    build(env, rate=2000)
+    client = env.execute_async("first run")
+    started = time.monotonic()
+    with pytest.raises(ss.PreflightError, match=f"the savepoint directory '{blocker}/sp' is not usable"):
+        client.trigger_savepoint(str(blocker / "sp"))
+    assert time.monotonic() - started < 2 and client.status() in ("CREATED", "RUNNING")
+    wait_status(client, "RUNNING")
+    savepoint = client.stop_with_savepoint(str(tmp_path / "sp"))
+
+    again = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
+    build(again, rate=None)
+    with pytest.raises(ss.ConfigurationError, match="already holds"):   # a fresh run into that output
+        again.execute("second run, not resumed")
+    result = again.execute("resumed", restore_from=savepoint)   # the same job resumed: not refused
+    assert result.restored_checkpoint is not None and "record counts below: attempt 1 only" in result.summary()
+    rows = ds.dataset(str(out), format="parquet").to_table().to_pylist()
+    assert final_by_key(rows, "key", "total") == {k: sum(i for i in range(n) if i % 7 == k) for k in range(7)}
+    assert len(rows) == n   # each row once across the two runs
