@@ -23,13 +23,15 @@ from benchmarks import report, workloads
 PROFILES = {
     "quick": dict(row=6_000_000, batch=100_000_000, spark_sql=16_000_000,
                   spark_tws=4_000_000, ceiling=20_000_000, runs=5, state_keys=(10_000, 1_000_000, 10_000_000),
-                  state_seconds=8.0, latency_seconds=10.0, backpressure_seconds=8.0, kills=5, keys=1000),
+                  state_seconds=8.0, latency_seconds=10.0, backpressure_seconds=8.0, kills=5, keys=1000,
+                  nexmark=1_000_000, nexmark_spark=4_000_000, nexmark_runs=3),
     "full": dict(row=20_000_000, batch=300_000_000, spark_sql=48_000_000,
                  spark_tws=8_000_000, ceiling=60_000_000, runs=5, state_keys=(10_000, 1_000_000, 10_000_000),
-                 state_seconds=20.0, latency_seconds=30.0, backpressure_seconds=20.0, kills=9, keys=1000),
+                 state_seconds=20.0, latency_seconds=30.0, backpressure_seconds=20.0, kills=9, keys=1000,
+                 nexmark=10_000_000, nexmark_spark=24_000_000, nexmark_runs=5),
 }
 
-BENCHMARKS = ("throughput", "spark", "ceiling", "checkpoints", "backpressure", "latency", "recovery")
+BENCHMARKS = ("throughput", "spark", "ceiling", "checkpoints", "backpressure", "latency", "recovery", "nexmark")
 
 
 def _spark_session():
@@ -127,8 +129,16 @@ def run_recovery(spark, p: dict, results: dict) -> None:
     results["recovery"] = workloads.recovery_time(spark, kills=p["kills"])
 
 
+def run_nexmark(spark, p: dict, results: dict) -> None:
+    """Nexmark q0-q5, q7, q8 on streamsnap, and q0-q2 on Spark SS; see benchmarks/nexmark/bench.py."""
+    from benchmarks.nexmark import bench
+
+    bench.run_all(spark, p["nexmark"], p["nexmark_spark"], p["nexmark_runs"], results)
+
+
 RUNNERS = {"throughput": run_throughput, "spark": run_spark, "ceiling": run_ceiling, "checkpoints": run_checkpoints,
-           "backpressure": run_backpressure, "latency": run_latency, "recovery": run_recovery}
+           "backpressure": run_backpressure, "latency": run_latency, "recovery": run_recovery,
+           "nexmark": run_nexmark}
 
 
 def main(argv=None) -> int:

@@ -16,8 +16,10 @@ from streamsnap.api.environment import StreamEnvironment
 from streamsnap.api.functions import (
     CheckpointedFunction, CheckpointListener, Context, Function, FunctionInitializationContext,
     FunctionSnapshotContext, KeyedBatchFunction, KeyedProcessFunction, OutputTag, ProcessFunction,
-    RuntimeContext, TimerService,
+    RuntimeContext, TimerService, CoProcessFunction, KeyedCoProcessFunction, ProcessJoinFunction,
+    BroadcastProcessFunction, KeyedBroadcastProcessFunction,
 )
+from streamsnap.api.connected import BroadcastStream, ConnectedStreams
 from streamsnap.api.vectorized import group_cumsum
 from streamsnap.graph.keys import BatchKeys
 from streamsnap.api.result import JobClient, JobResult
@@ -45,4 +47,6 @@ __all__ = [
     "StreamsnapError", "ConfigurationError", "JobExecutionError", "UserFunctionError", "RestoreError",
     "FileReadError", "DataError", "SchemaError", "NullKeyError", "PreflightError", "WatermarkStrategy", "WatermarkGenerator", "windows", "OutputTag", "TimeDomain",
     "ProcessFunction", "TimerService", "AggregateFunction", "ProcessWindowFunction", "WindowedStream",
+    "CoProcessFunction", "KeyedCoProcessFunction", "ProcessJoinFunction", "ConnectedStreams",
+    "BroadcastProcessFunction", "KeyedBroadcastProcessFunction", "BroadcastStream",
 ]

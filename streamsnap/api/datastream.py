@@ -202,12 +202,35 @@ class DataStream:
         upstreams = tuple(by_id.values())
         return DataStream(self._env, upstreams)
 
+    def connect(self, other: "DataStream"):
+        """Process this stream and `other` together: `.process(CoProcessFunction)`, or with both
+        keyed (`a.key_by(k1).connect(b.key_by(k2))`) a KeyedCoProcessFunction. See api/connected.py."""
+        from streamsnap.api.connected import connect
+
+        return connect(self, other)
+
+    def join(self, other: "DataStream"):
+        """A windowed inner join: `.where(k1).equal_to(k2).window(assigner).apply(fn)`, where
+        `fn(left, right)` runs for each pair of one key in one window. See runtime/window_join.py."""
+        from streamsnap.api.connected import join
+
+        return join(self, other)
+
     def rebalance(self) -> "DataStream":
         """Distribute batches round robin over the next operator's subtasks."""
         return DataStream(self._env, self._upstreams, RebalancePartitioner(), self._tag)
 
-    def broadcast(self) -> "DataStream":
-        """Send every row to every subtask of the next operator."""
+    def broadcast(self, *descriptors):
+        """Send every row to every subtask of the next operator.
+
+        With MapStateDescriptors (`rules.broadcast(ss.MapStateDescriptor("rules"))`): a
+        BroadcastStream to `connect` to another stream, whose BroadcastProcessFunction keeps
+        those broadcast states (api/connected.py, runtime/broadcast.py).
+        """
+        if descriptors:
+            from streamsnap.api.connected import BroadcastStream
+
+            return BroadcastStream(self, descriptors)
         return DataStream(self._env, self._upstreams, BroadcastPartitioner(), self._tag)
 
     def forward(self) -> "DataStream":
@@ -262,13 +285,18 @@ class DataStream:
     def get_side_output(self, tag) -> "DataStream":
         """The rows the process function before this stream sent to `ctx.output(tag, ...)`."""
         from streamsnap.api.functions import OutputTag
+        from streamsnap.runtime.co_operators import CoProcessOperatorFactory, KeyedCoProcessOperatorFactory
+        from streamsnap.runtime.broadcast import BroadcastProcessOperatorFactory
+        from streamsnap.runtime.interval_join import IntervalJoinOperatorFactory
 
         if not isinstance(tag, OutputTag):
             raise ConfigurationError(f"get_side_output takes an ss.OutputTag, got {tag!r}")
         if self._tag is not None or self._partitioner is not None or len(self._upstreams) != 1 \
                 or not isinstance(self._upstreams[0].operator,
                                   (ProcessOperatorFactory, KeyedProcessOperatorFactory,
-                                   WindowOperatorFactory, VectorizedWindowOperatorFactory)) \
+                                   WindowOperatorFactory, VectorizedWindowOperatorFactory,
+                                   CoProcessOperatorFactory, KeyedCoProcessOperatorFactory,
+                                   IntervalJoinOperatorFactory, BroadcastProcessOperatorFactory)) \
                 or getattr(self._upstreams[0].operator, "vectorized", False):
             raise ConfigurationError(
                 f"get_side_output({tag.name!r}) on {self._describe()}: side outputs come from "
@@ -337,6 +365,13 @@ class KeyedStream(DataStream):
 
     def key_by(self, key) -> "KeyedStream":
         raise ConfigurationError("the stream is already keyed; call key_by once, on the unkeyed stream")
+
+    def interval_join(self, other: "KeyedStream"):
+        """Join rows of the same key whose event times are close: `.between(lower, upper)`
+        then `.process(ProcessJoinFunction)`. See runtime/interval_join.py."""
+        from streamsnap.api.connected import interval_join
+
+        return interval_join(self, other)
 
     def window(self, assigner) -> "WindowedStream":
         """Windows per key (`ss.windows.TumblingEventTimeWindows.of(60)`, ...); finish with

@@ -258,3 +258,58 @@ class CheckpointListener:
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         raise NotImplementedError
+
+
+class CoProcessFunction(Function):
+    """Processes the rows of two connected streams (`a.connect(b).process(fn)`).
+
+    `process_element1(row, ctx)` gets the rows of the first stream, `process_element2(row, ctx)`
+    those of the second; both may return or yield rows and use `ctx.output(tag, row)`. The two
+    inputs interleave in arrival order: nothing orders one input before the other.
+    """
+
+    def process_element1(self, row: dict, ctx: Context) -> Iterable[dict] | dict | None:
+        raise NotImplementedError(f"{type(self).__name__} must implement process_element1(self, row, ctx)")
+
+    def process_element2(self, row: dict, ctx: Context) -> Iterable[dict] | dict | None:
+        raise NotImplementedError(f"{type(self).__name__} must implement process_element2(self, row, ctx)")
+
+
+class KeyedCoProcessFunction(CoProcessFunction):
+    """A CoProcessFunction on two keyed streams: both inputs share the keyed state and timers of
+    the current key (`ctx.current_key`), and `on_timer(timestamp, ctx)` fires as in
+    KeyedProcessFunction."""
+
+
+class ProcessJoinFunction(Function):
+    """Called for each pair an interval join matches: `process_element(left, right, ctx)`.
+
+    `ctx.timestamp()` is the larger of the two rows' timestamps; `ctx.left_timestamp()` and
+    `ctx.right_timestamp()` give each one; `ctx.output(tag, row)` emits to a side output.
+    """
+
+    def process_element(self, left: dict, right: dict, ctx) -> Iterable[dict] | dict | None:
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement process_element(self, left, right, ctx)")
+
+
+class BroadcastProcessFunction(Function):
+    """Processes a stream connected to a broadcast stream (`a.connect(b.broadcast(desc))`).
+
+    `process_broadcast_element(row, ctx)` runs on every subtask for every broadcast row and may
+    change the broadcast state (`ctx.get_broadcast_state(desc)`); it must change it the same way
+    everywhere (no dependence on the subtask), since every subtask holds one identical copy.
+    `process_element(row, ctx)` sees that state read-only. Both may return or yield rows.
+    """
+
+    def process_element(self, row: dict, ctx) -> Iterable[dict] | dict | None:
+        raise NotImplementedError(f"{type(self).__name__} must implement process_element(self, row, ctx)")
+
+    def process_broadcast_element(self, row: dict, ctx) -> Iterable[dict] | dict | None:
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement process_broadcast_element(self, row, ctx)")
+
+
+class KeyedBroadcastProcessFunction(BroadcastProcessFunction):
+    """A BroadcastProcessFunction whose non-broadcast input is keyed: `process_element` (and
+    `on_timer`) also have the key's state and timers, as in KeyedProcessFunction."""

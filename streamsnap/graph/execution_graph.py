@@ -35,6 +35,7 @@ class ExecutionVertex:
     task_index: int
     inputs: list[ChannelId] = field(default_factory=list)
     input_tasks: list[int] = field(default_factory=list)
+    input_of: list[int] = field(default_factory=list)   # logical input of each channel in `inputs`
     outputs: list[OutputGate] = field(default_factory=list)
 
     @property
@@ -82,6 +83,7 @@ def build_execution_graph(job_graph: JobGraph) -> ExecutionGraph:
                 channels.append(channel)
                 downstream.inputs.append(channel)
                 downstream.input_tasks.append(upstream.task_index)
+                downstream.input_of.append(edge.input_index)
             upstream.outputs.append(OutputGate(edge.index, edge.source_node, edge.partitioner,
                                                tuple(channels),
                                                tuple(by_subtask[(target.id, j)].task_index for j in targets),

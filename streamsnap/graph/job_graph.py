@@ -25,6 +25,7 @@ class JobEdge:
     target_vertex: str
     partitioner: Partitioner
     tag: str | None = None     # side output carried by this edge; None: the main output
+    input_index: int = 0       # the target's logical input this edge feeds (two-input operators)
 
 
 @dataclass
@@ -103,7 +104,8 @@ def build_job_graph(graph: StreamGraph) -> JobGraph:
         vertex_of[node.id] = vertex
         for edge, partitioner in resolved:
             upstream_vertex = vertex_of[edge.source]
-            job_edge = JobEdge(len(edges), upstream_vertex.id, edge.source, vertex.id, partitioner, edge.tag)
+            job_edge = JobEdge(len(edges), upstream_vertex.id, edge.source, vertex.id, partitioner, edge.tag,
+                               edge.input_index)
             edges.append(job_edge)
             upstream_vertex.outputs.append(job_edge)
             vertex.inputs.append(job_edge)

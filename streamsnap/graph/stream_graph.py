@@ -60,6 +60,7 @@ class StreamEdge:
     target: int
     partitioner: Partitioner | None = None
     tag: str | None = None   # side output name; None: the main output
+    input_index: int = 0     # which input of a two-input target (0: first / only, 1: second)
 
 
 class StreamGraph:
@@ -88,8 +89,8 @@ class StreamGraph:
         return node
 
     def add_edge(self, source: StreamNode, target: StreamNode, partitioner: Partitioner | None,
-                 tag: str | None = None) -> StreamEdge:
-        edge = StreamEdge(source.id, target.id, partitioner, tag)
+                 tag: str | None = None, input_index: int = 0) -> StreamEdge:
+        edge = StreamEdge(source.id, target.id, partitioner, tag, input_index)
         self.edges.append(edge)
         source.out_edges.append(edge)
         target.in_edges.append(edge)

@@ -71,6 +71,9 @@ class CheckpointedInput:
             seen[k] += 1
         self._combined = CombinedWatermark(range(num_inputs)) if num_inputs > 1 else None
         self._next = 0
+        # The logical input of the batches poll_next hands out: all batches queued in
+        # `_decoded` come from the one data frame read last, so one value covers them.
+        self.last_input = 0
         self.handler = create_barrier_handler(exactly_once, len(channels), self, clock, task_name)
         self.bytes_consumed = 0
 
@@ -120,6 +123,7 @@ class CheckpointedInput:
                 self.handler.add_processed_bytes(len(payload))
                 self.bytes_consumed += len(payload)
                 self._network.return_credit(channel)
+                self.last_input = self._input_of[i]
                 batches = decode_batches(payload)
                 if not batches:
                     continue

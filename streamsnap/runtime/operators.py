@@ -356,8 +356,11 @@ class ProcessOperator(StreamOperator):
         self.records_in += n
         if not n:
             return
-        context = self.context
-        fn = self.function.process_element
+        self._run_rows(self.function.process_element, rows, self.context)
+
+    def _run_rows(self, fn, rows: list, context) -> None:
+        """`fn(row, context)` for each row (context._row set for ctx.timestamp()), results and
+        side outputs emitted — the per-row loop of every process-function operator."""
         out: list = []
         for row in rows:
             context._row = row
@@ -370,10 +373,11 @@ class ProcessOperator(StreamOperator):
         self._flush_side()
 
 
-def keys_of(op: "StreamOperator", batch: Batch, rows: list) -> tuple[list, list]:
-    """The keys and key groups of a batch's rows for a keyed operator (`op.key`): column-wise
-    for Arrow batches (one to_pylist, key groups hashed vectorized), per row for row lists."""
-    key, max_parallelism = op.key, op.ctx.max_parallelism
+def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | None = None) -> tuple[list, list]:
+    """The keys and key groups of a batch's rows for a keyed operator (`key`, default `op.key`):
+    column-wise for Arrow batches (one to_pylist, key groups hashed vectorized), per row for row
+    lists."""
+    key, max_parallelism = key or op.key, op.ctx.max_parallelism
     try:
         if isinstance(batch, pa.RecordBatch):
             keys = key.keys_of_batch(batch, rows)

@@ -130,6 +130,7 @@ class StreamTask:
         self.writers: list[RecordWriter] = []
         self.operators: list = []          # topological order, head first
         self.head = None
+        self._two_inputs = False
         self._async: AsyncCheckpointRunner | None = None
         self._peers: dict | None = None
         self._background_error: BaseException | None = None
@@ -234,7 +235,7 @@ class StreamTask:
                     raise TaskCancelled(f"upstream {channel.channel_id} never connected")
         if self._inputs:
             self._input = CheckpointedInput(self._inputs, self.network, self, self.deployment.exactly_once,
-                                            self.clock, self.name)
+                                            self.clock, self.name, self.vertex.input_of)
 
     def _build_chain(self) -> None:
         d = self.deployment
@@ -263,6 +264,8 @@ class StreamTask:
         self.operators = [created[n] for n in self.job_vertex.nodes]
         self.head = created[self.job_vertex.head]
         self.is_source = graph.node(self.job_vertex.head).kind is NodeKind.SOURCE
+        # A two-input head (connect, joins) is told which logical input each batch came from.
+        self._two_inputs = bool(getattr(self.head, "two_inputs", False))
 
     # ================================================================== main loop
     def run(self) -> None:
@@ -331,6 +334,8 @@ class StreamTask:
                 self.head.process_watermark(item.timestamp)
             elif isinstance(item, WatermarkStatus):
                 self.head.process_watermark_status(item)
+            elif self._two_inputs:
+                self.head.process_input(self._input.last_input, item)
             else:
                 self.head.process(item)
             return True

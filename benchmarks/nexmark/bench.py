@@ -1,0 +1,202 @@
+"""Nexmark throughput: each query of queries.py on streamsnap, and on Spark Structured Streaming
+where Spark can express it, in events/s per core (parallelism 2 on 2 cores: events/s / 2).
+
+streamsnap: one job per query over `count` events of the default NexmarkConfig (standard
+sizes, in order); timed from the first batch the generator makes (wall clock, written by the
+source task) to the end of input at the query's sink (after the final watermark fired every
+window), so the generator, every operator, the shuffles, and the final window firing count;
+deployment and teardown do not.
+
+Spark: the same events written to Parquet first (not timed), read one file per micro-batch;
+rate = input events / Spark's own trigger-to-commit time over micro-batches 2.., as the W1
+Spark baselines measure (benchmarks/spark_baselines.py). Reading and decoding Parquet counts,
+generating the events does not.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+
+import numpy as np
+
+import streamsnap as ss
+from benchmarks.nexmark import queries
+from streamsnap.connectors import nexmark
+from streamsnap.connectors.base import Sink, SinkWriter
+
+PARALLELISM = 2
+CORES = 2
+FLINK_PER_CORE = {"q0": 155_000, "q1": 158_000, "q2": 175_000, "q5": 22_000, "q7": 12_300, "q8": 146_000}
+CONFIG = nexmark.NexmarkConfig(seed=1)
+
+
+class _StampedEvents:
+    """The vectorized generator, writing the wall-clock time of its first call to a file
+    under `directory` (once per process): when the source started producing."""
+
+    def __init__(self, events, directory: str):
+        self.events, self.directory, self.schema = events, directory, events.schema
+        self._stamped = False
+
+    def __call__(self, index):
+        if not self._stamped:
+            self._stamped = True
+            with open(os.path.join(self.directory, f"start-{uuid.uuid4().hex}"), "w") as f:
+                f.write(repr(time.time()))
+        return self.events(index)
+
+
+class _EndWriter(SinkWriter):
+    def __init__(self, ctx):
+        self._ctx, self.rows = ctx, 0
+
+    def write(self, batch) -> None:
+        self.rows += batch.num_rows if hasattr(batch, "num_rows") else len(batch)
+
+    def end_input(self) -> None:
+        self._ctx.driver.send({"type": "sink", "uid": self._ctx.uid, "op": "end",
+                               "subtask": self._ctx.subtask_index, "end": time.time(), "rows": self.rows})
+
+
+class _Ends:
+    def __init__(self):
+        self.reports: list[dict] = []
+
+    def on_message(self, subtask: int, message: dict) -> None:
+        self.reports.append(message)
+
+
+class EndSink(Sink):
+    """Discards the output; each subtask reports its row count and when its input ended."""
+
+    def __init__(self):
+        self.ends = None
+
+    def create_writer(self, ctx) -> SinkWriter:
+        return _EndWriter(ctx)
+
+    def create_driver_component(self):
+        self.ends = _Ends()
+        return self.ends
+
+    def __getstate__(self):
+        return {**self.__dict__, "ends": None}
+
+
+def run_streamsnap(spark, query: str, count: int, batch_size: int = 8192) -> dict:
+    """One run of `query` over `count` events: events/s from the generator's first batch to the
+    end of input at the sink."""
+    stamps = tempfile.mkdtemp(prefix="ssbench-nexmark-")
+    try:
+        env = ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark,
+                                   network=ss.NetworkConfig(batch_size=batch_size))
+        source = ss.sources.Generator(_StampedEvents(nexmark.events(CONFIG, vectorized=True), stamps),
+                                      count=count, vectorized=True, schema=nexmark.SCHEMA,
+                                      batch_size=batch_size)
+        sink = EndSink()
+        queries.QUERIES[query](queries.events(env, CONFIG, count, source=source)).sink_to(sink, name="out")
+        result = env.execute(f"nexmark {query} n={count}")
+        starts = []
+        for path in glob.glob(os.path.join(stamps, "start-*")):
+            with open(path) as f:
+                starts.append(float(f.read()))
+    finally:
+        shutil.rmtree(stamps, ignore_errors=True)
+    seconds = max(r["end"] for r in sink.ends.reports) - min(starts)
+    return {"events_per_second": count / seconds, "seconds": seconds, "job_seconds": result.duration,
+            "output_rows": sum(r["rows"] for r in sink.ends.reports)}
+
+
+# ----------------------------------------------------------------------------- Spark
+def write_events_parquet(directory: str, count: int, files: int = 8) -> None:
+    """The first `count` events of CONFIG as `files` Parquet files, in order (name and mtime)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(directory, exist_ok=True)
+    generate = nexmark.events(CONFIG, vectorized=True)
+    bounds = np.linspace(0, count, files + 1).round().astype(np.int64)
+    base_ns = time.time_ns() - (files + 1) * 1_000_000_000
+    for j in range(files):
+        chunks = [generate(np.arange(lo, min(lo + 65536, bounds[j + 1]), dtype=np.int64))
+                  for lo in range(bounds[j], bounds[j + 1], 65536)]
+        path = os.path.join(directory, f"part-{j:05d}.parquet")
+        pq.write_table(pa.Table.from_batches(chunks, schema=nexmark.SCHEMA), path)
+        os.utime(path, ns=(base_ns + j * 1_000_000_000,) * 2)
+
+
+def _spark_queries(spark, input_dir: str):
+    """Spark SQL for the queries it can express as the reference defines them (q0, q1, q2)."""
+    from pyspark.sql import functions as F
+
+    def read():
+        return (spark.readStream.schema(_spark_schema()).option("maxFilesPerTrigger", 1).parquet(input_dir))
+
+    def bids(df):
+        return df.where(F.col("event_type") == nexmark.BID)
+    return {
+        "q0": lambda: bids(read()).select(F.col("bid_auction").alias("auction"), F.col("bid_bidder").alias("bidder"),
+                                          F.col("bid_price").alias("price"), "date_time",
+                                          F.col("bid_extra").alias("extra")),
+        "q1": lambda: bids(read()).select(F.col("bid_auction").alias("auction"), F.col("bid_bidder").alias("bidder"),
+                                          (F.col("bid_price") * queries.DOLLAR_TO_EURO).alias("price"),
+                                          "date_time", F.col("bid_extra").alias("extra")),
+        "q2": lambda: bids(read()).where(F.col("bid_auction") % 123 == 0).select(
+            F.col("bid_auction").alias("auction"), F.col("bid_price").alias("price")),
+    }
+
+
+def _spark_schema():
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(nexmark.SCHEMA)
+
+
+SPARK_QUERIES = ("q0", "q1", "q2")   # the others (joins, aggregates joined back) are not written for Spark yet
+
+
+def run_spark(spark, query: str, input_dir: str, checkpoint_dir: str) -> dict:
+    """One run of `query` on Spark SS over the Parquet input: rate over micro-batches 2.."""
+    from benchmarks import spark_baselines as sb
+
+    files, expected = sb._w1_input_rows(input_dir)
+    stream = _spark_queries(spark, input_dir)[query]()
+    run = sb._run_available_now(spark, stream, input_dir, checkpoint_dir, 2, "append", None, expected, files,
+                                f"nexmark {query}")
+    return {"events_per_second": sb.steady_rate(run), "batch_seconds": run["batch_seconds"],
+            "rows_per_batch": expected // files}
+
+
+def run_all(spark, count: int, spark_count: int, runs: int, results: dict) -> None:
+    """Every query on streamsnap (median of `runs`, after a warm-up), then q0-q2 on Spark."""
+    for name in queries.QUERIES:
+        print(f"  nexmark {name} on streamsnap, {runs} runs of {count:,} events ...", flush=True)
+        run_streamsnap(spark, name, max(100_000, count // 10))
+        measured = [run_streamsnap(spark, name, count) for _ in range(runs)]
+        rates = [m["events_per_second"] for m in measured]
+        results[f"nexmark_{name}"] = {"events_per_second": statistics.median(rates),
+                                      "per_core": statistics.median(rates) / CORES, "runs": rates,
+                                      "details": measured, "events": count}
+    work = tempfile.mkdtemp(prefix="ssbench-nexmark-spark-")
+    try:
+        print(f"  writing {spark_count:,} Nexmark events as Parquet for Spark ...", flush=True)
+        write_events_parquet(os.path.join(work, "warm"), max(8, spark_count // 20))
+        write_events_parquet(os.path.join(work, "in"), spark_count)
+        for name in SPARK_QUERIES:
+            print(f"  nexmark {name} on Spark SS ...", flush=True)
+            run_spark(spark, name, os.path.join(work, "warm"), os.path.join(work, f"ckpt-{name}-warm"))
+            measured = [run_spark(spark, name, os.path.join(work, "in"), os.path.join(work, f"ckpt-{name}-{i}"))
+                        for i in range(runs)]
+            rates = [m["events_per_second"] for m in measured]
+            results[f"nexmark_spark_{name}"] = {"events_per_second": statistics.median(rates),
+                                                "per_core": statistics.median(rates) / CORES, "runs": rates,
+                                                "rows_per_batch": measured[0]["rows_per_batch"],
+                                                "spark": str(spark.version)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

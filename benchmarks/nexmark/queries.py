@@ -1,0 +1,440 @@
+"""The Nexmark queries on streamsnap's public API, with the semantics of `reference.py`.
+
+Each `qN(stream)` takes the flat Nexmark event stream made by `events(env, config, count)`
+(event timestamps from `date_time`, watermarks bounded by `config.out_of_orderness_ms()`) and
+returns the query's output DataStream; several queries can share one source.
+
+Vectorized where the query allows: selections, projections and the per-kind split are
+`map_batches` on Arrow batches (q0-q2, and the front of every other query); q5's per-auction
+sliding count is `window(...).count()`; q5 and q7 keep only each batch's per-window maximum
+rows before the keyed maximum stage (the window's maximum rows are always among them). Per-row operators remain
+where a row's fate depends on keyed state: q3's join (`q3_connected`: persons.connect(auctions)
+with a KeyedCoProcessFunction; `q3`: the same on the flat stream with one KeyedProcessFunction
+holding both sides), q4's auction closing, q5's and q7's maximum per window with ties (on the
+few rows left), q8's per-person window.
+
+Output rows carry the reference's tuple fields (`OUTPUT_FIELDS`); q4 emits an updating running
+average per category (the last row per category is the answer, as Flink's q4 emits updates).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import streamsnap as ss
+from streamsnap.connectors import nexmark
+
+DOLLAR_TO_EURO = 0.908
+WINDOW_MS = 10_000          # q5 window size, q7/q8 tumbling size
+SLIDE_MS = 2_000            # q5 slide
+LOCAL_STATES = ("OR", "ID", "CA")
+
+OUTPUT_FIELDS = {
+    "q0": ("auction", "bidder", "price", "date_time", "extra"),
+    "q1": ("auction", "bidder", "price", "date_time", "extra"),
+    "q2": ("auction", "price"),
+    "q3": ("name", "city", "state", "id"),
+    "q3_flat": ("name", "city", "state", "id"),
+    "q4": ("category", "average"),
+    "q5": ("window_start", "window_end", "auction", "count"),
+    "q7": ("window_start", "window_end", "auction", "bidder", "price", "date_time"),
+    "q8": ("id", "name", "window_start"),
+}
+
+
+def events(env: ss.StreamEnvironment, config: nexmark.NexmarkConfig, count: int, *,
+           batch_size: int = 8192, name: str = "nexmark", source=None):
+    """The flat event stream (vectorized), timestamps from `date_time`, watermarks bounded by
+    the config's out-of-orderness; `source` replaces `nexmark.source(config, ...)`."""
+    strategy = (ss.WatermarkStrategy.for_bounded_out_of_orderness(config.out_of_orderness_ms() / 1000)
+                .with_timestamp_assigner("date_time"))
+    source = source or nexmark.source(config, count=count, batch_size=batch_size)
+    return env.from_source(source, name=name, uid=name, watermark_strategy=strategy)
+
+
+# ----------------------------------------------------------------------- vectorized front
+def _of_kind(batch: pa.RecordBatch, kind: int) -> pa.RecordBatch:
+    return batch.filter(pc.equal(batch.column("event_type"), kind))
+
+
+BID_SCHEMA = pa.schema([("auction", pa.int64()), ("bidder", pa.int64()), ("price", pa.int64()),
+                        ("date_time", pa.int64()), ("extra", pa.string())])
+Q1_SCHEMA = BID_SCHEMA.set(2, pa.field("price", pa.float64()))
+Q2_SCHEMA = pa.schema([("auction", pa.int64()), ("price", pa.int64()), ("date_time", pa.int64())])
+
+
+def _bids(batch: pa.RecordBatch) -> pa.RecordBatch:
+    b = _of_kind(batch, nexmark.BID)
+    return pa.RecordBatch.from_arrays(
+        [b.column("bid_auction"), b.column("bid_bidder"), b.column("bid_price"), b.column("date_time"),
+         b.column("bid_extra")], schema=BID_SCHEMA)
+
+
+def _converted(batch: pa.RecordBatch) -> pa.RecordBatch:
+    b = _of_kind(batch, nexmark.BID)
+    euros = b.column("bid_price").to_numpy(zero_copy_only=False) * DOLLAR_TO_EURO
+    return pa.RecordBatch.from_arrays(
+        [b.column("bid_auction"), b.column("bid_bidder"), pa.array(euros), b.column("date_time"),
+         b.column("bid_extra")], schema=Q1_SCHEMA)
+
+
+def _selected(batch: pa.RecordBatch) -> pa.RecordBatch:
+    auction = batch.column("bid_auction").fill_null(1).to_numpy()
+    mask = (batch.column("event_type").to_numpy() == nexmark.BID) & (auction % 123 == 0)
+    b = batch.filter(pa.array(mask))
+    return pa.RecordBatch.from_arrays([b.column("bid_auction"), b.column("bid_price"), b.column("date_time")],
+                                      schema=Q2_SCHEMA)
+
+
+def q0(stream):
+    """Pass-through: every bid, projected (vectorized)."""
+    return stream.map_batches(_bids, name="q0", output_schema=BID_SCHEMA)
+
+
+def q1(stream):
+    """Currency conversion: price in euros as a float64 (vectorized)."""
+    return stream.map_batches(_converted, name="q1", output_schema=Q1_SCHEMA)
+
+
+def q2(stream):
+    """Selection: bids on auctions with id % 123 == 0 (vectorized)."""
+    return stream.map_batches(_selected, name="q2", output_schema=Q2_SCHEMA)
+
+
+# ----------------------------------------------------------------------- q3
+Q3_IN = pa.schema([("event_type", pa.int8()), ("key", pa.int64()), ("id", pa.int64()),
+                   ("name", pa.string()), ("city", pa.string()), ("state", pa.string()),
+                   ("date_time", pa.int64())])
+Q3_OUT = pa.schema([("name", pa.string()), ("city", pa.string()), ("state", pa.string()),
+                    ("id", pa.int64())])
+
+
+def _q3_sides(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Local persons and category-10 auctions, keyed by person id / seller (vectorized)."""
+    kind = batch.column("event_type")
+    person = pc.and_kleene(pc.equal(kind, nexmark.PERSON), pc.is_in(batch.column("person_state"),
+                                                              value_set=pa.array(LOCAL_STATES)))
+    auction = pc.and_kleene(pc.equal(kind, nexmark.AUCTION), pc.equal(batch.column("auction_category"), 10))
+    b = batch.filter(pc.fill_null(pc.or_kleene(person, auction), False))
+    is_person = pc.equal(b.column("event_type"), nexmark.PERSON)
+    return pa.RecordBatch.from_arrays(
+        [b.column("event_type"), pc.if_else(is_person, b.column("person_id"), b.column("auction_seller")),
+         b.column("auction_id"), b.column("person_name"), b.column("person_city"), b.column("person_state"),
+         b.column("date_time")], schema=Q3_IN)
+
+
+class LocalItemJoin(ss.KeyedProcessFunction):
+    """Per person id: the person (if local) and the auctions that came before it."""
+
+    def open(self, ctx):
+        self.person = ctx.get_state(ss.ValueStateDescriptor("person", default=None))
+        self.waiting = ctx.get_state(ss.ValueStateDescriptor("waiting", default=None))
+
+    def process_element(self, row, ctx):
+        if row["event_type"] == nexmark.PERSON:
+            person = [row["name"], row["city"], row["state"]]
+            self.person.update(person)
+            waiting = self.waiting.value()
+            if waiting:
+                self.waiting.clear()
+                return [{"name": person[0], "city": person[1], "state": person[2], "id": a} for a in waiting]
+            return None
+        person = self.person.value()
+        if person is not None:
+            return {"name": person[0], "city": person[1], "state": person[2], "id": row["id"]}
+        self.waiting.update((self.waiting.value() or []) + [row["id"]])
+        return None
+
+
+def q3(stream):
+    """Local item suggestion: an unwindowed join of local persons with category-10 auctions."""
+    return (stream.map_batches(_q3_sides, name="q3 sides", output_schema=Q3_IN)
+            .key_by("key").process(LocalItemJoin(), name="q3 join", output_schema=Q3_OUT))
+
+
+LOCAL_PERSONS = pa.schema([("id", pa.int64()), ("name", pa.string()), ("city", pa.string()),
+                           ("state", pa.string()), ("date_time", pa.int64())])
+CATEGORY_10 = pa.schema([("id", pa.int64()), ("seller", pa.int64()), ("date_time", pa.int64())])
+
+
+def _local_persons(batch: pa.RecordBatch) -> pa.RecordBatch:
+    b = _of_kind(batch, nexmark.PERSON)
+    b = b.filter(pc.is_in(b.column("person_state"), value_set=pa.array(LOCAL_STATES)))
+    return pa.RecordBatch.from_arrays([b.column("person_id"), b.column("person_name"), b.column("person_city"),
+                                       b.column("person_state"), b.column("date_time")], schema=LOCAL_PERSONS)
+
+
+def _category_10(batch: pa.RecordBatch) -> pa.RecordBatch:
+    b = _of_kind(batch, nexmark.AUCTION)
+    b = b.filter(pc.equal(b.column("auction_category"), 10))
+    return pa.RecordBatch.from_arrays([b.column("auction_id"), b.column("auction_seller"), b.column("date_time")],
+                                      schema=CATEGORY_10)
+
+
+class LocalItemCoJoin(ss.KeyedCoProcessFunction):
+    """Two-input q3, per person id: input 1 local persons, input 2 their category-10 auctions."""
+
+    def open(self, ctx):
+        self.person = ctx.get_state(ss.ValueStateDescriptor("person", default=None))
+        self.waiting = ctx.get_state(ss.ValueStateDescriptor("waiting", default=None))
+
+    def process_element1(self, row, ctx):
+        self.person.update([row["name"], row["city"], row["state"]])
+        waiting = self.waiting.value()
+        if waiting:
+            self.waiting.clear()
+            return [{"name": row["name"], "city": row["city"], "state": row["state"], "id": a} for a in waiting]
+        return None
+
+    def process_element2(self, row, ctx):
+        person = self.person.value()
+        if person is not None:
+            return {"name": person[0], "city": person[1], "state": person[2], "id": row["id"]}
+        self.waiting.update((self.waiting.value() or []) + [row["id"]])
+        return None
+
+
+def q3_connected(stream):
+    """q3 with a two-input operator: local persons keyed by id connected to category-10
+    auctions keyed by seller."""
+    persons = stream.map_batches(_local_persons, name="q3 persons", output_schema=LOCAL_PERSONS)
+    auctions = stream.map_batches(_category_10, name="q3 auctions", output_schema=CATEGORY_10)
+    return (persons.key_by("id").connect(auctions.key_by("seller"))
+            .process(LocalItemCoJoin(), name="q3 join", schema=Q3_OUT))
+
+
+# ----------------------------------------------------------------------- q4
+Q4_IN = pa.schema([("event_type", pa.int8()), ("auction", pa.int64()), ("date_time", pa.int64()),
+                   ("expires", pa.int64()), ("category", pa.int64()), ("price", pa.int64())])
+Q4_CLOSED = pa.schema([("category", pa.int64()), ("price", pa.int64())])
+Q4_OUT = pa.schema([("category", pa.int64()), ("average", pa.float64()), ("auctions", pa.int64())])
+
+
+def _q4_sides(batch: pa.RecordBatch) -> pa.RecordBatch:
+    b = batch.filter(pc.not_equal(batch.column("event_type"), nexmark.PERSON))
+    is_bid = pc.equal(b.column("event_type"), nexmark.BID)
+    return pa.RecordBatch.from_arrays(
+        [b.column("event_type"), pc.if_else(is_bid, b.column("bid_auction"), b.column("auction_id")),
+         b.column("date_time"), b.column("auction_expires"), b.column("auction_category"),
+         b.column("bid_price")], schema=Q4_IN)
+
+
+class ClosingPrice(ss.KeyedProcessFunction):
+    """Per auction: the highest bid in [date_time, expires], emitted when the watermark passes
+    `expires`. Bids before their auction wait in state."""
+
+    def open(self, ctx):
+        self.auction = ctx.get_state(ss.ValueStateDescriptor("auction", default=None))  # [start, expires, cat]
+        self.best = ctx.get_state(ss.ValueStateDescriptor("best", default=None))
+        self.early = ctx.get_state(ss.ValueStateDescriptor("early", default=None))      # [[time, price]]
+
+    def process_element(self, row, ctx):
+        t = row["date_time"]
+        if row["event_type"] == nexmark.AUCTION:
+            start, expires = t, row["expires"]
+            self.auction.update([start, expires, row["category"]])
+            early = self.early.value()
+            if early:
+                self.early.clear()
+                prices = [p for bt, p in early if start <= bt <= expires]
+                if prices:
+                    self.best.update(max(prices))
+            ctx.timer_service().register_event_time_timer(expires)
+            return
+        auction = self.auction.value()
+        if auction is None:
+            self.early.update((self.early.value() or []) + [[t, row["price"]]])
+        elif auction[0] <= t <= auction[1]:
+            best = self.best.value()
+            if best is None or row["price"] > best:
+                self.best.update(row["price"])
+
+    def on_timer(self, timestamp, ctx):
+        best = self.best.value()
+        self.best.clear()
+        if best is not None:
+            return {"category": self.auction.value()[2], "price": best}
+        return None
+
+
+class RunningAverage(ss.KeyedProcessFunction):
+    """Per category: the running average of closing prices (an updating result)."""
+
+    def open(self, ctx):
+        self.totals = ctx.get_state(ss.ValueStateDescriptor("totals", default=None))
+
+    def process_element(self, row, ctx):
+        total, n = self.totals.value() or (0, 0)
+        total, n = total + row["price"], n + 1
+        self.totals.update([total, n])
+        return {"category": ctx.current_key, "average": total / n, "auctions": n}
+
+
+def q4(stream):
+    """Average closing price per category: close each auction at `expires`, then average."""
+    closed = (stream.map_batches(_q4_sides, name="q4 sides", output_schema=Q4_IN)
+              .key_by("auction").process(ClosingPrice(), name="q4 close", output_schema=Q4_CLOSED))
+    return closed.key_by("category").process(RunningAverage(), name="q4 average", output_schema=Q4_OUT)
+
+
+# ----------------------------------------------------------------------- q5 and q7
+WINDOW_BIDS = pa.schema([("auction", pa.int64()), ("date_time", pa.int64())])
+Q5_OUT = pa.schema([("window_start", pa.int64()), ("window_end", pa.int64()), ("auction", pa.int64()),
+                    ("count", pa.int64())])
+
+
+def _bid_auctions(batch: pa.RecordBatch) -> pa.RecordBatch:
+    b = _of_kind(batch, nexmark.BID)
+    return pa.RecordBatch.from_arrays([b.column("bid_auction"), b.column("date_time")], schema=WINDOW_BIDS)
+
+
+class TopPerWindow(ss.KeyedProcessFunction):
+    """Per window (the key): the rows with the highest `field`, ties kept, emitted when the
+    watermark passes the window's end."""
+
+    def __init__(self, field: str, size_ms: int):
+        self.field, self.size_ms = field, size_ms
+
+    def open(self, ctx):
+        self.top = ctx.get_state(ss.ValueStateDescriptor("top", default=None))
+
+    def process_element(self, row, ctx):
+        top = self.top.value()
+        value = row[self.field]
+        if top is None:
+            ctx.timer_service().register_event_time_timer(ctx.current_key + self.size_ms - 1)
+        if top is None or value > top[0][self.field]:
+            self.top.update([row])
+        elif value == top[0][self.field]:
+            self.top.update(top + [row])
+
+    def on_timer(self, timestamp, ctx):
+        top = self.top.value() or []
+        self.top.clear()
+        return top
+
+
+def _keep_batch_top(batch: pa.RecordBatch, window: str, value: str) -> pa.RecordBatch:
+    """The rows whose `value` is the highest of their `window` in this batch (ties kept): a
+    window's overall maximum rows are always among them, so the keyed stage sees far fewer."""
+    if batch.num_rows == 0:
+        return batch
+    windows, index = np.unique(batch.column(window).to_numpy(), return_inverse=True)
+    values = batch.column(value).to_numpy()
+    top = np.full(len(windows), np.iinfo(np.int64).min)
+    np.maximum.at(top, index, values)
+    return batch.filter(pa.array(values == top[index]))
+
+
+def _q5_candidates(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return _keep_batch_top(batch, "window_start", "count").select(list(Q5_OUT.names))
+
+
+def q5(stream):
+    """Hot items: bids per auction in 10 s windows sliding by 2 s (vectorized window count),
+    then the auctions with the most bids per window."""
+    counts = (stream.map_batches(_bid_auctions, name="q5 bids",
+                                                               output_schema=WINDOW_BIDS)
+              .key_by("auction")
+              .window(ss.windows.SlidingEventTimeWindows.of(WINDOW_MS / 1000, SLIDE_MS / 1000))
+              .count(name="q5 counts"))
+    return (counts.map_batches(_q5_candidates, name="q5 batch top", output_schema=Q5_OUT)
+            .key_by("window_start").process(TopPerWindow("count", WINDOW_MS), name="q5 top",
+                                            output_schema=Q5_OUT))
+
+
+Q7_CANDIDATES = pa.schema([("window_start", pa.int64()), ("window_end", pa.int64()), ("auction", pa.int64()),
+                           ("bidder", pa.int64()), ("price", pa.int64()), ("date_time", pa.int64())])
+
+
+def _batch_top_bids(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The bids of this batch with their window's highest price in this batch (ties kept)."""
+    b = _of_kind(batch, nexmark.BID)
+    t = b.column("date_time").to_numpy()
+    price = b.column("bid_price").to_numpy()
+    start = t - t % WINDOW_MS
+    if len(t):
+        windows, index = np.unique(start, return_inverse=True)
+        top = np.full(len(windows), np.iinfo(np.int64).min)
+        np.maximum.at(top, index, price)
+        keep = price == top[index]
+        b, start = b.filter(pa.array(keep)), start[keep]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(start, pa.int64()), pa.array(start + WINDOW_MS, pa.int64()), b.column("bid_auction"),
+         b.column("bid_bidder"), b.column("bid_price"), b.column("date_time")], schema=Q7_CANDIDATES)
+
+
+def q7(stream):
+    """Highest bid per 10 s tumbling window: per-batch maxima (vectorized), then the window's
+    maximum with ties per window key."""
+    return (stream.map_batches(_batch_top_bids, name="q7 batch top",
+                                                              output_schema=Q7_CANDIDATES)
+            .key_by("window_start").process(TopPerWindow("price", WINDOW_MS), name="q7 top",
+                                            output_schema=Q7_CANDIDATES))
+
+
+# ----------------------------------------------------------------------- q8
+Q8_IN = pa.schema([("id", pa.int64()), ("name", pa.string()), ("date_time", pa.int64())])
+Q8_OUT = pa.schema([("id", pa.int64()), ("name", pa.string()), ("window_start", pa.int64())])
+
+
+def _q8_sides(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Persons as (id, name), auctions as (seller, null); a null name marks an auction."""
+    kind = batch.column("event_type")
+    b = batch.filter(pc.not_equal(kind, nexmark.BID))
+    is_person = pc.equal(b.column("event_type"), nexmark.PERSON)
+    return pa.RecordBatch.from_arrays(
+        [pc.if_else(is_person, b.column("person_id"), b.column("auction_seller")), b.column("person_name"),
+         b.column("date_time")], schema=Q8_IN)
+
+
+class PersonAndAuction(ss.AggregateFunction):
+    """[the person's name or None, whether an auction of theirs was seen]."""
+
+    def create_accumulator(self):
+        return [None, False]
+
+    def add(self, row, acc):
+        if row["name"] is None:
+            acc[1] = True
+        else:
+            acc[0] = row["name"]
+        return acc
+
+    def get_result(self, acc):
+        return acc
+
+    def merge(self, a, b):
+        return [a[0] if a[0] is not None else b[0], a[1] or b[1]]
+
+
+class NewUser(ss.ProcessWindowFunction):
+    def process(self, key, context, elements):
+        name, sold = elements[0]
+        if name is not None and sold:
+            yield {"id": key, "name": name, "window_start": context.window.start}
+
+
+def q8(stream):
+    """New users: persons who registered and sold in the same 10 s tumbling window."""
+    return (stream.map_batches(_q8_sides, name="q8 sides", output_schema=Q8_IN)
+            .key_by("id").window(ss.windows.TumblingEventTimeWindows.of(WINDOW_MS / 1000))
+            .aggregate(PersonAndAuction(), NewUser(), name="q8 window", schema=Q8_OUT))
+
+
+QUERIES = {"q0": q0, "q1": q1, "q2": q2, "q3": q3_connected, "q4": q4, "q5": q5, "q7": q7, "q8": q8}
+FLAT_Q3 = q3   # the one-input formulation (one KeyedProcessFunction on the flat stream)
+
+
+def output_tuples(query: str, rows) -> list[tuple]:
+    """A query's output rows as the reference's sorted tuples (q4: the last update per category)."""
+    fields = OUTPUT_FIELDS[query]
+    if query == "q4":
+        final = {}
+        for r in rows:
+            if r["auctions"] > final.get(r["category"], {"auctions": 0})["auctions"]:
+                final[r["category"]] = r
+        rows = final.values()
+    return sorted(tuple(r[f] for f in fields) for r in rows)

@@ -1,0 +1,350 @@
+"""Two-input streams: `a.connect(b)` and `a.key_by(k).interval_join(b.key_by(k))`.
+
+A two-input node gets one StreamEdge per upstream of each side, marked with the logical input
+it feeds (`input_index` 0 or 1); that mark travels to the job edges and the channels, so the
+task knows which input every batch came from (runtime/input.py, runtime/task.py). Keyed
+variants partition each side by its own key selector into the same key groups, which is what
+lets both sides share the state of a key.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streamsnap.errors import ConfigurationError
+from streamsnap.graph.partitioners import KeyGroupPartitioner
+from streamsnap.graph.stream_graph import NodeKind, StreamNode
+from streamsnap.runtime.schemas import StreamSchema
+from streamsnap.time.durations import to_millis
+
+if TYPE_CHECKING:
+    from streamsnap.api.datastream import DataStream, KeyedStream
+
+
+def _check_pair(first: "DataStream", second, what: str) -> None:
+    from streamsnap.api.datastream import DataStream
+
+    if not isinstance(second, DataStream):
+        raise ConfigurationError(f"{what} takes a DataStream, got {type(second).__name__}")
+    if second._env is not first._env:
+        raise ConfigurationError(f"{what} of streams from different StreamEnvironments; build both "
+                                 f"streams from the same env")
+
+
+def add_two_input_node(first: "DataStream", second: "DataStream", name: str, uid: str | None, factory,
+                       parallelism: int | None, schema, partitioners=(None, None),
+                       timestamps=None) -> StreamNode:
+    """A node reading `first` as input 0 and `second` as input 1."""
+    env = first._env
+    if parallelism is None:
+        parallelism = env.parallelism
+    env._check_parallelism(parallelism, f"parallelism of '{name}'")
+    spec = schema if isinstance(schema, StreamSchema) else StreamSchema.of(schema, name)
+    node = env._graph.add_node(NodeKind.OPERATOR, name, uid, factory, parallelism, env.max_parallelism,
+                               spec.schema)
+    node.schema_mode = spec.mode
+    node.timestamps = timestamps
+    for index, (stream, partitioner) in enumerate(zip((first, second), partitioners)):
+        for upstream in stream._upstreams:
+            env._graph.add_edge(upstream, node, partitioner if partitioner is not None else stream._partitioner,
+                                stream._tag, input_index=index)
+    return node
+
+
+def _same_assigner(a, b):
+    """The output's timestamp assigner: the inputs' one when they agree, else none."""
+    return a if (a is b or a == b) else None
+
+
+def _check_function(function, methods: tuple[str, ...], what: str) -> None:
+    missing = [m for m in methods if not callable(getattr(function, m, None))]
+    if missing:
+        raise ConfigurationError(f"{what} needs an object with {', '.join(m + '(...)' for m in methods)}; "
+                                 f"{function!r} lacks {', '.join(missing)}")
+
+
+class ConnectedStreams:
+    """Two streams processed together by one CoProcessFunction (rows keep their own types)."""
+
+    def __init__(self, first: "DataStream", second: "DataStream"):
+        self.first = first
+        self.second = second
+
+    @property
+    def keyed(self) -> bool:
+        from streamsnap.api.datastream import KeyedStream
+
+        return isinstance(self.first, KeyedStream) and isinstance(self.second, KeyedStream)
+
+    def key_by(self, key1, key2) -> "ConnectedStreams":
+        """Key both inputs (`key1` for the first, `key2` for the second); their keys must match."""
+        return ConnectedStreams(self.first.key_by(key1), self.second.key_by(key2))
+
+    def process(self, function, *, name: str | None = None, uid: str | None = None,
+                parallelism: int | None = None, schema=None):
+        """Run a CoProcessFunction, or a KeyedCoProcessFunction when both inputs are keyed."""
+        from streamsnap.api.datastream import DataStream, _row_schema
+        from streamsnap.api.functions import KeyedCoProcessFunction
+        from streamsnap.runtime.co_operators import CoProcessOperatorFactory, KeyedCoProcessOperatorFactory
+
+        if callable(getattr(function, "process_broadcast_element", None)):
+            raise ConfigurationError(
+                f"connect(...).process({type(function).__name__}): a broadcast process function needs "
+                f"a broadcast stream that declares its state; connect to "
+                f"other.broadcast(ss.MapStateDescriptor('name')) instead of a plain stream")
+        _check_function(function, ("process_element1", "process_element2"), "connect(...).process")
+        name = name or type(function).__name__
+        first, second = self.first, self.second
+        ts = (first.timestamp_assigner, second.timestamp_assigner)
+        wants_keys = isinstance(function, KeyedCoProcessFunction) or callable(getattr(function, "on_timer", None))
+        if not self.keyed:
+            if wants_keys:
+                raise ConfigurationError(
+                    f"connect(...).process({type(function).__name__}) on non-keyed inputs "
+                    f"{first._describe()} and {second._describe()}: keyed state and timers are per "
+                    f"key, so both inputs must be keyed; use a.key_by(k1).connect(b.key_by(k2)) or "
+                    f"connected.key_by(k1, k2)")
+            factory = CoProcessOperatorFactory(function, ts)
+            node = add_two_input_node(first, second, name, uid, factory, parallelism,
+                                      _row_schema(schema, None, "process"), timestamps=_same_assigner(*ts))
+            return DataStream(first._env, (node,))
+        keys = (first.key.for_operator(name), second.key.for_operator(name))
+        max_parallelism = first._env.max_parallelism
+        factory = KeyedCoProcessOperatorFactory(function, keys, ts)
+        node = add_two_input_node(first, second, name, uid, factory, parallelism,
+                                  _row_schema(schema, None, "process"),
+                                  tuple(KeyGroupPartitioner(k, max_parallelism) for k in keys),
+                                  timestamps=_same_assigner(*ts))
+        return DataStream(first._env, (node,))
+
+
+class IntervalJoin:
+    """`left.interval_join(right)`: call `.between(lower, upper)` next."""
+
+    def __init__(self, left: "KeyedStream", right: "KeyedStream"):
+        self.left = left
+        self.right = right
+
+    def between(self, lower, upper) -> "IntervalJoined":
+        """Right rows whose time lies in [left time + lower, left time + upper] match (seconds or
+        timedelta; negative bounds reach into the past)."""
+        low = to_millis(lower, "interval_join lower bound", minimum=None)
+        high = to_millis(upper, "interval_join upper bound", minimum=None)
+        if low > high:
+            raise ConfigurationError(
+                f"interval_join.between({lower!r}, {upper!r}): the lower bound is above the upper "
+                f"bound, so no pair could ever match; swap them (lower <= upper)")
+        return IntervalJoined(self.left, self.right, low, high)
+
+
+class IntervalJoined:
+    def __init__(self, left, right, lower: int, upper: int, lower_inclusive: bool = True,
+                 upper_inclusive: bool = True):
+        self.left, self.right = left, right
+        self.lower, self.upper = lower, upper
+        self._lower_inclusive, self._upper_inclusive = lower_inclusive, upper_inclusive
+
+    def lower_bound_exclusive(self) -> "IntervalJoined":
+        return IntervalJoined(self.left, self.right, self.lower, self.upper, False, self._upper_inclusive)
+
+    def upper_bound_exclusive(self) -> "IntervalJoined":
+        return IntervalJoined(self.left, self.right, self.lower, self.upper, self._lower_inclusive, False)
+
+    def process(self, function, *, name: str | None = None, uid: str | None = None,
+                parallelism: int | None = None, schema=None):
+        """Run a ProcessJoinFunction on every matching (left, right) pair of the same key."""
+        from streamsnap.api.datastream import DataStream, _row_schema
+        from streamsnap.runtime.interval_join import IntervalJoinOperatorFactory
+
+        _check_function(function, ("process_element",), "interval_join(...).process")
+        name = name or type(function).__name__
+        lower = self.lower + (0 if self._lower_inclusive else 1)
+        upper = self.upper - (0 if self._upper_inclusive else 1)
+        if lower > upper:
+            raise ConfigurationError(
+                f"interval_join '{name}': with exclusive bounds the interval [{self.lower} ms, "
+                f"{self.upper} ms] is empty; widen it or keep the bounds inclusive")
+        ts = (self.left.timestamp_assigner, self.right.timestamp_assigner)
+        for side, assigner, stream in zip(("left", "right"), ts, (self.left, self.right)):
+            if assigner is None:
+                raise ConfigurationError(
+                    f"interval_join '{name}': the {side} input {stream._describe()} has no event "
+                    f"timestamps, and an interval join matches rows by event time; give it a "
+                    f"watermark strategy with a timestamp assigner (env.from_source(..., "
+                    f"watermark_strategy=...) or assign_timestamps_and_watermarks)")
+        keys = (self.left.key.for_operator(name), self.right.key.for_operator(name))
+        max_parallelism = self.left._env.max_parallelism
+        factory = IntervalJoinOperatorFactory(function, keys, ts, lower, upper)
+        node = add_two_input_node(self.left, self.right, name, uid, factory, parallelism,
+                                  _row_schema(schema, None, "process"),
+                                  tuple(KeyGroupPartitioner(k, max_parallelism) for k in keys))
+        return DataStream(self.left._env, (node,))
+
+
+def interval_join(left, right) -> IntervalJoin:
+    from streamsnap.api.datastream import KeyedStream
+
+    _check_pair(left, right, "interval_join")
+    if not isinstance(left, KeyedStream) or not isinstance(right, KeyedStream):
+        raise ConfigurationError(
+            "interval_join joins rows of the same key, so both streams must be keyed: "
+            "a.key_by(k).interval_join(b.key_by(k))")
+    return IntervalJoin(left, right)
+
+
+def connect(first, second):
+    if isinstance(second, BroadcastStream):
+        if second._env is not first._env:
+            raise ConfigurationError("connect of streams from different StreamEnvironments; build both "
+                                     "streams from the same env")
+        return BroadcastConnectedStreams(first, second)
+    _check_pair(first, second, "connect")
+    return ConnectedStreams(first, second)
+
+
+
+
+class BroadcastStream:
+    """`stream.broadcast(*map_state_descriptors)`: rows for every subtask of the operator it is
+    connected to, which keeps the named broadcast states."""
+
+    def __init__(self, stream: "DataStream", descriptors: tuple):
+        from streamsnap.state.descriptors import MapStateDescriptor
+
+        for d in descriptors:
+            if not isinstance(d, MapStateDescriptor):
+                raise ConfigurationError(
+                    f"broadcast(...) takes ss.MapStateDescriptor(name) objects naming the broadcast "
+                    f"states, got {d!r}")
+        names = [d.name for d in descriptors]
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"broadcast(...): two descriptors share a name in {names}; "
+                                     f"each broadcast state needs its own name")
+        if stream._partitioner is not None:
+            raise ConfigurationError("broadcast(descriptor) decides the partitioning itself; call it "
+                                     "on a stream without key_by()/rebalance()")
+        from streamsnap.api.datastream import DataStream
+        from streamsnap.graph.partitioners import BroadcastPartitioner
+
+        self.stream = DataStream(stream._env, stream._upstreams, BroadcastPartitioner(), stream._tag)
+        self.descriptors = tuple(descriptors)
+        self._env = stream._env
+
+
+class BroadcastConnectedStreams:
+    """A stream connected to a BroadcastStream: `.process(BroadcastProcessFunction)`, or with a
+    keyed first stream `.process(KeyedBroadcastProcessFunction)`."""
+
+    def __init__(self, first: "DataStream", broadcast: BroadcastStream):
+        self.first = first
+        self.broadcast = broadcast
+
+    def process(self, function, *, name: str | None = None, uid: str | None = None,
+                parallelism: int | None = None, schema=None):
+        from streamsnap.api.datastream import DataStream, KeyedStream, _row_schema
+        from streamsnap.api.functions import KeyedBroadcastProcessFunction
+        from streamsnap.runtime.broadcast import BroadcastProcessOperatorFactory
+
+        _check_function(function, ("process_element", "process_broadcast_element"),
+                        "connect(broadcast_stream).process")
+        name = name or type(function).__name__
+        first, second = self.first, self.broadcast.stream
+        keyed = isinstance(first, KeyedStream)
+        wants_keys = isinstance(function, KeyedBroadcastProcessFunction) or callable(
+            getattr(function, "on_timer", None))
+        if wants_keys and not keyed:
+            raise ConfigurationError(
+                f"connect(broadcast).process({type(function).__name__}) on the non-keyed stream "
+                f"{first._describe()}: keyed state and timers need a keyed stream; use "
+                f"stream.key_by(k).connect(rules.broadcast(descriptor)), or a BroadcastProcessFunction")
+        ts = (first.timestamp_assigner, second.timestamp_assigner)
+        key = first.key.for_operator(name) if keyed else None
+        factory = BroadcastProcessOperatorFactory(function, self.broadcast.descriptors, ts, key)
+        node = add_two_input_node(first, second, name, uid, factory, parallelism,
+                                  _row_schema(schema, None, "process"), timestamps=ts[0])
+        return DataStream(first._env, (node,))
+
+
+
+
+class JoinedStreams:
+    """`a.join(b)`: a windowed inner join; `.where(k1).equal_to(k2).window(assigner).apply(fn)`."""
+
+    def __init__(self, first: "DataStream", second: "DataStream", key1=None, key2=None):
+        self.first, self.second = first, second
+        self._key1, self._key2 = key1, key2
+
+    def where(self, key) -> "JoinedStreams":
+        """The first stream's key (column name(s) or function of the row)."""
+        return JoinedStreams(self.first, self.second, key, self._key2)
+
+    def equal_to(self, key) -> "JoinedStreams":
+        """The second stream's key; rows join when the two keys are equal."""
+        if self._key1 is None:
+            raise ConfigurationError("join(...).equal_to(k2) comes after .where(k1)")
+        return JoinedStreams(self.first, self.second, self._key1, key)
+
+    def window(self, assigner) -> "WindowedJoin":
+        from streamsnap.time.windows import WindowAssigner
+
+        if self._key1 is None or self._key2 is None:
+            raise ConfigurationError("a windowed join needs both keys: a.join(b).where(k1).equal_to(k2)"
+                                     ".window(assigner)")
+        if not isinstance(assigner, WindowAssigner):
+            raise ConfigurationError(f"join(...).window() takes a window assigner such as "
+                                     f"ss.windows.TumblingEventTimeWindows.of(60), got {assigner!r}")
+        first = self.first.key_by(self._key1)
+        second = self.second.key_by(self._key2)
+        if assigner.is_event_time:
+            for side, stream in (("first", first), ("second", second)):
+                if stream.timestamp_assigner is None:
+                    raise ConfigurationError(
+                        f"join(...).window({type(assigner).__name__}): the {side} stream "
+                        f"{stream._describe()} has no event timestamps; give it a watermark strategy "
+                        f"with a timestamp assigner, or use a processing-time assigner")
+        return WindowedJoin(first, second, assigner)
+
+
+class WindowedJoin:
+    def __init__(self, first: "KeyedStream", second: "KeyedStream", assigner):
+        self.first, self.second, self.assigner = first, second, assigner
+        self._trigger = assigner.default_trigger()
+        self._lateness = 0
+
+    def allowed_lateness(self, lateness) -> "WindowedJoin":
+        """Keep windows this long after the watermark passed them (late rows fire them again)."""
+        copy = WindowedJoin(self.first, self.second, self.assigner)
+        copy._trigger, copy._lateness = self._trigger, to_millis(lateness, "allowed_lateness")
+        return copy
+
+    def apply(self, fn, *, name: str | None = None, uid: str | None = None,
+              parallelism: int | None = None, schema=None):
+        """`fn(left, right)` (or an object with `join(left, right)`) for every pair of rows of one
+        key in one window; it returns a row, several rows (iterable) or None."""
+        from streamsnap.api.datastream import DataStream, _row_schema
+        from streamsnap.runtime.window_join import WindowJoinOperatorFactory
+
+        if not callable(fn) and not callable(getattr(fn, "join", None)):
+            raise ConfigurationError(f"join(...).apply takes a function fn(left, right) or an object "
+                                     f"with join(left, right), got {fn!r}")
+        name = name or f"Join({type(self.assigner).__name__})"
+        keys = (self.first.key.for_operator(name), self.second.key.for_operator(name))
+        ts = (self.first.timestamp_assigner, self.second.timestamp_assigner)
+        max_parallelism = self.first._env.max_parallelism
+        factory = WindowJoinOperatorFactory(keys, ts, self.assigner, self._trigger, self._lateness, fn)
+        node = add_two_input_node(self.first, self.second, name, uid, factory, parallelism,
+                                  _row_schema(schema, None, "join"),
+                                  tuple(KeyGroupPartitioner(k, max_parallelism) for k in keys))
+        return DataStream(self.first._env, (node,))
+
+
+def join(first, second) -> JoinedStreams:
+    _check_pair(first, second, "join")
+    if first._partitioner is not None or second._partitioner is not None:
+        raise ConfigurationError("join(...) keys both streams itself (.where/.equal_to); call it on "
+                                 "streams without key_by()/rebalance()")
+    return JoinedStreams(first, second)
+
+
+__all__ = ["ConnectedStreams", "IntervalJoin", "IntervalJoined", "BroadcastStream", "BroadcastConnectedStreams",
+           "JoinedStreams", "WindowedJoin", "connect", "interval_join", "join"]
