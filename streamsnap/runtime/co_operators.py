@@ -16,7 +16,7 @@ from typing import Any
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.batches import Batch, to_rows
 from streamsnap.runtime.operators import (
-    KeyedProcessOperator, keys_of, OperatorFactory, ProcessOperator, StreamOperator, user_error, _extend_results,
+    KeyedProcessOperator, OperatorFactory, ProcessOperator, StreamOperator,
 )
 
 
@@ -56,23 +56,8 @@ class KeyedCoProcessOperator(KeyedProcessOperator):
         if not rows:
             return
         self.records_in += len(rows)
-        keys, groups = keys_of(self, batch, rows, self.keys[index])
-        set_key = self.keyed_backend.set_current_key
-        context = self.context
-        context._assigner = self._timestamps[index]
-        fn = self._elements[index]
-        out: list = []
-        for row, key, group in zip(rows, keys, groups):
-            set_key(key, group)
-            context.current_key = key
-            context._row = row
-            try:
-                _extend_results(out, fn(row, context))
-            except Exception as exc:
-                raise user_error(self, row, exc) from None
-        context._row = None
-        self.output.emit(out)
-        self._flush_side()
+        self.context._assigner = self._timestamps[index]
+        self._run_keyed_rows(self._elements[index], batch, rows, self.keys[index])
 
     def _fire_timers(self, timers) -> None:
         # A timer has no input row, so no input's assigner applies (ctx.timestamp() is the timer's).

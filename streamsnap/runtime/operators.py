@@ -444,10 +444,14 @@ class KeyedProcessOperator(ProcessingTimeWakeups, ProcessOperator):
         self.records_in += n
         if not n:
             return
-        keys, key_groups = keys_of(self, batch, rows)
+        self._run_keyed_rows(self.function.process_element, batch, rows, self.key)
+
+    def _run_keyed_rows(self, fn, batch: Batch, rows: list, key: KeySelector) -> None:
+        """`fn(row, context)` for each row with the row's key current — the per-row keyed loop of
+        every keyed process-function operator (one input or two)."""
+        keys, key_groups = keys_of(self, batch, rows, key)
         set_key = self.keyed_backend.set_current_key
         context = self.context
-        fn = self.function.process_element
         out: list = []
         append = out.append
         for row, key, key_group in zip(rows, keys, key_groups):
