@@ -208,7 +208,8 @@ def check_executors(sc) -> None:
                     f"version." if version != driver else "")
         raise PreflightError(
             f"the Spark executors cannot import streamsnap, even after it was shipped to them with "
-            f"SparkContext.addPyFile({shipped!r}): {error} (executor Python {version} at {executable}).{mismatch} "
+            f"SparkContext.addPyFile({shipped!r}): {error} (executor Python {version} at {executable}, started "
+            f"as {getattr(sc, 'pythonExec', None) or 'python3'!r}).{mismatch} "
             f"Fix: install streamsnap and its dependencies (pip install streamsnap, or your project's "
             f"requirements) into the executors' Python, or point the executors at a Python that has them "
             f"with PYSPARK_PYTHON / spark.pyspark.python (e.g. {sys.executable} when the executors run "
