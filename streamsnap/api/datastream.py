@@ -366,6 +366,46 @@ class KeyedStream(DataStream):
     def key_by(self, key) -> "KeyedStream":
         raise ConfigurationError("the stream is already keyed; call key_by once, on the unkeyed stream")
 
+    def reduce(self, fn: Callable[[dict, dict], dict], *, name: str | None = None, uid: str | None = None,
+               parallelism: int | None = None) -> DataStream:
+        """Rolling reduce: `fn(running, row)` per row, emitting each key's running result."""
+        from streamsnap.api.rolling import RollingReduce
+
+        _check_callable(fn, "reduce")
+        return self.process(RollingReduce(fn), name=name or "reduce", uid=uid, parallelism=parallelism)
+
+    def _rolling(self, kind: str, field: str, name, uid, parallelism) -> DataStream:
+        from streamsnap.api.rolling import RollingAggregate, check_field
+
+        check_field(field, kind, self.schema)
+        return self.process(RollingAggregate(kind, field), name=name or f"{kind}({field})", uid=uid,
+                            parallelism=parallelism)
+
+    def sum(self, field: str, *, name: str | None = None, uid: str | None = None,
+            parallelism: int | None = None) -> DataStream:
+        """Rolling sum of `field` per key (the other fields: the key's first row's), as Flink's."""
+        return self._rolling("sum", field, name, uid, parallelism)
+
+    def min(self, field: str, *, name: str | None = None, uid: str | None = None,
+            parallelism: int | None = None) -> DataStream:
+        """Rolling minimum of `field` per key (the other fields: the key's first row's)."""
+        return self._rolling("min", field, name, uid, parallelism)
+
+    def max(self, field: str, *, name: str | None = None, uid: str | None = None,
+            parallelism: int | None = None) -> DataStream:
+        """Rolling maximum of `field` per key (the other fields: the key's first row's)."""
+        return self._rolling("max", field, name, uid, parallelism)
+
+    def min_by(self, field: str, *, name: str | None = None, uid: str | None = None,
+               parallelism: int | None = None) -> DataStream:
+        """Per key, the row with the smallest `field` so far (the earliest on ties)."""
+        return self._rolling("min_by", field, name, uid, parallelism)
+
+    def max_by(self, field: str, *, name: str | None = None, uid: str | None = None,
+               parallelism: int | None = None) -> DataStream:
+        """Per key, the row with the largest `field` so far (the earliest on ties)."""
+        return self._rolling("max_by", field, name, uid, parallelism)
+
     def interval_join(self, other: "KeyedStream"):
         """Join rows of the same key whose event times are close: `.between(lower, upper)`
         then `.process(ProcessJoinFunction)`. See runtime/interval_join.py."""

@@ -6,11 +6,10 @@ their credit returned to the sender); events go to the barrier handler, which de
 task snapshots. A channel the aligner blocks is simply not read any more, so its sender runs
 out of credit and stops: alignment needs no buffering here.
 
-Watermarks and watermark statuses go to the `StatusWatermarkValve` of the channel's logical
-input (one per input; a one-input task, unions included, has one), and end of partition closes
-the channel in its valve. With several inputs the valves' outputs are combined (minimum over
-the non-idle inputs, `CombinedWatermark`), as a two-input operator's event time is. `poll_next` hands out what the valve decides — a new combined
-`Watermark` or a `WatermarkStatus` — in order with the batches, only when it changes. A
+Watermarks, watermark statuses and ends of partition go to `InputWatermarks` (sans-I/O, in
+`streamsnap/time/`): a valve per logical input, combined over the inputs of a two-input
+operator. `poll_next` hands out what it decides — a new `Watermark` or a `WatermarkStatus` —
+in order with the batches, only when it changes. A
 blocked channel's watermarks wait behind its data, like everything else on it.
 """
 
@@ -30,8 +29,7 @@ from streamsnap.runtime.events import (
     CancelCheckpointMarker, CheckpointBarrier, EndOfData, EndOfPartition, Watermark, WatermarkStatus,
     decode_event,
 )
-from streamsnap.time.combined import CombinedWatermark
-from streamsnap.time.valve import StatusWatermarkValve
+from streamsnap.time.input_watermarks import InputWatermarks
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +55,8 @@ class CheckpointedInput:
         input_of = input_of or [0] * len(channels)
         if len(input_of) != len(channels):
             raise ValueError(f"input_of has {len(input_of)} entries for {len(channels)} channels")
-        num_inputs = max(input_of, default=-1) + 1
-        # Channel i is channel _valve_index[i] of valve _valve_of[i].
-        sizes = [input_of.count(k) for k in range(num_inputs)]
-        self.valves = [StatusWatermarkValve(n) for n in sizes if n]
-        if len(self.valves) != num_inputs:
-            raise ValueError(f"input_of {input_of} leaves a logical input without channels")
-        seen = [0] * num_inputs
+        self._time = InputWatermarks(input_of)
         self._input_of = input_of
-        self._valve_index: list[int] = []
-        for k in input_of:
-            self._valve_index.append(seen[k])
-            seen[k] += 1
-        self._combined = CombinedWatermark(range(num_inputs)) if num_inputs > 1 else None
         self._next = 0
         # The logical input of the batches poll_next hands out: all batches queued in
         # `_decoded` come from the one data frame read last, so one value covers them.
@@ -158,24 +145,10 @@ class CheckpointedInput:
             self._end_of_partition[channel] = True
             self._network.close_input(self.channels[channel])
             self.handler.process_end_of_partition(channel)
-            valve = self.valves[self._input_of[channel]]
-            self._time_events(channel, valve.input_end_of_partition(self._valve_index[channel]))
+            self._decoded.extend(self._time.on_end_of_partition(channel))
         elif isinstance(event, Watermark):
-            valve = self.valves[self._input_of[channel]]
-            self._time_events(channel, valve.input_watermark(self._valve_index[channel], event.timestamp))
+            self._decoded.extend(self._time.on_watermark(channel, event.timestamp))
         elif isinstance(event, WatermarkStatus):
-            valve = self.valves[self._input_of[channel]]
-            self._time_events(channel, valve.input_watermark_status(self._valve_index[channel], event))
+            self._decoded.extend(self._time.on_status(channel, event))
         else:
             raise ValueError(f"unknown event {event!r}")
-
-    def _time_events(self, channel: int, events: list) -> None:
-        """Queue a valve's decisions for the task (combined over inputs when there are several)."""
-        if not events:
-            return
-        if self._combined is None:
-            self._decoded.extend(events)
-            return
-        part = self._input_of[channel]
-        for event in events:
-            self._decoded.extend(self._combined.apply(part, event))
