@@ -139,16 +139,44 @@ class IntervalJoin:
 
 class IntervalJoined:
     def __init__(self, left, right, lower: int, upper: int, lower_inclusive: bool = True,
-                 upper_inclusive: bool = True):
+                 upper_inclusive: bool = True, late_tags: tuple = (None, None)):
         self.left, self.right = left, right
         self.lower, self.upper = lower, upper
         self._lower_inclusive, self._upper_inclusive = lower_inclusive, upper_inclusive
+        self._late_tags = late_tags
+
+    def _with(self, **changes) -> "IntervalJoined":
+        settings = dict(lower_inclusive=self._lower_inclusive, upper_inclusive=self._upper_inclusive,
+                        late_tags=self._late_tags)
+        settings.update(changes)
+        return IntervalJoined(self.left, self.right, self.lower, self.upper, **settings)
 
     def lower_bound_exclusive(self) -> "IntervalJoined":
-        return IntervalJoined(self.left, self.right, self.lower, self.upper, False, self._upper_inclusive)
+        return self._with(lower_inclusive=False)
 
     def upper_bound_exclusive(self) -> "IntervalJoined":
-        return IntervalJoined(self.left, self.right, self.lower, self.upper, self._lower_inclusive, False)
+        return self._with(upper_inclusive=False)
+
+    def _late(self, side: int, tag) -> "IntervalJoined":
+        from streamsnap.api.functions import OutputTag
+
+        what = ("side_output_left_late_data", "side_output_right_late_data")[side]
+        if not isinstance(tag, OutputTag):
+            raise ConfigurationError(f"{what} takes an ss.OutputTag, got {tag!r}")
+        tags = list(self._late_tags)
+        tags[side] = tag
+        if tags[0] is not None and tags[1] is not None and tags[0].name == tags[1].name:
+            raise ConfigurationError(
+                f"{what}({tag.name!r}): the other side's late rows already go to that tag; give each side its own")
+        return self._with(late_tags=tuple(tags))
+
+    def side_output_left_late_data(self, tag) -> "IntervalJoined":
+        """Left rows behind the watermark (too late to join) go to `tag` instead of being dropped."""
+        return self._late(0, tag)
+
+    def side_output_right_late_data(self, tag) -> "IntervalJoined":
+        """Right rows behind the watermark (too late to join) go to `tag` instead of being dropped."""
+        return self._late(1, tag)
 
     def process(self, function, *, name: str | None = None, uid: str | None = None,
                 parallelism: int | None = None, schema=None):
@@ -174,7 +202,8 @@ class IntervalJoined:
                     f"watermark_strategy=...) or assign_timestamps_and_watermarks)")
         keys = (self.left.key.for_operator(name), self.right.key.for_operator(name))
         max_parallelism = self.left._env.max_parallelism
-        factory = IntervalJoinOperatorFactory(function, keys, ts, lower, upper)
+        late = tuple(tag.name if tag is not None else None for tag in self._late_tags)
+        factory = IntervalJoinOperatorFactory(function, keys, ts, lower, upper, late)
         node = add_two_input_node(self.left, self.right, name, uid, factory, parallelism,
                                   _row_schema(schema, None, "process"),
                                   tuple(KeyGroupPartitioner(k, max_parallelism) for k in keys))

@@ -114,7 +114,7 @@ class CheckpointStorage:
         """
         self._create_base()
         url = self.checkpoint_directory(checkpoint_id)
-        if filesystem.exists(filesystem.join(url, METADATA_FILE_NAME)):
+        if self.is_completed(checkpoint_id):
             raise FileExistsError(
                 f"{url} already holds a completed checkpoint; checkpoint ids must not be reused. "
                 f"Is another job writing to {self.job_directory} with the same job id?")
@@ -155,17 +155,24 @@ class CheckpointStorage:
             checkpoint_id = checkpoint_id_of(name)
             if checkpoint_id is None or checkpoint_id in keep_ids:
                 continue
-            if not filesystem.exists(filesystem.join(url, METADATA_FILE_NAME)):
+            if not self.is_completed(checkpoint_id):
                 abandoned.append(url)
         return abandoned
 
     def newest_completed_location(self) -> CheckpointStorageLocation | None:
         """The newest `chk-<n>` with a `_metadata` (what a new run of this job resumes from)."""
         for checkpoint_id in reversed(self.existing_checkpoint_ids()):
-            url = self.checkpoint_directory(checkpoint_id)
-            if filesystem.exists(filesystem.join(url, METADATA_FILE_NAME)):
-                return CheckpointStorageLocation(url, checkpoint_id)
+            if self.is_completed(checkpoint_id):
+                return CheckpointStorageLocation(self.checkpoint_directory(checkpoint_id), checkpoint_id)
         return None
+
+    def is_completed(self, checkpoint_id: int) -> bool:
+        """Whether `chk-<n>` has its `_metadata`: written last, it marks a completed checkpoint."""
+        return filesystem.exists(filesystem.join(self.checkpoint_directory(checkpoint_id), METADATA_FILE_NAME))
+
+    def completed_ids(self) -> list[int]:
+        """Ids of this job's completed checkpoints on storage, ascending."""
+        return [i for i in self.existing_checkpoint_ids() if self.is_completed(i)]
 
     def existing_checkpoint_ids(self) -> list[int]:
         """Ids of every `chk-<n>` directory of this job, completed or not, ascending."""

@@ -305,9 +305,7 @@ class JobMaster:
                             "checkpoints); CheckpointConfig(resume='never') starts fresh instead",
                             name, recovered[-1], where)
         else:
-            earlier = [i for i in self.coordinator.storage.existing_checkpoint_ids()
-                       if filesystem.exists(filesystem.join(self.coordinator.storage.checkpoint_directory(i),
-                                                            "_metadata"))]
+            earlier = self.coordinator.storage.completed_ids()
             if earlier:
                 why = "restore_from was given" if self.settings.restore_from else "CheckpointConfig(resume='never')"
                 log.warning("job '%s' does not resume from the completed checkpoint(s) %s of an earlier run in %s "

@@ -5,7 +5,8 @@ same dict per descriptor as operator state of BROADCAST mode: every subtask chec
 copy and, on restore at any parallelism, every subtask loads one copy (state/assignment.py).
 Only the broadcast side may write it, which is what keeps the copies identical; the other
 input (and `on_timer`) reads it through a read-only view. A keyed non-broadcast input adds
-keyed state and timers, exactly as in KeyedProcessOperator.
+keyed state and timers, exactly as in KeyedProcessOperator, and lets the broadcast side visit
+every key's state (`ctx.apply_to_keyed_state`).
 """
 
 from __future__ import annotations
@@ -82,6 +83,24 @@ class BroadcastSideContext(Context):
     def timer_service(self):
         raise RuntimeError("process_broadcast_element has no current key, so it cannot set timers; "
                            "set them in process_element")
+
+    def apply_to_keyed_state(self, descriptor, function) -> None:
+        """Call `function(key, state)` for every key of this subtask that has `descriptor`'s
+        state, with that key current (Flink's applyToKeyedState): a new rule can update or clear
+        what every key holds. Keyed broadcast functions only."""
+        backend = self._runtime._keyed
+        if backend is None:
+            raise RuntimeError(
+                f"operator '{self._runtime.operator_name}' is not keyed, so it has no keyed state to apply "
+                f"to; connect a keyed stream (stream.key_by(k).connect(rules.broadcast(...)))")
+        state = backend.get_state(descriptor)
+        previous = (backend.current_key, backend.current_key_group)
+        try:
+            for key_group, key, _ in list(backend.iter_entries(descriptor.name)):
+                backend.set_current_key(key, key_group)
+                function(key, state)
+        finally:
+            backend.set_current_key(*previous)
 
 
 class _BroadcastInputs:

@@ -3,8 +3,8 @@
 A left row at time t matches every right row of the same key with a time in
 [t + lower, t + upper] (each bound inclusive unless made exclusive). Each side's rows wait in
 keyed map state (timestamp -> rows), so they are checkpointed and rescaled with their key group.
-A row whose time is below the current watermark is late and dropped: every row it could still
-match has already been cleaned up. A row is cleaned up by an event-time timer once the
+A row whose time is below the current watermark is late: every row it could still match has
+already been cleaned up, so it is dropped, or sent to its side's late-data output tag. A row is cleaned up by an event-time timer once the
 watermark has passed the last time a matching row of the other side could carry; the timer's
 namespace says which side's bucket to drop.
 """
@@ -46,8 +46,10 @@ class IntervalJoinOperator(KeyedProcessOperator):
 
     two_inputs = True
 
-    def __init__(self, ctx, function, keys: tuple, timestamps: tuple, lower: int, upper: int):
+    def __init__(self, ctx, function, keys: tuple, timestamps: tuple, lower: int, upper: int,
+                 late_tags: tuple = (None, None)):
         super().__init__(ctx, function, keys[0], None)
+        self.late_tags = late_tags
         self.keys = keys
         self._timestamps = timestamps
         self.lower = lower
@@ -86,6 +88,7 @@ class IntervalJoinOperator(KeyedProcessOperator):
         context = self.context
         join = self.function.process_element
         out: list = []
+        late: list = []
         for row, key, group in zip(rows, keys, groups):
             try:
                 ts = self._timestamp_of(index, row)
@@ -93,7 +96,8 @@ class IntervalJoinOperator(KeyedProcessOperator):
                 raise user_error(self, row, exc) from None
             watermark = timers.current_watermark
             if watermark != MIN_WATERMARK and ts < watermark:
-                continue   # late: its partners are gone
+                late.append(row)   # its partners are gone
+                continue
             set_key(key, group)
             context.current_key = key
             bucket = own.get(ts)
@@ -112,6 +116,8 @@ class IntervalJoinOperator(KeyedProcessOperator):
             # the bucket goes once the watermark is past it (+1: a row at the watermark is on time).
             timers.register_event_time_timer(ts + max(high, 0) + 1, _SIDES[index])
         self.output.emit(out)
+        if late and self.late_tags[index] is not None:
+            self.output.emit_side(self.late_tags[index], late)
         self._flush_side()
 
     def _fire_timers(self, timers) -> None:
@@ -128,10 +134,12 @@ class IntervalJoinOperatorFactory(OperatorFactory):
     timestamps: tuple
     lower: int        # inclusive, ms
     upper: int        # inclusive, ms
+    late_tags: tuple = (None, None)   # side output tag names for late left / right rows
     keyed = True
 
     def create(self, ctx) -> StreamOperator:
-        return IntervalJoinOperator(ctx, self.function, self.keys, self.timestamps, self.lower, self.upper)
+        return IntervalJoinOperator(ctx, self.function, self.keys, self.timestamps, self.lower, self.upper,
+                                    self.late_tags)
 
     def describe(self) -> str:
         return "interval_join"

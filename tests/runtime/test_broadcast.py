@@ -115,3 +115,45 @@ def test_build_time_errors_name_the_problem_and_the_fix():
     out = events.key_by("user").connect(rules.broadcast(RULES)).process(Limits(), name="limits")
     out.get_side_output(REJECTED).sink_to(ss.sinks.Collect())
     out.sink_to(ss.sinks.Collect())
+
+
+class ResetOnRule(ss.KeyedBroadcastProcessFunction):
+    """A new rule clears the totals of every user over its limit (Flink's applyToKeyedState)."""
+
+    TOTAL = ss.ValueStateDescriptor("total", default=0)
+
+    def open(self, ctx):
+        self.total = ctx.get_state(self.TOTAL)
+
+    def process_broadcast_element(self, row, ctx):
+        def reset(user, total):
+            if total.value() > row["limit"]:
+                ctx.output(REJECTED, {"user": user, "total": total.value()})
+                total.clear()
+        ctx.apply_to_keyed_state(self.TOTAL, reset)
+
+    def process_element(self, row, ctx):
+        self.total.update(self.total.value() + row["amount"])
+        yield {"user": ctx.current_key, "total": self.total.value()}
+
+
+def test_the_broadcast_side_visits_every_keys_state():
+    op, sink, side = make(fn=ResetOnRule())
+    op.process_input(0, [{"user": u, "amount": a} for u, a in (("a", 5), ("b", 20), ("c", 30), ("a", 1))])
+    op.process_input(1, [{"limit": 10}])
+    assert sorted(side.items, key=lambda r: r["user"]) == [{"user": "b", "total": 20}, {"user": "c", "total": 30}]
+    op.process_input(0, [{"user": "b", "amount": 1}, {"user": "a", "amount": 1}])
+    assert sink.items[-2:] == [{"user": "b", "total": 1}, {"user": "a", "total": 7}]
+
+
+def test_apply_to_keyed_state_needs_a_keyed_input():
+    class Unkeyed(ss.BroadcastProcessFunction):
+        def process_broadcast_element(self, row, ctx):
+            ctx.apply_to_keyed_state(ss.ValueStateDescriptor("total"), lambda key, state: None)
+
+        def process_element(self, row, ctx):
+            return None
+
+    op, _, _ = make(BroadcastProcessOperator, fn=Unkeyed())
+    with pytest.raises(Exception, match="is not keyed, so it has no keyed state to apply to"):
+        op.process_input(1, [{"limit": 1}])

@@ -24,13 +24,13 @@ class Pair(ss.ProcessJoinFunction):
                "lts": ctx.left_timestamp(), "rts": ctx.right_timestamp()}
 
 
-def make(lower, upper, restore=None, base=None):
+def make(lower, upper, restore=None, base=None, late_tags=(None, None), late_sinks=None):
     clock = ManualScheduler()
     ctx = OperatorContext(name="join", uid="join", subtask_index=0, parallelism=1, max_parallelism=128,
                           attempt=0, job_id="job", task_name="join (1/1)", timers=clock, clock=clock)
     op = IntervalJoinOperator(ctx, Pair(), (KeySelector.of("k"), KeySelector.of("user")), ("t", "time"),
-                              lower, upper)
-    op.output = Output([sink := Sink()])
+                              lower, upper, late_tags)
+    op.output = Output([sink := Sink()], {tag: [target] for tag, target in (late_sinks or {}).items()})
     if restore is not None:
         op.keyed_backend.restore(restore, base)
     op.initialize_state()
@@ -78,6 +78,33 @@ def test_bounds_are_inclusive_and_late_rows_are_dropped():
     op.process_input(1, [{"id": "after-cleanup", "user": 1, "time": 111}])
     op.process_input(0, [{"id": "late", "k": 1, "t": 105}])   # below the watermark: dropped
     assert pairs(sink) == [("l", "at-lower"), ("l", "at-upper")]
+
+
+def test_late_rows_go_to_their_sides_late_data_output():
+    late_left, late_right = Sink(), Sink()
+    op, sink = make(0, 10, late_tags=("late-views", "late-bids"),
+                    late_sinks={"late-views": late_left, "late-bids": late_right})
+    op.process_input(0, [{"id": "l", "k": 1, "t": 100}])
+    op.process_watermark(90)
+    op.process_input(1, [{"id": "on-time", "user": 1, "time": 95}, {"id": "r-late", "user": 1, "time": 80}])
+    op.process_input(0, [{"id": "l-late", "k": 1, "t": 89}, {"id": "l-on-time", "k": 1, "t": 90}])
+    assert pairs(sink) == [("l-on-time", "on-time")]     # 95 is outside [100, 110] for "l"
+    rows = lambda s: [r["id"] for r in s.items if isinstance(r, dict)]  # noqa: E731
+    assert rows(late_left) == ["l-late"] and rows(late_right) == ["r-late"]
+
+
+def test_late_data_tags_are_checked_when_the_job_is_built():
+    env = ss.StreamEnvironment(parallelism=1)
+    timed = ss.WatermarkStrategy.for_bounded_out_of_orderness(1).with_timestamp_assigner("t")
+    a = env.from_collection([{"k": 1, "t": 1}], name="a").assign_timestamps_and_watermarks(timed)
+    joined = a.key_by("k").interval_join(a.key_by("k")).between(-1, 1)
+    with pytest.raises(ss.ConfigurationError, match="side_output_left_late_data takes an ss.OutputTag"):
+        joined.side_output_left_late_data("late")
+    tag = ss.OutputTag("late")
+    with pytest.raises(ss.ConfigurationError, match="give each side its own"):
+        joined.side_output_left_late_data(tag).side_output_right_late_data(ss.OutputTag("late"))
+    out = joined.side_output_left_late_data(tag).upper_bound_exclusive().process(Pair(), name="j")
+    assert out.get_side_output(tag) is not None
 
 
 def test_buffers_are_in_the_checkpoint_and_join_after_restore(tmp_path):
