@@ -196,21 +196,27 @@ def summarize(measured: list[dict]) -> dict:
 
 
 # ------------------------------------------------------------------------------- latency
+def since_event_creation(batch, now: float) -> np.ndarray:
+    """Seconds from each row's creation stamp (`ts`, epoch seconds) to `now`."""
+    if isinstance(batch, list):  # per-row output: read the stamps, do not convert the rows
+        ts = np.fromiter((row["ts"] for row in batch), dtype=np.float64, count=len(batch))
+    else:
+        ts = batch.column("ts").to_numpy()
+    return now - ts
+
+
 class _LatencyWriter(SinkWriter):
-    def __init__(self, ctx, warmup: float):
+    def __init__(self, ctx, warmup: float, measure):
         self._ctx = ctx
         self._samples: list[np.ndarray] = []
         self._start = time.time() + warmup
+        self._measure = measure
 
     def write(self, batch) -> None:
         now = time.time()
         if now < self._start:
             return
-        if isinstance(batch, list):  # per-row output: read the stamps, do not convert the rows
-            ts = np.fromiter((row["ts"] for row in batch), dtype=np.float64, count=len(batch))
-        else:
-            ts = batch.column("ts").to_numpy()
-        self._samples.append(now - ts)
+        self._samples.append(self._measure(batch, now))
 
     def _flush(self) -> None:
         if self._samples:
@@ -239,14 +245,16 @@ class _LatencyCollector:
 
 
 class LatencySink(Sink):
-    """Records event-creation → sink latency of every row after a warm-up (samples to the driver)."""
+    """Records a latency per row after a warm-up (samples to the driver): `measure(batch, now)`,
+    a module-level function, gives them; by default event creation → sink."""
 
-    def __init__(self, warmup: float = 2.0):
+    def __init__(self, warmup: float = 2.0, measure=since_event_creation):
         self.warmup = warmup
+        self.measure = measure
         self.collector = None
 
     def create_writer(self, ctx) -> SinkWriter:
-        return _LatencyWriter(ctx, self.warmup)
+        return _LatencyWriter(ctx, self.warmup, self.measure)
 
     def create_driver_component(self):
         self.collector = _LatencyCollector()

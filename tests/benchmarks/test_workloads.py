@@ -38,3 +38,17 @@ def test_w1_latency_collects_samples_from_every_sink_subtask(spark):
 def test_w1_rejects_an_unknown_form(spark):
     with pytest.raises(ValueError, match="form"):
         workloads.run_w1(spark, 10, 10, "columnar", checkpoint_interval=None)
+
+
+def test_window_latency_measures_from_the_window_end_and_max_rate_from_the_source(spark):
+    from benchmarks import window_latency
+
+    rate = window_latency.max_rate(spark, 100_000, k=50)
+    assert rate > 0 and math.isfinite(rate)
+    result = window_latency.window_latency(spark, rate=3000, seconds=2.0, k=50, delay=0.1, size=0.2, warmup=0.5)
+    # A window result can only exist once the watermark passed its end, at least the delay after
+    # it — except the last windows, which the bounded input's end-of-time fires early: at most the
+    # windows of the last delay + one window size, 50 keys each.
+    assert result["results"] > 100 and result["delay_ms"] <= result["p50_ms"] + 1 <= result["p99_ms"] + 1
+    assert result["fired_at_end_of_input"] <= 2 * 50
+    assert result["target_ms"] == 150
