@@ -10,7 +10,7 @@ savepoints and two-phase-commit sinks.
     result = env.execute("word count")
 """
 
-from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy
+from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy, RocksDBConfig
 from streamsnap.api.datastream import DataStream, KeyedStream
 from streamsnap.api.environment import StreamEnvironment
 from streamsnap.api.functions import (
@@ -39,7 +39,7 @@ from streamsnap.state.descriptors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "StreamEnvironment", "DataStream", "KeyedStream", "CheckpointConfig", "RestartStrategy", "NetworkConfig",
+    "StreamEnvironment", "DataStream", "KeyedStream", "CheckpointConfig", "RestartStrategy", "NetworkConfig", "RocksDBConfig",
     "KeyedProcessFunction", "KeyedBatchFunction", "BatchKeys", "group_cumsum", "Function", "Context", "RuntimeContext", "CheckpointedFunction",
     "CheckpointListener", "FunctionInitializationContext", "FunctionSnapshotContext",
     "ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from streamsnap.errors import ConfigurationError
+from streamsnap.state.backends.rocksdb import RocksDBConfig
 
 CHECKPOINT_MODES = ("exactly_once", "at_least_once")
 RETENTION_POLICIES = ("delete_on_cancellation", "retain_on_cancellation")
@@ -183,9 +184,13 @@ class NetworkConfig:
 STATE_BACKENDS = ("hashmap", "rocksdb")
 
 
-def validate_state_backend(value) -> str:
-    return _choice("StreamEnvironment", "state_backend", value, STATE_BACKENDS)
+def validate_state_backend(value) -> "str | RocksDBConfig":
+    """"hashmap", or the RocksDBConfig of the RocksDB backend ("rocksdb" = default sizes)."""
+    if isinstance(value, RocksDBConfig):
+        return value
+    _choice("StreamEnvironment", "state_backend", value, STATE_BACKENDS)
+    return RocksDBConfig() if value == "rocksdb" else value
 
 
-__all__ = ["CheckpointConfig", "RestartStrategy", "NetworkConfig", "validate_state_backend",
-           "CHECKPOINT_MODES", "RETENTION_POLICIES", "STATE_BACKENDS"]
+__all__ = ["CheckpointConfig", "RestartStrategy", "NetworkConfig", "RocksDBConfig",
+           "validate_state_backend", "CHECKPOINT_MODES", "RETENTION_POLICIES", "STATE_BACKENDS"]

@@ -36,7 +36,9 @@ class StreamEnvironment:
     parallelism: default parallelism of every operator (sources from collections use 1).
     max_parallelism: number of key groups; the upper bound for rescaling keyed state.
     checkpointing: a CheckpointConfig, or None for no checkpoints (and no exactly-once).
-    state_backend: "hashmap" (keyed state on the heap).
+    state_backend: "hashmap" (keyed state on the heap), "rocksdb" (keyed state in an embedded
+      RocksDB per subtask, needs the rocksdict package), or a RocksDBConfig to size the RocksDB
+      backend's memory (block cache, write buffers) and choose its local directory.
     restart: what to do when a task fails; default: no restarts without checkpointing,
       RestartStrategy.fixed_delay(3, 1.0) with it.
     spark: a SparkSession; None uses the active one or starts an embedded local[N] session.
@@ -47,7 +49,7 @@ class StreamEnvironment:
     """
 
     def __init__(self, parallelism: int = 2, *, max_parallelism: int = 128,
-                 checkpointing: CheckpointConfig | None = None, state_backend: str = "hashmap",
+                 checkpointing: CheckpointConfig | None = None, state_backend="hashmap",
                  restart: RestartStrategy | None = None, spark=None, network: NetworkConfig | None = None,
                  buffer_timeout: float | None = None, log_level: str = "WARNING",
                  auto_watermark_interval=0.2):
@@ -74,9 +76,9 @@ class StreamEnvironment:
                 "CheckpointConfig.unaligned=True is not supported yet; use aligned exactly-once "
                 "checkpoints (unaligned=False) or mode='at_least_once' under heavy backpressure")
         state_backend = validate_state_backend(state_backend)
-        if state_backend == "rocksdb":
-            raise ConfigurationError(
-                "state_backend='rocksdb' is not available yet; use state_backend='hashmap'")
+        if state_backend != "hashmap":
+            from streamsnap.state.backends.rocksdb import import_rocksdict
+            import_rocksdict()      # fail here, on the driver, not later inside a Spark task
         if restart is not None and not isinstance(restart, RestartStrategy):
             raise ConfigurationError(f"StreamEnvironment.restart must be a RestartStrategy, got {restart!r}")
         if network is not None and not isinstance(network, NetworkConfig):

@@ -188,7 +188,8 @@ class StreamOperator:
         if self.ctx.state_backend == "hashmap":
             return HashMapKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups)
         from streamsnap.state.backends.rocksdb import RocksDBKeyedStateBackend
-        return RocksDBKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups)
+        return RocksDBKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups,
+                                        self.ctx.state_backend)
 
     # ---------------------------------------------------------------- lifecycle
     def initialize_state(self) -> None:

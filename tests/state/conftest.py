@@ -2,6 +2,11 @@ from pathlib import Path
 
 import pytest
 
+from streamsnap.state import HashMapKeyedStateBackend, KeyGroupRange
+from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+
+BACKEND_KINDS = ("hashmap", "rocksdb")
+
 
 @pytest.fixture
 def location(tmp_path: Path) -> str:
@@ -13,3 +18,36 @@ def location(tmp_path: Path) -> str:
 
 def files_in(url: str) -> list[str]:
     return sorted(p.name for p in Path(url.removeprefix("file://")).iterdir())
+
+
+def make_backend(kind: str, max_parallelism: int, kg_range: KeyGroupRange, uid: str = "op",
+                 config: RocksDBConfig | None = None):
+    """A keyed state backend of `kind` ("hashmap" or "rocksdb")."""
+    if kind == "hashmap":
+        return HashMapKeyedStateBackend(uid, max_parallelism, kg_range)
+    return RocksDBKeyedStateBackend(uid, max_parallelism, kg_range, config)
+
+
+@pytest.fixture(params=BACKEND_KINDS)
+def backend_kind(request) -> str:
+    """Runs a test once per keyed state backend."""
+    return request.param
+
+
+@pytest.fixture
+def new_backend(backend_kind, tmp_path):
+    """Factory of backends of the test's `backend_kind` (RocksDB ones under tmp_path),
+    disposed after the test."""
+    created = []
+
+    def new(kg_range: KeyGroupRange, max_parallelism: int = 128, uid: str = "op", **config):
+        cfg = None
+        if backend_kind == "rocksdb":
+            cfg = RocksDBConfig(local_dir=str(tmp_path / "rocksdb"), **config)
+        backend = make_backend(backend_kind, max_parallelism, kg_range, uid, cfg)
+        created.append(backend)
+        return backend
+
+    yield new
+    for backend in created:
+        backend.dispose()

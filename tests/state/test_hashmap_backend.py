@@ -15,7 +15,7 @@ from streamsnap.state import (HashMapKeyedStateBackend, KeyGroupRange, ListState
                               ValueStateDescriptor, assign_to_key_group)
 from streamsnap.state.backends.hashmap import MAGIC
 
-from .conftest import files_in
+from .conftest import BACKEND_KINDS, files_in, make_backend
 
 MAX_P = 128
 FULL = KeyGroupRange(0, MAX_P - 1)
@@ -65,17 +65,24 @@ def fill(model, keys):
         model.reduce.add(2)
 
 
-def restored(handles, location, kg_range=FULL):
-    backend = HashMapKeyedStateBackend("op", MAX_P, kg_range)
+def restored(new_backend, handles, location, kg_range=FULL):
+    backend = new_backend(kg_range)
     backend.restore(handles, location)
     return Model(backend)
+
+
+def no_running_snapshots(backend) -> bool:
+    """The backend holds nothing for a snapshot any more (heap: writes stop copying)."""
+    if isinstance(backend, HashMapKeyedStateBackend):
+        return backend._required_epoch == -1
+    return not backend._live_snapshots
 
 
 KEYS = list(range(200)) + [f"s{i}" for i in range(50)] + [("comp", i) for i in range(20)] + [None, b"raw"]
 
 
-def test_round_trip_all_state_kinds(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_round_trip_all_state_kinds(location, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS)
     use_key(model.backend, 7)
     model.value.update({"nested": {(1, 2): [1, 2]}, "t": [3]})
@@ -88,7 +95,7 @@ def test_round_trip_all_state_kinds(location):
     assert Path(location[7:], handle.file.path).read_bytes().startswith(MAGIC)
     groups = {assign_to_key_group(k, MAX_P) for k in KEYS}
     assert set(handle.offsets) == groups                         # only key groups with data
-    again = restored([handle], location)
+    again = restored(new_backend, [handle], location)
     assert again.backend.num_keys() == model.backend.num_keys() == 4 * len(KEYS)
     assert again.dump() == expected
     # composite keys come back as hashable tuples
@@ -96,24 +103,24 @@ def test_round_trip_all_state_kinds(location):
     assert again.backend.is_restored
 
 
-def test_handle_survives_wire_round_trip(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_handle_survives_wire_round_trip(location, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS[:30])
     handle = model.backend.snapshot(1, location).run()
     wire = msgpack.unpackb(msgpack.packb(handle.to_wire()), raw=False)
-    assert restored([KeyGroupsStateHandle.from_wire(wire)], location).dump() == model.dump()
+    assert restored(new_backend, [KeyGroupsStateHandle.from_wire(wire)], location).dump() == model.dump()
 
 
-def test_empty_backend_writes_nothing(location):
-    backend = HashMapKeyedStateBackend("op", MAX_P, FULL)
+def test_empty_backend_writes_nothing(location, new_backend):
+    backend = new_backend(FULL)
     backend.get_state(VALUE)
     snapshot = backend.snapshot(1, location)
     assert snapshot.run() is None
     assert files_in(location) == []
 
 
-def test_restore_only_reads_own_key_groups(location, monkeypatch):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_restore_only_reads_own_key_groups(location, monkeypatch, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS)
     handle = model.backend.snapshot(1, location).run()
     from streamsnap.checkpoint import filesystem
@@ -121,15 +128,15 @@ def test_restore_only_reads_own_key_groups(location, monkeypatch):
     real = filesystem.read_range
     monkeypatch.setattr(filesystem, "read_range",
                         lambda url, off, n: reads.append((off, n)) or real(url, off, n))
-    part = restored([handle], location, KeyGroupRange(10, 20))
+    part = restored(new_backend, [handle], location, KeyGroupRange(10, 20))
     assert all(10 <= assign_to_key_group(k, MAX_P) <= 20 for k in part.backend.get_keys("value"))
     wanted = [handle.offsets[kg] for kg in handle.offsets if 10 <= kg <= 20]
     assert reads == [(min(o for o, _ in wanted), sum(n for _, n in wanted))]
     assert part.backend.num_keys() == 4 * sum(10 <= assign_to_key_group(k, MAX_P) <= 20 for k in KEYS)
 
 
-def test_mutations_after_snapshot_are_not_in_it(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_mutations_after_snapshot_are_not_in_it(location, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS)
     use_key(model.backend, 1)
     model.value.update({"counts": [1]})
@@ -155,14 +162,17 @@ def test_mutations_after_snapshot_are_not_in_it(location):
     model.list.add(1)
     after = model.dump()
     handle = snapshot.run()
-    assert restored([handle], location).dump() == before
+    assert restored(new_backend, [handle], location).dump() == before
     assert model.dump() == after                           # the live state kept its changes
     use_key(model.backend, 1)
-    assert model.value.value() == {"counts": [1, "in place"]}
+    if isinstance(model.backend, HashMapKeyedStateBackend):
+        assert model.value.value() == {"counts": [1, "in place"]}
+    else:                       # RocksDB hands out copies: the in-place change is not stored
+        assert model.value.value() == {"counts": [1]}
 
 
-def test_in_place_mutation_of_value_read_before_snapshot(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_in_place_mutation_of_value_read_before_snapshot(location, new_backend):
+    model = Model(new_backend(FULL))
     use_key(model.backend, "k")
     model.value.update({"n": 1})
     snapshot = model.backend.snapshot(1, location)
@@ -171,14 +181,14 @@ def test_in_place_mutation_of_value_read_before_snapshot(location):
     model.value.update(held)
     handle = snapshot.run()
     use_key(model.backend, "k")
-    again = restored([handle], location)
+    again = restored(new_backend, [handle], location)
     use_key(again.backend, "k")
     assert again.value.value() == {"n": 1}
     assert model.value.value() == {"n": 2}
 
 
-def test_overlapping_snapshots_are_each_consistent(location, tmp_path):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_overlapping_snapshots_are_each_consistent(location, tmp_path, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS[:50])
     state1 = model.dump()
     snap1 = model.backend.snapshot(1, location)
@@ -190,13 +200,14 @@ def test_overlapping_snapshots_are_each_consistent(location, tmp_path):
     handle2 = snap2.run()
     fill(model, KEYS)
     handle1 = snap1.run()
-    assert restored([handle1], location).dump() == state1
-    assert restored([handle2], loc2).dump() == state2
+    assert restored(new_backend, [handle1], location).dump() == state1
+    assert restored(new_backend, [handle2], loc2).dump() == state2
     # no snapshot running any more: writes stop copying
-    assert model.backend._required_epoch == -1
+    assert no_running_snapshots(model.backend)
 
 
 def test_snapshot_sync_part_is_independent_of_state_size(location):
+    """Heap only: the synchronous part captures the live dicts by reference."""
     model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
     fill(model, range(20000))
     snapshot = model.backend.snapshot(1, location)
@@ -207,8 +218,8 @@ def test_snapshot_sync_part_is_independent_of_state_size(location):
     snapshot.discard()
 
 
-def test_concurrent_run_while_mailbox_thread_mutates(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_concurrent_run_while_mailbox_thread_mutates(location, new_backend):
+    model = Model(new_backend(FULL))
     keys = list(range(30000))
     fill(model, keys)
     expected = copy.deepcopy(model.dump())
@@ -237,33 +248,33 @@ def test_concurrent_run_while_mailbox_thread_mutates(location):
                 model.map.remove(("t", 1))
         rounds += 1
     thread.join()
-    assert restored([result["handle"]], location).dump() == expected
+    assert restored(new_backend, [result["handle"]], location).dump() == expected
 
 
-def test_discard_deletes_written_file(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_discard_deletes_written_file(location, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS)
     snapshot = model.backend.snapshot(1, location)
     snapshot.run()
     assert len(files_in(location)) == 1
     snapshot.discard()
     assert files_in(location) == [] and snapshot.status == "discarded"
-    assert model.backend._required_epoch == -1
+    assert no_running_snapshots(model.backend)
 
 
-def test_discard_before_run(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_discard_before_run(location, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS)
     snapshot = model.backend.snapshot(1, location)
     snapshot.discard()
-    assert model.backend._required_epoch == -1
+    assert no_running_snapshots(model.backend)
     with pytest.raises(SnapshotDiscardedError, match="discarded"):
         snapshot.run()
     assert files_in(location) == []
 
 
-def test_discard_during_run_leaves_nothing(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_discard_during_run_leaves_nothing(location, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, range(50000))
     snapshot = model.backend.snapshot(1, location)
     outcome = {}
@@ -283,8 +294,8 @@ def test_discard_during_run_leaves_nothing(location):
     assert "handle" in outcome or "error" in outcome
 
 
-def test_run_twice_fails(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_run_twice_fails(location, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS[:3])
     snapshot = model.backend.snapshot(1, location)
     snapshot.run()
@@ -292,29 +303,34 @@ def test_run_twice_fails(location):
         snapshot.run()
 
 
-def test_unencodable_key_fails_snapshot_clearly_and_cleans_up(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_unencodable_key_fails_snapshot_clearly_and_cleans_up(location, backend_kind, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS[:3])
     model.backend.set_current_key(frozenset({1}), 5)
-    model.value.update(1)
-    snapshot = model.backend.snapshot(1, location)
+    snapshots = []
     with pytest.raises(StateSerializationError, match="state 'value'.*key of type 'frozenset'"):
-        snapshot.run()
-    assert files_in(location) == [] and snapshot.status == "failed"
-    assert model.backend._required_epoch == -1
+        model.value.update(1)           # RocksDB encodes keys at the write: fails here
+        snapshots.append(model.backend.snapshot(1, location))
+        snapshots[0].run()              # the heap backend fails at the snapshot
+    assert len(snapshots) == (1 if backend_kind == "hashmap" else 0)
+    assert files_in(location) == []
+    assert all(s.status == "failed" for s in snapshots)
+    assert no_running_snapshots(model.backend)
+    if backend_kind == "rocksdb":
+        assert model.backend.num_keys() == 4 * 3     # the failed write stored nothing
 
 
-def test_big_int_value_fails_snapshot_naming_state(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_big_int_value_fails_snapshot_naming_state(location, new_backend):
+    model = Model(new_backend(FULL))
     use_key(model.backend, "k")
-    model.value.update(2 ** 80)            # plain ints are not checked on the hot path
     with pytest.raises(StateSerializationError,
                        match=r"state 'value'.*int outside the 64-bit range.*PickleSerializer"):
+        model.value.update(2 ** 80)        # heap: plain ints are not checked on the hot path
         model.backend.snapshot(1, location).run()
 
 
-def test_pickle_serializer_round_trip(location):
-    backend = HashMapKeyedStateBackend("op", MAX_P, FULL)
+def test_pickle_serializer_round_trip(location, new_backend):
+    backend = new_backend(FULL)
     pickled = PickleSerializer()
     value = backend.get_state(ValueStateDescriptor("v", serializer=pickled))
     listing = backend.get_state(ListStateDescriptor("l", serializer=pickled))
@@ -324,7 +340,7 @@ def test_pickle_serializer_round_trip(location):
     listing.add(frozenset({3}))
     mapping.put("when", (1, 2))
     handle = backend.snapshot(1, location).run()
-    again = HashMapKeyedStateBackend("op", MAX_P, FULL)
+    again = new_backend(FULL)
     again.restore([handle], location)
     value2 = again.get_state(ValueStateDescriptor("v", serializer=pickled))
     listing2 = again.get_state(ListStateDescriptor("l", serializer=pickled))
@@ -334,42 +350,42 @@ def test_pickle_serializer_round_trip(location):
     assert mapping2.get("when") == (1, 2)            # pickle keeps tuples
 
 
-def test_restore_with_other_serializer_or_kind_fails(location):
-    backend = HashMapKeyedStateBackend("op", MAX_P, FULL)
+def test_restore_with_other_serializer_or_kind_fails(location, new_backend):
+    backend = new_backend(FULL)
     state = backend.get_state(ValueStateDescriptor("v", serializer=PickleSerializer()))
     use_key(backend, 1)
     state.update(1)
     handle = backend.snapshot(1, location).run()
-    again = HashMapKeyedStateBackend("op", MAX_P, FULL)
+    again = new_backend(FULL)
     again.restore([handle], location)
     with pytest.raises(RestoreError, match="'pickle' serializer.*'msgpack'"):
         again.get_state(ValueStateDescriptor("v"))
     with pytest.raises(RestoreError, match="checkpointed as a value state.*list"):
         again.get_state(ListStateDescriptor("v"))
     # registered before restore: checked at restore time
-    third = HashMapKeyedStateBackend("op", MAX_P, FULL)
+    third = new_backend(FULL)
     third.get_state(ValueStateDescriptor("v"))
     with pytest.raises(RestoreError, match="serializer"):
         third.restore([handle], location)
 
 
-def test_restore_into_registered_state(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_restore_into_registered_state(location, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS)
     expected = model.dump()
     handle = model.backend.snapshot(1, location).run()
-    backend = HashMapKeyedStateBackend("op", MAX_P, FULL)
+    backend = new_backend(FULL)
     again = Model(backend)                 # states registered first
     backend.restore([handle], location)
     assert again.dump() == expected
 
 
-def test_unregistered_restored_state_is_carried_into_next_snapshot(location, tmp_path):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_unregistered_restored_state_is_carried_into_next_snapshot(location, tmp_path, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS)
     expected = model.dump()
     handle = model.backend.snapshot(1, location).run()
-    middle = HashMapKeyedStateBackend("op", MAX_P, FULL)
+    middle = new_backend(FULL)
     middle.restore([handle], location)
     assert middle.num_keys() == 4 * len(KEYS)
     loc2 = "file://" + str(tmp_path / "chk-2")
@@ -382,7 +398,7 @@ def test_unregistered_restored_state_is_carried_into_next_snapshot(location, tmp
         late.map.put("a", "late")
         late.value.update(-5)
     handle2 = snapshot.run()
-    assert restored([handle2], loc2).dump() == expected
+    assert restored(new_backend, [handle2], loc2).dump() == expected
 
 
 def corrupt(location, handle, position_in_block=5):
@@ -393,31 +409,31 @@ def corrupt(location, handle, position_in_block=5):
     path.write_bytes(bytes(data))
 
 
-def test_corrupt_file_fails_restore_clearly(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_corrupt_file_fails_restore_clearly(location, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS)
     handle = model.backend.snapshot(1, location).run()
     corrupt(location, handle)
     with pytest.raises(RestoreError, match="corrupt: checksum mismatch.*key group"):
-        restored([handle], location)
+        restored(new_backend, [handle], location)
 
 
-def test_truncated_and_missing_files_fail_restore_clearly(location):
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
+def test_truncated_and_missing_files_fail_restore_clearly(location, new_backend):
+    model = Model(new_backend(FULL))
     fill(model, KEYS)
     handle = model.backend.snapshot(1, location).run()
     path = Path(location[7:], handle.file.path)
     path.write_bytes(path.read_bytes()[:-20])
     with pytest.raises(RestoreError, match="truncated"):
-        restored([handle], location)
+        restored(new_backend, [handle], location)
     path.unlink()
     with pytest.raises(RestoreError, match="missing"):
-        restored([handle], location)
+        restored(new_backend, [handle], location)
 
 
-def test_block_with_valid_checksum_but_garbage_fails_clearly(location):
+def test_block_with_valid_checksum_but_garbage_fails_clearly(location, new_backend):
     import xxhash
-    backend = HashMapKeyedStateBackend("op", MAX_P, FULL)
+    backend = new_backend(FULL)
     state = backend.get_state(VALUE)
     use_key(backend, 1)
     state.update(1)
@@ -428,11 +444,11 @@ def test_block_with_valid_checksum_but_garbage_fails_clearly(location):
     kg = next(iter(handle.offsets))
     bad = KeyGroupsStateHandle(handle.file, 0, MAX_P - 1, {kg: (len(MAGIC), len(payload) + 8)})
     with pytest.raises(RestoreError, match="corrupt: cannot decode"):
-        restored([bad], location)
+        restored(new_backend, [bad], location)
 
 
-def test_restore_rejects_foreign_handles_and_wrong_max_parallelism(location):
-    backend = HashMapKeyedStateBackend("op", MAX_P, FULL)
+def test_restore_rejects_foreign_handles_and_wrong_max_parallelism(location, new_backend):
+    backend = new_backend(FULL)
     with pytest.raises(RestoreError, match="expected KeyGroupsStateHandle"):
         backend.restore(["nope"], location)
     from streamsnap.checkpoint.handles import FileHandle
@@ -441,14 +457,14 @@ def test_restore_rejects_foreign_handles_and_wrong_max_parallelism(location):
         backend.restore([wide], location)
 
 
-def test_notify_checkpoint_complete(location):
-    backend = HashMapKeyedStateBackend("op", MAX_P, FULL)
+def test_notify_checkpoint_complete(location, new_backend):
+    backend = new_backend(FULL)
     backend.notify_checkpoint_complete(3)
     backend.notify_checkpoint_complete(2)
     assert backend.last_completed_checkpoint_id == 3
 
 
-def test_value_types_survive_a_checkpoint(location):
+def test_value_types_survive_a_checkpoint(location, new_backend):
     import collections
     import enum
 
@@ -458,7 +474,7 @@ def test_value_types_survive_a_checkpoint(location):
         RED = 1
 
     Point = collections.namedtuple("Point", "x y")
-    backend = HashMapKeyedStateBackend("op", MAX_P, FULL)
+    backend = new_backend(FULL)
     value = backend.get_state(ValueStateDescriptor("v"))
     listing = backend.get_state(ListStateDescriptor("l"))
     samples = {
@@ -485,7 +501,7 @@ def test_value_types_survive_a_checkpoint(location):
     backend.set_current_key(np_key, assign_to_key_group(np_key, MAX_P))
     value.update("numpy key")
     handle = backend.snapshot(1, location).run()
-    again = HashMapKeyedStateBackend("op", MAX_P, FULL)
+    again = new_backend(FULL)
     again.restore([handle], location)
     value2 = again.get_state(ValueStateDescriptor("v"))
     listing2 = again.get_state(ListStateDescriptor("l"))
@@ -497,9 +513,9 @@ def test_value_types_survive_a_checkpoint(location):
     assert value2.value() == "numpy key"
 
 
-def test_restore_assignment_for_other_max_parallelism_fails(location):
+def test_restore_assignment_for_other_max_parallelism_fails(location, new_backend):
     from streamsnap.state import SubtaskRestoreState
-    backend = HashMapKeyedStateBackend("op", MAX_P, FULL)
+    backend = new_backend(FULL)
     with pytest.raises(RestoreError, match="max parallelism 256"):
         backend.restore(SubtaskRestoreState.fresh(0, 1, 256), location)
 
@@ -512,9 +528,10 @@ _ops = st.lists(st.tuples(st.sampled_from(["set", "clear_value", "add", "clear_l
                                            "remove", "mutate"]), _keys, _values), max_size=60)
 
 
+@pytest.mark.parametrize("kind", BACKEND_KINDS)
 @settings(max_examples=100, deadline=None)
 @given(before=_ops, after=_ops)
-def test_snapshot_equals_model_at_snapshot_time(before, after):
+def test_snapshot_equals_model_at_snapshot_time(kind, before, after):
     """Random operations, a snapshot, more operations: the snapshot holds the first model."""
     import tempfile
 
@@ -549,16 +566,26 @@ def test_snapshot_equals_model_at_snapshot_time(before, after):
                     reference[("value", key)] = current
                     model.value.update(current)
 
-    model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
-    reference: dict = {}
-    apply(model, before, reference)
-    expected = copy.deepcopy(reference)
-    with tempfile.TemporaryDirectory() as directory:
-        location = "file://" + directory
-        snapshot = model.backend.snapshot(1, location)
-        apply(model, after, reference)
-        handle = snapshot.run()
-        got = {} if handle is None else {
-            k: v for k, v in restored([handle], location).dump().items()}
-    assert got == expected
-    assert model.dump() == reference
+    def new_backend(kg_range):
+        backend = make_backend(kind, MAX_P, kg_range)
+        created.append(backend)
+        return backend
+
+    created: list = []
+    try:
+        model = Model(new_backend(FULL))
+        reference: dict = {}
+        apply(model, before, reference)
+        expected = copy.deepcopy(reference)
+        with tempfile.TemporaryDirectory() as directory:
+            location = "file://" + directory
+            snapshot = model.backend.snapshot(1, location)
+            apply(model, after, reference)
+            handle = snapshot.run()
+            got = {} if handle is None else {
+                k: v for k, v in restored(new_backend, [handle], location).dump().items()}
+        assert got == expected
+        assert model.dump() == reference
+    finally:
+        for backend in created:
+            backend.dispose()

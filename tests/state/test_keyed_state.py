@@ -3,17 +3,20 @@ import datetime
 import pytest
 
 from streamsnap.errors import ConfigurationError
-from streamsnap.state import (HashMapKeyedStateBackend, KeyGroupRange, ListStateDescriptor,
+from streamsnap.state import (KeyGroupRange, ListStateDescriptor,
                               MapStateDescriptor, PickleSerializer, ReducingStateDescriptor,
                               StateDescriptor, StateError, StateSerializationError,
                               ValueStateDescriptor, assign_to_key_group)
+
+from .conftest import BACKEND_KINDS, make_backend
 
 MAX_P = 128
 
 
 @pytest.fixture
-def backend():
-    return HashMapKeyedStateBackend("op", MAX_P, KeyGroupRange(0, MAX_P - 1))
+def backend(new_backend):
+    """One backend of each kind (see conftest.backend_kind)."""
+    return new_backend(KeyGroupRange(0, MAX_P - 1))
 
 
 def use_key(backend, key):
@@ -48,12 +51,19 @@ def test_value_state_default_none_and_mutable_default_is_copied(backend):
     assert listy.value() == []
 
 
-def test_value_state_container_values(backend):
+def test_value_state_container_values(backend, backend_kind):
     state = backend.get_state(ValueStateDescriptor("d"))
     use_key(backend, 1)
     state.update({"n": [1, 2]})
-    state.value()["n"].append(3)       # in-place mutation is visible like any heap state
-    assert state.value() == {"n": [1, 2, 3]}
+    state.value()["n"].append(3)
+    if backend_kind == "hashmap":      # in-place mutation is visible like any heap state
+        assert state.value() == {"n": [1, 2, 3]}
+    else:                              # RocksDB hands out copies (as in Flink): write back
+        assert state.value() == {"n": [1, 2]}
+        value = state.value()
+        value["n"].append(3)
+        state.update(value)
+        assert state.value() == {"n": [1, 2, 3]}
 
 
 def test_list_state(backend):
@@ -164,8 +174,8 @@ def test_access_without_current_key_fails_clearly(backend):
         listing.add(1)
 
 
-def test_key_group_outside_range_fails_clearly():
-    backend = HashMapKeyedStateBackend("op", MAX_P, KeyGroupRange(0, 63))
+def test_key_group_outside_range_fails_clearly(new_backend):
+    backend = new_backend(KeyGroupRange(0, 63))
     state = backend.get_state(ValueStateDescriptor("v"))
     backend.set_current_key("k", 100)
     with pytest.raises(StateError, match=r"key group 100, outside .*\[0, 63\]"):
@@ -218,10 +228,66 @@ def test_dispose_makes_states_unusable(backend):
         backend.get_state(ValueStateDescriptor("v"))
 
 
-def test_backend_rejects_bad_key_group_range():
+@pytest.mark.parametrize("kind", BACKEND_KINDS)
+def test_backend_rejects_bad_key_group_range(kind):
     with pytest.raises(ConfigurationError, match="key_group_range"):
-        HashMapKeyedStateBackend("op", 128, KeyGroupRange(0, 128))
+        make_backend(kind, 128, KeyGroupRange(0, 128))
     with pytest.raises(ConfigurationError, match="key_group_range"):
-        HashMapKeyedStateBackend("op", 128, KeyGroupRange.EMPTY)
+        make_backend(kind, 128, KeyGroupRange.EMPTY)
     with pytest.raises(ConfigurationError, match="max_parallelism"):
-        HashMapKeyedStateBackend("op", 0, KeyGroupRange(0, 0))
+        make_backend(kind, 0, KeyGroupRange(0, 0))
+
+
+class _Keys:
+    """The `keys` argument of get_many/put_many: distinct keys and their key groups."""
+
+    def __init__(self, unique):
+        self.unique = list(unique)
+        self.key_groups = [assign_to_key_group(k, MAX_P) for k in self.unique]
+
+
+def test_value_state_get_many_put_many(backend):
+    import numpy as np
+    state = backend.get_state(ValueStateDescriptor("v", default=0))
+    boxes = backend.get_state(ValueStateDescriptor("boxes", default=[]))
+    keys = _Keys(["a", 1, ("t", 2), None, b"raw"])
+    assert state.get_many(keys) == [0, 0, 0, 0, 0]
+    state.put_many(keys, np.array([1, 2, 3, 4, 5]))
+    use_key(backend, ("t", 2))
+    assert state.value() == 3 and type(state.value()) is int
+    state.put_many(_Keys(["a", 1]), [None, 20])          # None clears a key
+    assert state.get_many(keys) == [0, 20, 3, 4, 5]
+    assert sorted(map(str, backend.get_keys("v"))) == sorted(map(str, [1, ("t", 2), None, b"raw"]))
+    first = boxes.get_many(_Keys(["x", "y"]))
+    first[0].append("leak")                               # defaults are private copies
+    assert boxes.get_many(_Keys(["x", "y"])) == [[], []]
+    boxes.put_many(_Keys(["x"]), [[1, (2, 3)]])
+    use_key(backend, "x")
+    assert boxes.value() == [1, (2, 3)]
+    assert state.get_many(_Keys([])) == []
+    with pytest.raises(ValueError, match="2 values for 1 keys"):
+        state.put_many(_Keys(["a"]), [1, 2])
+    with pytest.raises(StateSerializationError, match="'boxes'.*'set'"):
+        boxes.put_many(_Keys(["z"]), [{1}])
+
+
+def test_get_many_outside_key_groups_fails_clearly(new_backend):
+    backend = new_backend(KeyGroupRange(0, 63))
+    state = backend.get_state(ValueStateDescriptor("v"))
+    keys = _Keys(["k"])
+    keys.key_groups = [100]
+    with pytest.raises(StateError, match=r"key group 100, outside .*\[0, 63\]"):
+        state.get_many(keys)
+    with pytest.raises(StateError, match="outside"):
+        state.put_many(keys, [1])
+
+
+def test_dispose_drops_all_state(backend):
+    state = backend.get_state(MapStateDescriptor("m"))
+    use_key(backend, 1)
+    state.put("a", 1)
+    assert backend.num_keys() == 1 and backend.state_names() == ["m"]
+    backend.dispose()
+    assert backend.num_keys() == 0 and backend.state_names() == [] and backend.get_keys("m") == []
+    with pytest.raises(StateError, match="disposed"):
+        state.items()

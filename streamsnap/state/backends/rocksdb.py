@@ -1,0 +1,1115 @@
+"""The RocksDB keyed state backend (Flink's EmbeddedRocksDBStateBackend), on `rocksdict`.
+
+Keyed state lives in an embedded RocksDB database, one per operator subtask, in a directory
+under a local working directory (`RocksDBConfig.local_dir`, the system temp directory by
+default), closed and deleted when the backend is disposed (directories of killed processes are
+deleted by the next backend created under the same directory). State is off the Python heap, so it
+can be larger than memory; RocksDB's own memory is bounded by `RocksDBConfig`: an LRU block
+cache (which also holds index and filter blocks) and the memtables (write buffer size × number
+of write buffers). The database is a working copy only: it has no write-ahead log, recovery
+always comes from a checkpoint.
+
+Layout (every key and value is bytes)::
+
+    key   := key_group (2 bytes, big-endian) state_id (2 bytes, big-endian) msgpack(key) [user key]
+    value := the entry's *wire element*, exactly as it appears in a checkpoint file
+
+So a subtask's key groups are one contiguous, ordered range, one key group's entries are
+contiguous and grouped by state, and a snapshot is a single ordered scan. `state_id` numbers
+the state names of this database (assigned when a state is registered or restored; the
+mapping lives in memory, like the database itself). Keys are msgpack-encoded as in the
+checkpoint format (tuples as arrays); two keys are the same key when their encodings are equal
+(as in Flink, which compares serialized keys), so ``1``, ``1.0`` and ``True`` — one key on the
+heap — are three keys here. Per kind:
+
+* Value / Reducing: one entry per key; value = msgpack of the value (tuples as an extension
+  type) or, with a non-native serializer (pickle), msgpack bin of `serializer.dumps(value)`.
+* List: one entry per key; value = msgpack array of the elements, so `add` appends bytes
+  (rewrites the array header) without decoding the list — but it reads and rewrites the
+  key's whole entry (rocksdict exposes no merge operator), so very long per-key lists are
+  better kept in a MapState.
+* Map: one entry per (key, user key): the RocksDB key ends with msgpack of the user key after
+  the key, the value is the map value's wire element. `get`/`put`/`contains`/`remove` are
+  point operations; `items`/`keys`/`is_empty`/`clear` scan the key's prefix (msgpack is
+  self-delimiting, so one key's prefix never covers another key's entries).
+
+Values are encoded at write time, so an unencodable value or key fails at the write that
+stores it, not at the next checkpoint. Unlike the heap backend, a value read from state is a
+fresh copy: changing it in place does not change the state; write it back with `update`/`put`
+(the same contract as Flink's RocksDB backend).
+
+Snapshots are FULL and written in the heap backend's canonical format
+(`streamsnap.state.backends.hashmap`: one block per key group, checksummed, keys and values as
+two parallel msgpack arrays), so checkpoints and savepoints restore into either backend and
+rescale the same way (a restoring subtask reads only its key groups of each handle):
+
+* `snapshot()` — synchronous part: creates a RocksDB iterator, which pins a consistent view
+  of the database (memtables and SST files as they are now), and copies the state-id table.
+  No serialization, no I/O. (The pinned memtables stay in memory until the snapshot ends,
+  beyond the write-buffer bound.) (rocksdict's `Snapshot.iter` does not bind the snapshot to its
+  iterators in 0.3.29, so the backend pins the view with an iterator created at once.)
+* `Snapshot.run()` — asynchronous part, on any thread while the mailbox thread keeps writing:
+  scans the pinned view and writes the blocks. Entries are already wire elements, so a block
+  is built by concatenating bytes under msgpack array/map headers — no per-entry decode.
+
+What comes next (issue 13): incremental checkpoints — the synchronous part takes a native
+RocksDB checkpoint (`rocksdict.Checkpoint`, hard links), the asynchronous part uploads only SST
+files not uploaded before and references them through the coordinator's SharedStateRegistry
+(handles with `shared_files`), while savepoints stay full and canonical (this format); then
+task-local recovery (keep each snapshot's files on the task's disk, restore from them when the
+subtask lands where its state is), and state TTL (expired entries dropped by a compaction
+filter and in snapshots).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from copy import deepcopy
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from streamsnap.checkpoint import filesystem
+from streamsnap.checkpoint.handles import FileHandle, KeyGroupsStateHandle
+from streamsnap.errors import ConfigurationError, RestoreError
+from streamsnap.state.assignment import SubtaskRestoreState
+from streamsnap.state.backends.hashmap import (FORMAT_VERSION, MAGIC, _checksum, _CHECKSUM_BYTES,
+                                               decode_block)
+from streamsnap.state.descriptors import (LIST, MAP, REDUCING, STATE_KINDS, VALUE,
+                                          StateDescriptor)
+from streamsnap.state.errors import StateError, StateSerializationError
+from streamsnap.state.key_groups import KeyGroupRange, check_max_parallelism
+from streamsnap.state.keyed_state import PLAIN_TYPES, check_map_key
+from streamsnap.state.serialization import (Serializer, key_error, unpack_keys, unpack_value,
+                                            value_default, value_error)
+from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
+
+MIB = 1 << 20
+_MAX_STATES = 1 << 16
+DIRECTORY_PREFIX = "streamsnap-rocksdb-p"     # + "<pid>-<operator>-kg<first key group>-<random>"
+
+
+# ---------------------------------------------------------------------------------------------
+# configuration
+
+
+@dataclass(frozen=True)
+class RocksDBConfig:
+    """Memory and disk of the RocksDB state backend, per operator subtask.
+
+    block_cache_size: bytes of the LRU block cache (data, index and filter blocks) — the
+      bound on RocksDB's read memory.
+    write_buffer_size: bytes of one memtable; with `max_write_buffers` the bound on write memory
+      (write_buffer_size × max_write_buffers).
+    max_write_buffers: memtables kept before writes wait for a flush (>= 2 so one can flush
+      while the other fills).
+    local_dir: directory under which each subtask's database directory is created (it must be
+      on a local disk); None: the system temp directory.
+    """
+
+    block_cache_size: int = 64 * MIB
+    write_buffer_size: int = 16 * MIB
+    max_write_buffers: int = 2
+    local_dir: str | None = None
+
+    def __post_init__(self):
+        for name, minimum in (("block_cache_size", 64 * 1024), ("write_buffer_size", 64 * 1024),
+                              ("max_write_buffers", 2)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ConfigurationError(
+                    f"RocksDBConfig.{name} must be an integer >= {minimum}, got {value!r}")
+        if self.local_dir is not None and (not isinstance(self.local_dir, (str, os.PathLike))
+                                           or not str(self.local_dir).strip()):
+            raise ConfigurationError(
+                f"RocksDBConfig.local_dir must be a local directory path or None, got "
+                f"{self.local_dir!r}")
+
+    @property
+    def memory_bound(self) -> int:
+        """Bytes RocksDB may hold in memory for one subtask (cache + memtables)."""
+        return self.block_cache_size + self.write_buffer_size * self.max_write_buffers
+
+
+def import_rocksdict():
+    """The `rocksdict` module, or a ConfigurationError saying how to install it."""
+    try:
+        import rocksdict
+    except ImportError as e:
+        raise ConfigurationError(
+            f"state_backend='rocksdb' needs the rocksdict package (RocksDB for Python), which "
+            f"cannot be imported here ({e}); install it with pip install 'rocksdict>=0.3.29' on "
+            f"the driver and every Spark executor, or use state_backend='hashmap'") from e
+    return rocksdict
+
+
+def _open_db(path: str, config: RocksDBConfig):
+    rocksdict = import_rocksdict()
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_write_buffer_size(config.write_buffer_size)
+    options.set_max_write_buffer_number(config.max_write_buffers)
+    table = rocksdict.BlockBasedOptions()
+    cache = rocksdict.Cache(config.block_cache_size)
+    table.set_block_cache(cache)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_bloom_filter(10, False)
+    options.set_block_based_table_factory(table)
+    db = rocksdict.Rdict(path, options)
+    write_options = rocksdict.WriteOptions()
+    write_options.disable_wal = True       # a working copy: recovery is from checkpoints
+    db.set_write_options(write_options)
+    return rocksdict, db, cache
+
+
+def remove_stale_directories(base: str) -> list[str]:
+    """Delete the database directories under `base` left by processes that no longer run (a
+    task killed by a failure cannot delete its own); returns what was deleted."""
+    removed = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(DIRECTORY_PREFIX):
+            continue
+        pid_text = name[len(DIRECTORY_PREFIX):].split("-", 1)[0]
+        if not pid_text.isdigit() or _process_exists(int(pid_text)):
+            continue
+        path = os.path.join(base, name)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:           # exists, owned by someone else
+        return True
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# msgpack byte helpers
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 0x10000:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _map_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x80 | n,))
+    if n < 0x10000:
+        return b"\xde" + n.to_bytes(2, "big")
+    return b"\xdf" + n.to_bytes(4, "big")
+
+
+def _array_count(raw: bytes) -> tuple[int, int]:
+    """(element count, header length) of a msgpack array."""
+    b = raw[0]
+    if 0x90 <= b <= 0x9F:
+        return b & 0x0F, 1
+    if b == 0xDC:
+        return int.from_bytes(raw[1:3], "big"), 3
+    if b == 0xDD:
+        return int.from_bytes(raw[1:5], "big"), 5
+    raise StateError(f"corrupt list state entry (first byte 0x{b:02x} is not a msgpack array)")
+
+
+_FIXED = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCC: 2, 0xD0: 2, 0xCD: 3, 0xD1: 3, 0xCE: 5, 0xD2: 5,
+          0xCA: 5, 0xCF: 9, 0xD3: 9, 0xCB: 9, 0xD4: 3, 0xD5: 4, 0xD6: 6, 0xD7: 10, 0xD8: 18}
+
+
+def _skip(buf: bytes, pos: int) -> int:
+    """Position just after the msgpack object starting at `pos`."""
+    b = buf[pos]
+    if b <= 0x7F or b >= 0xE0:
+        return pos + 1
+    if 0xA0 <= b <= 0xBF:
+        return pos + 1 + (b & 0x1F)
+    if 0x90 <= b <= 0x9F:
+        pos += 1
+        for _ in range(b & 0x0F):
+            pos = _skip(buf, pos)
+        return pos
+    if 0x80 <= b <= 0x8F:
+        pos += 1
+        for _ in range(2 * (b & 0x0F)):
+            pos = _skip(buf, pos)
+        return pos
+    fixed = _FIXED.get(b)
+    if fixed is not None:
+        return pos + fixed
+    if b in (0xD9, 0xC4):
+        return pos + 2 + buf[pos + 1]
+    if b in (0xDA, 0xC5):
+        return pos + 3 + int.from_bytes(buf[pos + 1:pos + 3], "big")
+    if b in (0xDB, 0xC6):
+        return pos + 5 + int.from_bytes(buf[pos + 1:pos + 5], "big")
+    if b == 0xC7:
+        return pos + 3 + buf[pos + 1]
+    if b == 0xC8:
+        return pos + 4 + int.from_bytes(buf[pos + 1:pos + 3], "big")
+    if b == 0xC9:
+        return pos + 6 + int.from_bytes(buf[pos + 1:pos + 5], "big")
+    if b in (0xDC, 0xDD, 0xDE, 0xDF):
+        width = 2 if b in (0xDC, 0xDE) else 4
+        n = int.from_bytes(buf[pos + 1:pos + 1 + width], "big") * (2 if b >= 0xDE else 1)
+        pos += 1 + width
+        for _ in range(n):
+            pos = _skip(buf, pos)
+        return pos
+    raise StateError(f"corrupt state key (byte 0x{b:02x} does not start a msgpack object)")
+
+
+def _successor(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with `prefix`."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes((stripped[-1] + 1,))
+
+
+def _key_default(obj: Any) -> Any:
+    import numpy as np
+    if isinstance(obj, np.generic) and obj.dtype.kind in "biuf":
+        return obj.item()
+    raise TypeError(f"can not serialize {type(obj).__qualname__!r} object")
+
+
+_local = threading.local()
+
+
+def _packers() -> tuple:
+    """This thread's (key packer, value packer): reusing a Packer is ~5x faster than packb."""
+    try:
+        return _local.packers
+    except AttributeError:
+        _local.packers = (msgpack.Packer(use_bin_type=True, default=_key_default).pack,
+                          msgpack.Packer(use_bin_type=True, strict_types=True,
+                                         default=value_default).pack)
+        return _local.packers
+
+
+def encode_key(key: Any) -> bytes:
+    """msgpack of a key as the checkpoint format writes it (tuples as arrays)."""
+    return _packers()[0](key)
+
+
+def encode_value(value: Any) -> bytes:
+    """`serialization.pack_value` (tuples as an extension type), with this thread's packer."""
+    return _packers()[1](value)
+
+
+def _decode_key(data: bytes) -> Any:
+    return unpack_keys(b"\x91" + data)[0]
+
+
+def _kg_bytes(key_group: int) -> bytes:
+    return key_group.to_bytes(2, "big")
+
+
+# ---------------------------------------------------------------------------------------------
+# state objects
+
+
+class RocksDBState:
+    """Common plumbing of the RocksDB keyed state kinds (same API as the heap states)."""
+
+    __slots__ = ("name", "descriptor", "kind", "_backend", "_sid", "_serializer", "_native",
+                 "_dumps", "_loads")
+
+    def __init__(self, backend: "RocksDBKeyedStateBackend", descriptor: StateDescriptor,
+                 sid: bytes):
+        self.name = descriptor.name
+        self.descriptor = descriptor
+        self.kind = descriptor.kind
+        self._backend = backend
+        self._sid = sid
+        self._serializer: Serializer = descriptor.get_serializer()
+        self._native = self._serializer.native
+        self._dumps = self._serializer.dumps
+        self._loads = self._serializer.loads
+
+    # -- encoding of one value/element (the wire element) ---------------------------------
+
+    def _encode(self, value: Any) -> bytes:
+        if self._native:
+            try:
+                return encode_value(value)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise value_error(self.name, value, self._serializer) from e
+        try:
+            data = self._dumps(value)
+        except Exception as e:
+            raise StateSerializationError(
+                f"state '{self.name}': {type(self._serializer).__name__} failed to serialize a "
+                f"value of type '{type(value).__qualname__}': {type(e).__name__}: {e}") from e
+        return msgpack.packb(data, use_bin_type=True)
+
+    def _decode(self, raw: bytes) -> Any:
+        value = unpack_value(raw)
+        return value if self._native else self._loads(value)
+
+    def _decode_list(self, raw: bytes) -> list:
+        items = unpack_value(raw)
+        return items if self._native else [self._loads(x) for x in items]
+
+    def _rkey(self) -> bytes:
+        """The RocksDB key of the current key's entry of this state."""
+        backend = self._backend
+        kg, key = backend._kg, backend._key
+        if kg is None or key is None:
+            kg, key = backend._current_prefix(self.name)
+        return kg + self._sid + key
+
+    def clear(self) -> None:
+        """Remove the current key's entry."""
+        self._backend._db.delete(self._rkey())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class RocksDBValueState(RocksDBState):
+    """One value per key."""
+
+    __slots__ = ("_default", "_default_plain")
+
+    def __init__(self, backend, descriptor, sid):
+        super().__init__(backend, descriptor, sid)
+        self._default = descriptor.default
+        self._default_plain = self._default is None or type(self._default) in PLAIN_TYPES
+
+    def _default_value(self) -> Any:
+        return self._default if self._default_plain else deepcopy(self._default)
+
+    def value(self) -> Any:
+        """The current key's value, or the descriptor's default when none is set."""
+        raw = self._backend._db.get(self._rkey())
+        return self._default_value() if raw is None else self._decode(raw)
+
+    def update(self, value: Any) -> None:
+        """Set the current key's value; None clears it."""
+        if value is None:
+            self.clear()
+        else:
+            self._backend._db.put(self._rkey(), self._encode(value))
+
+    # -- vectorized access: one multi-get / one write batch per call -----------------------
+
+    def _batch_keys(self, keys) -> list[bytes]:
+        backend = self._backend
+        prefixes = backend._kg_prefixes
+        sid = self._sid
+        out = []
+        append = out.append
+        for key, kg in zip(keys.unique, keys.key_groups):
+            try:
+                prefix = prefixes[kg]
+            except (KeyError, TypeError):
+                backend.set_current_key(key, kg)
+                raise backend._key_group_error(self.name) from None
+            try:
+                append(prefix + sid + encode_key(key))
+            except (TypeError, ValueError, OverflowError) as e:
+                raise key_error(self.name, key) from e
+        return out
+
+    def get_many(self, keys) -> list:
+        """Values of the batch's distinct keys (`BatchKeys.unique`), defaults where unset."""
+        backend = self._backend
+        backend._check_open(self.name)
+        rkeys = self._batch_keys(keys)
+        if not rkeys:
+            return []
+        raws = backend._db.get(rkeys)
+        decode = self._decode
+        return [self._default_value() if raw is None else decode(raw) for raw in raws]
+
+    def put_many(self, keys, values) -> None:
+        """Set the values of the batch's distinct keys (aligned with `keys.unique`); None
+        clears a key. One RocksDB write batch."""
+        if hasattr(values, "tolist"):
+            values = values.tolist()
+        if len(values) != len(keys.unique):
+            raise ValueError(f"state '{self.name}': put_many got {len(values)} values for "
+                             f"{len(keys.unique)} keys")
+        backend = self._backend
+        backend._check_open(self.name)
+        rkeys = self._batch_keys(keys)
+        batch = backend._rocksdict.WriteBatch(raw_mode=True)
+        encode = self._encode
+        for rkey, value in zip(rkeys, values):
+            if value is None:
+                batch.delete(rkey)
+            else:
+                batch.put(rkey, encode(value))
+        backend._db.write(batch)
+
+
+class RocksDBListState(RocksDBState):
+    """A list of elements per key, stored as one msgpack array."""
+
+    __slots__ = ()
+
+    def get(self) -> list:
+        """The current key's elements ([] when there are none)."""
+        raw = self._backend._db.get(self._rkey())
+        return [] if raw is None else self._decode_list(raw)
+
+    def _append(self, encoded: list[bytes]) -> None:
+        db = self._backend._db
+        rkey = self._rkey()
+        raw = db.get(rkey)
+        if raw is None:
+            db.put(rkey, _array_header(len(encoded)) + b"".join(encoded))
+            return
+        n, header = _array_count(raw)
+        db.put(rkey, _array_header(n + len(encoded)) + raw[header:] + b"".join(encoded))
+
+    def add(self, value: Any) -> None:
+        """Append one element."""
+        self._append([self._encode(value)])
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        """Append several elements (nothing happens for an empty iterable)."""
+        encoded = [self._encode(v) for v in values]
+        if encoded:
+            self._append(encoded)
+
+    def update(self, values: Iterable[Any]) -> None:
+        """Replace the elements; an empty iterable clears the state."""
+        encoded = [self._encode(v) for v in values]
+        if not encoded:
+            self.clear()
+            return
+        self._backend._db.put(self._rkey(), _array_header(len(encoded)) + b"".join(encoded))
+
+
+class RocksDBMapState(RocksDBState):
+    """A dict per key: one RocksDB entry per (key, user key)."""
+
+    __slots__ = ()
+
+    def _user_key(self, key: Any) -> bytes:
+        try:
+            return encode_value(key)
+        except (TypeError, ValueError, OverflowError):
+            check_map_key(self.name, key)
+            raise
+
+    def _scan(self) -> Iterator[tuple[bytes, bytes]]:
+        prefix = self._rkey()
+        return self._backend._scan(prefix, len(prefix))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        rkey = self._rkey()
+        try:
+            user_key = encode_value(key)
+        except (TypeError, ValueError, OverflowError):
+            return default
+        raw = self._backend._db.get(rkey + user_key)
+        return default if raw is None else self._decode(raw)
+
+    def put(self, key: Any, value: Any) -> None:
+        check_map_key(self.name, key)
+        rkey = self._rkey()
+        self._backend._db.put(rkey + self._user_key(key), self._encode(value))
+
+    def put_all(self, mapping: Mapping[Any, Any]) -> None:
+        items = dict(mapping)
+        if not items:
+            return
+        rkey = self._rkey()
+        encoded = []
+        for k, v in items.items():
+            check_map_key(self.name, k)
+            encoded.append((rkey + self._user_key(k), self._encode(v)))
+        backend = self._backend
+        batch = backend._rocksdict.WriteBatch(raw_mode=True)
+        for k, v in encoded:
+            batch.put(k, v)
+        backend._db.write(batch)
+
+    def remove(self, key: Any) -> None:
+        rkey = self._rkey()
+        try:
+            user_key = encode_value(key)
+        except (TypeError, ValueError, OverflowError):
+            return
+        self._backend._db.delete(rkey + user_key)
+
+    def contains(self, key: Any) -> bool:
+        rkey = self._rkey()
+        try:
+            user_key = encode_value(key)
+        except (TypeError, ValueError, OverflowError):
+            return False
+        return self._backend._db.get(rkey + user_key) is not None
+
+    def keys(self) -> list:
+        return [unpack_value(k) for k, _ in self._scan()]
+
+    def values(self) -> list:
+        return [self._decode(v) for _, v in self._scan()]
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(unpack_value(k), self._decode(v)) for k, v in self._scan()]
+
+    def is_empty(self) -> bool:
+        return next(iter(self._scan()), None) is None
+
+    def clear(self) -> None:
+        prefix = self._rkey()
+        backend = self._backend
+        batch = backend._rocksdict.WriteBatch(raw_mode=True)
+        for user_key, _ in backend._scan(prefix, len(prefix)):
+            batch.delete(prefix + user_key)
+        if len(batch):
+            backend._db.write(batch)
+
+
+class RocksDBReducingState(RocksDBState):
+    """One value per key, folded with every added value by the descriptor's reduce function."""
+
+    __slots__ = ("_reduce",)
+
+    def __init__(self, backend, descriptor, sid):
+        super().__init__(backend, descriptor, sid)
+        self._reduce = descriptor.reduce_function
+
+    def get(self) -> Any:
+        """The reduced value, or None when nothing was added."""
+        raw = self._backend._db.get(self._rkey())
+        return None if raw is None else self._decode(raw)
+
+    def add(self, value: Any) -> None:
+        db = self._backend._db
+        rkey = self._rkey()
+        raw = db.get(rkey)
+        result = value if raw is None else self._reduce(self._decode(raw), value)
+        if result is None:
+            db.delete(rkey)
+        else:
+            db.put(rkey, self._encode(result))
+
+
+STATE_CLASSES: dict[str, type[RocksDBState]] = {
+    VALUE: RocksDBValueState, LIST: RocksDBListState, MAP: RocksDBMapState,
+    REDUCING: RocksDBReducingState,
+}
+
+
+@dataclass
+class _StateMeta:
+    """A state name of this database: its id, kind and serializer tag, and its state object
+    once the job registered it (None: restored, not asked for yet)."""
+
+    name: str
+    kind: str
+    tag: str
+    sid: bytes
+    state: RocksDBState | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# snapshots
+
+
+class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
+    """Full snapshot over a pinned view of the database; `run()` writes the canonical file."""
+
+    def __init__(self, backend: "RocksDBKeyedStateBackend", token: int | None,
+                 checkpoint_id: int, location: str, iterator: Any,
+                 states: dict[bytes, tuple[str, str, str]]):
+        super().__init__(checkpoint_id, location,
+                         f"keyed snapshot of operator '{backend.operator_uid}'")
+        self._backend = backend
+        self._token = token
+        self._iterator = iterator
+        self._states = states
+
+    def _release(self) -> None:
+        self._iterator = None
+        if self._token is not None:
+            self._backend._release_snapshot(self._token)
+            self._token = None
+
+    def _blocks(self) -> Iterator[tuple[int, list]]:
+        """(key group, [[name, kind, tag, keys bytes, values bytes], ...]) in key group order."""
+        it = self._iterator
+        states = self._states
+        kg_prefix = None
+        out: list = []
+        sid = None
+        keys: list[bytes] = []
+        values: list = []
+        is_map = False
+        last_key = None
+
+        def finish_state():
+            name, kind, tag = states[sid]
+            if is_map:
+                vals = [_map_header(len(g)) + b"".join(g) for g in values]
+            else:
+                vals = values
+            out.append([name, kind, tag, _array_header(len(keys)) + b"".join(keys),
+                        _array_header(len(vals)) + b"".join(vals)])
+
+        while it.valid():
+            rkey = it.key()
+            value = it.value()
+            if rkey[:2] != kg_prefix:
+                if kg_prefix is not None:
+                    finish_state()
+                    yield int.from_bytes(kg_prefix, "big"), out
+                kg_prefix, out, sid = rkey[:2], [], None
+            if rkey[2:4] != sid:
+                if sid is not None:
+                    finish_state()
+                sid = rkey[2:4]
+                if sid not in states:
+                    raise StateError(f"operator '{self._backend.operator_uid}': the RocksDB "
+                                     f"database holds entries of unknown state id {sid.hex()}")
+                is_map = states[sid][1] == MAP
+                keys, values, last_key = [], [], None
+            if is_map:
+                end = _skip(rkey, 4)
+                key = rkey[4:end]
+                if key != last_key:
+                    keys.append(key)
+                    values.append([])
+                    last_key = key
+                values[-1].append(rkey[end:] + value)
+            else:
+                keys.append(rkey[4:])
+                values.append(value)
+            it.next()
+        if kg_prefix is not None:
+            finish_state()
+            yield int.from_bytes(kg_prefix, "big"), out
+
+    def _write(self) -> KeyGroupsStateHandle | None:
+        if self._iterator is None:
+            return None
+        backend = self._backend
+        name = filesystem.unique_name(f"{safe_file_prefix(backend.operator_uid)}-keyed")
+        self._url = filesystem.join(self.location, name)
+        offsets: dict[int, tuple[int, int]] = {}
+        with filesystem.open_write(self._url) as out:
+            out.write(MAGIC)
+            position = len(MAGIC)
+            for kg, states in self._blocks():
+                self._check_not_discarded()
+                payload = msgpack.packb([FORMAT_VERSION, kg, states], use_bin_type=True)
+                out.write(payload)
+                out.write(_checksum(payload))
+                length = len(payload) + _CHECKSUM_BYTES
+                offsets[kg] = (position, length)
+                position += length
+        kg_range = backend.key_group_range
+        return KeyGroupsStateHandle(FileHandle(name, position), kg_range.start, kg_range.end,
+                                    offsets)
+
+
+# ---------------------------------------------------------------------------------------------
+# the backend
+
+
+class RocksDBKeyedStateBackend:
+    """Keyed state of one operator subtask in an embedded RocksDB, for the key groups it owns."""
+
+    def __init__(self, operator_uid: str, max_parallelism: int, key_group_range: KeyGroupRange,
+                 config: RocksDBConfig | str | None = None):
+        check_max_parallelism(max_parallelism)
+        if not isinstance(key_group_range, KeyGroupRange) or key_group_range.is_empty \
+                or key_group_range.end >= max_parallelism:
+            raise ConfigurationError(
+                f"operator '{operator_uid}': key_group_range must be a non-empty KeyGroupRange "
+                f"within [0, {max_parallelism}), got {key_group_range!r}")
+        if config is None or config == "rocksdb":
+            config = RocksDBConfig()
+        if not isinstance(config, RocksDBConfig):
+            raise ConfigurationError(f"operator '{operator_uid}': the RocksDB backend needs a "
+                                     f"RocksDBConfig, got {config!r}")
+        self.operator_uid = operator_uid
+        self.max_parallelism = max_parallelism
+        self.key_group_range = key_group_range
+        self.config = config
+        base = str(config.local_dir) if config.local_dir is not None else tempfile.gettempdir()
+        try:
+            os.makedirs(base, exist_ok=True)
+            remove_stale_directories(base)
+            self.directory = tempfile.mkdtemp(
+                prefix=f"{DIRECTORY_PREFIX}{os.getpid()}-{safe_file_prefix(operator_uid)[:40]}-"
+                       f"kg{key_group_range.start}-", dir=base)
+        except OSError as e:
+            raise ConfigurationError(f"operator '{operator_uid}': cannot create the RocksDB "
+                                     f"working directory under {base!r}: {e}; set "
+                                     f"RocksDBConfig.local_dir to a writable local "
+                                     f"directory") from e
+        try:
+            self._rocksdict, self._db, self.block_cache = _open_db(os.path.join(self.directory, "db"), config)
+        except BaseException:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise
+        self._kg_prefixes: dict[int, bytes] = {kg: _kg_bytes(kg) for kg in key_group_range}
+        self._current_key: Any = None
+        self._current_key_group: int | None = None
+        self._kg: bytes | None = None          # encoded current key group (lazily checked)
+        self._key: bytes | None = None         # encoded current key (lazily)
+        self._meta: dict[str, _StateMeta] = {}
+        self._next_sid = 0
+        self._live_snapshots: set[int] = set()
+        self._next_token = 0
+        self._lock = threading.Lock()
+        self._disposed = False
+        self._deleted = False
+        self.is_restored = False
+        self.last_completed_checkpoint_id: int | None = None
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def set_current_key(self, key: Any, key_group: int) -> None:
+        """Make `key` (in `key_group`, from `assign_to_key_group`) the key states refer to."""
+        self._current_key = key
+        self._current_key_group = key_group
+        self._kg = None
+        self._key = None
+
+    @property
+    def current_key(self) -> Any:
+        return self._current_key
+
+    @property
+    def current_key_group(self) -> int | None:
+        return self._current_key_group
+
+    def _current_prefix(self, state_name: str) -> tuple[bytes, bytes]:
+        """(key group bytes, key bytes) of the current key, checked on first use."""
+        kg = self._kg
+        if kg is None:
+            if self._disposed:
+                raise self._key_group_error(state_name)
+            try:
+                kg = self._kg = self._kg_prefixes[self._current_key_group]
+            except (KeyError, TypeError):
+                raise self._key_group_error(state_name) from None
+        key = self._key
+        if key is None:
+            try:
+                key = self._key = encode_key(self._current_key)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise key_error(state_name, self._current_key) from e
+        return kg, key
+
+    def _check_open(self, state_name: str) -> None:
+        if self._disposed:
+            raise self._key_group_error(state_name)
+
+    def _key_group_error(self, state_name: str) -> StateError:
+        if self._disposed:
+            return StateError(f"state '{state_name}' of operator '{self.operator_uid}' was used "
+                              f"after its backend was disposed")
+        if self._current_key_group is None:
+            return StateError(
+                f"state '{state_name}' of operator '{self.operator_uid}' was accessed without a "
+                f"current key: keyed state is only available while processing a record of a "
+                f"keyed stream (call set_current_key first)")
+        return StateError(
+            f"state '{state_name}' of operator '{self.operator_uid}': the current key "
+            f"{self._current_key!r} has key group {self._current_key_group!r}, outside this "
+            f"subtask's key groups [{self.key_group_range.start}, {self.key_group_range.end}] "
+            f"(max parallelism {self.max_parallelism}); the record was routed to the wrong "
+            f"subtask")
+
+    def memory_usage(self) -> dict[str, int]:
+        """Bytes RocksDB holds in memory now: block cache and memtables."""
+        return {"block_cache": self.block_cache.get_usage(),
+                "memtables": self._db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0}
+
+    def _scan(self, prefix: bytes, strip: int) -> Iterator[tuple[bytes, bytes]]:
+        """(key without its first `strip` bytes, value) of every entry starting with `prefix`."""
+        options = self._rocksdict.ReadOptions()
+        upper = _successor(prefix)
+        if upper is not None:
+            options.set_iterate_upper_bound(upper)
+        it = self._db.iter(options)
+        it.seek(prefix)
+        while it.valid():
+            yield it.key()[strip:], it.value()
+            it.next()
+
+    # -- states ----------------------------------------------------------------------------
+
+    def _new_sid(self) -> bytes:
+        if self._next_sid >= _MAX_STATES:
+            raise StateError(f"operator '{self.operator_uid}': more than {_MAX_STATES} keyed "
+                             f"states")
+        sid = self._next_sid.to_bytes(2, "big")
+        self._next_sid += 1
+        return sid
+
+    def get_state(self, descriptor: StateDescriptor) -> RocksDBState:
+        """The state for `descriptor`; the same name returns the same state object."""
+        if not isinstance(descriptor, StateDescriptor) or descriptor.kind not in STATE_KINDS:
+            raise ConfigurationError(
+                f"unknown state kind: get_state expects a ValueStateDescriptor, "
+                f"ListStateDescriptor, MapStateDescriptor or ReducingStateDescriptor, got "
+                f"{type(descriptor).__name__}")
+        if self._disposed:
+            raise StateError(f"operator '{self.operator_uid}': get_state after dispose")
+        name = descriptor.name
+        meta = self._meta.get(name)
+        if meta is not None and meta.state is not None:
+            state = meta.state
+            if state.kind != descriptor.kind:
+                raise StateError(
+                    f"state '{name}' of operator '{self.operator_uid}' is a {state.kind} state; "
+                    f"it cannot also be used as a {descriptor.kind} state (use another name)")
+            if state._serializer != descriptor.get_serializer():
+                raise StateError(
+                    f"state '{name}' of operator '{self.operator_uid}' is registered with "
+                    f"serializer {state._serializer!r}, not {descriptor.get_serializer()!r}")
+            return state
+        if meta is not None:       # restored, now asked for
+            self._check_compatible(name, meta.kind, meta.tag, descriptor.kind,
+                                   descriptor.get_serializer().tag)
+        else:
+            meta = self._meta[name] = _StateMeta(name, descriptor.kind,
+                                                 descriptor.get_serializer().tag, self._new_sid())
+        meta.state = STATE_CLASSES[descriptor.kind](self, descriptor, meta.sid)
+        return meta.state
+
+    def _check_compatible(self, name: str, kind: str, tag: str, want_kind: str,
+                          want_tag: str) -> None:
+        if kind != want_kind:
+            raise RestoreError(
+                f"state '{name}' of operator '{self.operator_uid}' was checkpointed as a {kind} "
+                f"state but is now requested as a {want_kind} state; keep the kind or rename "
+                f"the state")
+        if tag != want_tag:
+            raise RestoreError(
+                f"state '{name}' of operator '{self.operator_uid}' was checkpointed with the "
+                f"{tag!r} serializer but its descriptor now uses {want_tag!r}")
+
+    def state_names(self) -> list[str]:
+        return sorted(self._meta)
+
+    def _state_entries(self, meta: _StateMeta) -> Iterator[tuple[int, bytes, Any]]:
+        """(key group, key bytes, raw value or [(user key bytes, raw value)]) of a state."""
+        if self._disposed:
+            return
+        for kg, kg_bytes in self._kg_prefixes.items():
+            prefix = kg_bytes + meta.sid
+            if meta.kind != MAP:
+                for key, raw in self._scan(prefix, 4):
+                    yield kg, key, raw
+                continue
+            last, entries = None, []
+            for rest, raw in self._scan(prefix, 4):
+                end = _skip(rest, 0)
+                key = rest[:end]
+                if key != last:
+                    if last is not None:
+                        yield kg, last, entries
+                    last, entries = key, []
+                entries.append((rest[end:], raw))
+            if last is not None:
+                yield kg, last, entries
+
+    def get_keys(self, state_name: str) -> list:
+        """All keys that have an entry in `state_name` (any key group)."""
+        meta = self._meta.get(state_name)
+        if meta is None:
+            return []
+        return [_decode_key(key) for _, key, _ in self._state_entries(meta)]
+
+    def num_keys(self) -> int:
+        """Entries over all states (a key with two states counts twice)."""
+        return sum(1 for meta in self._meta.values() for _ in self._state_entries(meta))
+
+    def iter_entries(self, state_name: str) -> Iterator[tuple[int, Any, Any]]:
+        """(key group, key, value) of every entry of a registered state."""
+        meta = self._meta.get(state_name)
+        if meta is None or meta.state is None:
+            raise KeyError(state_name)
+        state = meta.state
+        for kg, key, raw in self._state_entries(meta):
+            if meta.kind == MAP:
+                value = {unpack_value(uk): state._decode(v) for uk, v in raw}
+            elif meta.kind == LIST:
+                value = state._decode_list(raw)
+            else:
+                value = state._decode(raw)
+            yield kg, _decode_key(key), value
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def snapshot(self, checkpoint_id: int, location: str) -> RocksDBKeyedStateSnapshot:
+        """Synchronous part of a checkpoint: pin a consistent view (an iterator); no I/O."""
+        if self._disposed:
+            raise StateError(f"operator '{self.operator_uid}': snapshot after dispose")
+        iterator = self._db.iter()
+        iterator.seek_to_first()
+        if not iterator.valid():
+            return RocksDBKeyedStateSnapshot(self, None, checkpoint_id, location, None, {})
+        states = {m.sid: (m.name, m.kind, m.tag) for m in self._meta.values()}
+        with self._lock:
+            token = self._next_token
+            self._next_token += 1
+            self._live_snapshots.add(token)
+        return RocksDBKeyedStateSnapshot(self, token, checkpoint_id, location, iterator, states)
+
+    def _release_snapshot(self, token: int) -> None:
+        with self._lock:
+            self._live_snapshots.discard(token)
+            delete = self._disposed and not self._live_snapshots
+        if delete:
+            self._delete_directory()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Nothing to clean up for full snapshots; remembered for metrics."""
+        if self.last_completed_checkpoint_id is None or checkpoint_id > self.last_completed_checkpoint_id:
+            self.last_completed_checkpoint_id = checkpoint_id
+
+    # -- restore ---------------------------------------------------------------------------
+
+    def restore(self, state: SubtaskRestoreState | Sequence[KeyGroupsStateHandle],
+                base_location: str) -> None:
+        """Load the key groups of this backend's range from `state` (canonical keyed state
+        files, from either backend and any parallelism; paths relative to `base_location`)."""
+        if self._disposed:
+            raise StateError(f"operator '{self.operator_uid}': restore after dispose")
+        if isinstance(state, SubtaskRestoreState):
+            if state.max_parallelism != self.max_parallelism:
+                raise RestoreError(
+                    f"operator '{self.operator_uid}': the restore assignment is for max "
+                    f"parallelism {state.max_parallelism}, this backend has "
+                    f"{self.max_parallelism}; the max parallelism of a job's state cannot change")
+            handles: Sequence[Any] = state.keyed
+            if state.is_restored:
+                self.is_restored = True
+        else:
+            handles = state
+            self.is_restored = True
+        for handle in handles:
+            if handle is None:
+                continue
+            if not isinstance(handle, KeyGroupsStateHandle):
+                raise RestoreError(f"operator '{self.operator_uid}': cannot restore keyed state "
+                                   f"from a {type(handle).__name__}; expected KeyGroupsStateHandle")
+            self._restore_handle(handle, base_location)
+
+    def _restore_handle(self, handle: KeyGroupsStateHandle, base_location: str) -> None:
+        if handle.key_group_end >= self.max_parallelism:
+            raise RestoreError(
+                f"operator '{self.operator_uid}': keyed state handle covers key groups up to "
+                f"{handle.key_group_end} but max parallelism is {self.max_parallelism}; the max "
+                f"parallelism of a job's state cannot change")
+        wanted = sorted(kg for kg in handle.offsets if kg in self.key_group_range)
+        if not wanted:
+            return
+        url = filesystem.join(base_location, handle.file.path)
+        low = min(handle.offsets[kg][0] for kg in wanted)
+        high = max(handle.offsets[kg][0] + handle.offsets[kg][1] for kg in wanted)
+        try:
+            data = filesystem.read_range(url, low, high - low)
+        except FileNotFoundError as e:
+            raise RestoreError(f"operator '{self.operator_uid}': keyed state file {url} is "
+                               f"missing") from e
+        if len(data) != high - low:
+            raise RestoreError(f"keyed state file {url} is truncated: expected {high - low} "
+                               f"bytes at offset {low}, read {len(data)}")
+        view = memoryview(data)
+        for kg in wanted:
+            offset, length = handle.offsets[kg]
+            block = view[offset - low: offset - low + length]
+            batch = self._rocksdict.WriteBatch(raw_mode=True)
+            for name, kind, tag, wire in decode_block(block, kg, url):
+                self._merge(batch, kg, name, kind, tag, wire)
+            if len(batch):
+                self._db.write(batch)
+
+    def _merge(self, batch: Any, kg: int, name: str, kind: str, tag: str, wire: dict) -> None:
+        if kind not in STATE_KINDS:
+            raise RestoreError(f"state '{name}' of operator '{self.operator_uid}' has unknown "
+                               f"kind {kind!r} in the checkpoint")
+        meta = self._meta.get(name)
+        if meta is None:
+            meta = self._meta[name] = _StateMeta(name, kind, tag, self._new_sid())
+        elif meta.state is not None:
+            self._check_compatible(name, kind, tag, meta.state.kind, meta.state._serializer.tag)
+        elif (meta.kind, meta.tag) != (kind, tag):
+            raise RestoreError(
+                f"state '{name}' of operator '{self.operator_uid}' appears in the checkpoint as "
+                f"{meta.kind}/{meta.tag} and as {kind}/{tag}")
+        prefix = self._kg_prefixes[kg] + meta.sid
+        try:
+            for key, value in wire.items():
+                rkey = prefix + encode_key(key)
+                if kind == MAP:
+                    for user_key, user_value in value.items():
+                        batch.put(rkey + encode_value(user_key), encode_value(user_value))
+                else:
+                    batch.put(rkey, encode_value(value))
+        except (TypeError, ValueError, OverflowError) as e:
+            raise RestoreError(f"state '{name}' of operator '{self.operator_uid}': an entry of "
+                               f"key group {kg} cannot be stored: {e}") from e
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def dispose(self) -> None:
+        """Close the database and delete its directory (once running snapshots finished;
+        they keep their pinned view and can still complete)."""
+        if self._disposed:
+            return
+        self._disposed = True
+        self._meta.clear()
+        self._current_key = None
+        self._current_key_group = None
+        self._kg = None
+        self._key = None
+        try:
+            self._db.close()
+        except Exception:
+            pass
+        with self._lock:
+            delete = not self._live_snapshots
+        if delete:
+            self._delete_directory()
+
+    def _delete_directory(self) -> None:
+        with self._lock:
+            if self._deleted:
+                return
+            self._deleted = True
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __del__(self):
+        try:
+            if not self._disposed:
+                self.dispose()
+        except Exception:
+            pass
+
+
+__all__ = ["RocksDBConfig", "RocksDBKeyedStateBackend", "RocksDBKeyedStateSnapshot",
+           "RocksDBListState", "RocksDBMapState", "RocksDBReducingState", "RocksDBState",
+           "RocksDBValueState", "encode_key", "import_rocksdict"]
