@@ -109,7 +109,7 @@ def kill_in_phase(phase_dir, phase: str, vertex_prefix: str = "", timeout=30) ->
     raise AssertionError(f"no task entered the {phase} phase within {timeout} s")
 
 
-def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str):
+def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend: str = "hashmap"):
     """Three SIGKILLs, each on a running attempt, with a budget of exactly three restarts: the job
     must finish (a kill charged twice would exhaust it)."""
     rng = random.Random(seed)
@@ -118,7 +118,7 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str):
     monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({
         "phase_dir": str(phases), "async_delay": 0.2, "notify_delay": 0.2}))
     config = ss.CheckpointConfig(interval=0.5, directory=str(ckpt), mode=mode, num_retained=2)
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, state_backend=state_backend,
                                restart=ss.RestartStrategy.fixed_delay(attempts=3, delay=0.1))
     (env.from_source(ss.sources.Generator(event, count=N, rate=RATE), name="events", uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
@@ -145,9 +145,9 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str):
     return result, read_output(out), out
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_chaos_exactly_once_output_equals_a_failure_free_run(spark, tmp_path, monkeypatch, seed):
-    result, rows, out = run_chaos(spark, tmp_path, monkeypatch, seed, "exactly_once")
+@pytest.mark.parametrize("seed, state_backend", [(1, "hashmap"), (2, "rocksdb")])
+def test_chaos_exactly_once_output_equals_a_failure_free_run(spark, tmp_path, monkeypatch, seed, state_backend):
+    result, rows, out = run_chaos(spark, tmp_path, monkeypatch, seed, "exactly_once", state_backend)
     expected = expected_rows(N)
     assert len(rows) == len(set(rows)), "duplicates in the committed output"
     assert set(rows) == expected, (f"missing {len(expected - set(rows))}, "

@@ -84,7 +84,8 @@ def test_stop_with_savepoint_then_restore_equals_an_uninterrupted_run(spark, tmp
     rows_before = first.wait(10).rows()
     assert 0 < len(rows_before) < N
 
-    env2 = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    # The second half runs on RocksDB: a savepoint is canonical, so backends switch through it.
+    env2 = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path), state_backend="rocksdb")
     build(env2, rate=None)
     second = env2.execute("second half", restore_from=savepoint)
     rows = rows_before + second.rows()
@@ -119,7 +120,8 @@ def test_rescaling_two_to_three_to_one_keeps_per_key_results(spark, tmp_path):
     sp1 = stop_after(first, 1.2, tmp_path / "sp")
     rows += first.wait(10).rows()
 
-    env3 = ss.StreamEnvironment(parallelism=3, spark=spark, checkpointing=config(tmp_path))
+    # p3 runs on RocksDB (rescaled heap state in, RocksDB state out), p1 on the heap again.
+    env3 = ss.StreamEnvironment(parallelism=3, spark=spark, checkpointing=config(tmp_path), state_backend="rocksdb")
     build(env3, rate=3000)
     second = start(env3, "p3", restore_from=sp1)
     sp2 = stop_after(second, 1.2, tmp_path / "sp")
