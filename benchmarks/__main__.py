@@ -24,14 +24,17 @@ PROFILES = {
     "quick": dict(row=6_000_000, batch=100_000_000, spark_sql=16_000_000,
                   spark_tws=4_000_000, ceiling=20_000_000, runs=5, state_keys=(10_000, 1_000_000, 10_000_000),
                   state_seconds=8.0, latency_seconds=10.0, backpressure_seconds=8.0, kills=5, keys=1000,
-                  nexmark=1_000_000, nexmark_spark=4_000_000, nexmark_runs=3),
+                  nexmark=1_000_000, nexmark_spark=4_000_000, nexmark_runs=3,
+                  per_row=2_000_000, per_row_sentences=400_000, per_row_runs=3, window_events=2_000_000),
     "full": dict(row=20_000_000, batch=300_000_000, spark_sql=48_000_000,
                  spark_tws=8_000_000, ceiling=60_000_000, runs=5, state_keys=(10_000, 1_000_000, 10_000_000),
                  state_seconds=20.0, latency_seconds=30.0, backpressure_seconds=20.0, kills=9, keys=1000,
-                 nexmark=10_000_000, nexmark_spark=24_000_000, nexmark_runs=5),
+                 nexmark=10_000_000, nexmark_spark=24_000_000, nexmark_runs=5,
+                 per_row=6_000_000, per_row_sentences=1_200_000, per_row_runs=5, window_events=6_000_000),
 }
 
-BENCHMARKS = ("throughput", "spark", "ceiling", "checkpoints", "backpressure", "latency", "recovery", "nexmark")
+BENCHMARKS = ("throughput", "per_row", "spark", "ceiling", "checkpoints", "backpressure", "latency", "recovery",
+              "nexmark", "window_latency")
 
 
 def _spark_session():
@@ -52,6 +55,17 @@ def run_throughput(spark, p: dict, results: dict) -> None:
             results[f"w1_{form}_{label}"] = workloads.summarize([pair[side] for pair in pairs])
         ratios = [with_["events_per_second"] / without["events_per_second"] for without, with_ in pairs]
         results[f"w1_{form}_overhead"] = {"overhead": 1 - statistics.median(ratios), "ratios": ratios}
+
+
+def run_per_row(spark, p: dict, results: dict) -> None:
+    """W1 and the word count written the README way (per-row Generator function, per-row
+    operators, every result emitted), at parallelism 1 and 2, checkpoints every 1 s; see
+    benchmarks/per_row.py for what each figure includes."""
+    from benchmarks import per_row
+
+    print(f"  per-row W1 ({p['per_row']:,} rows) and word count ({p['per_row_sentences']:,} sentences), "
+          f"parallelism 1 and 2, {p['per_row_runs']} runs each ...", flush=True)
+    results.update(per_row.measure(spark, p["per_row"], p["per_row_sentences"], p["keys"], runs=p["per_row_runs"]))
 
 
 def run_spark(spark, p: dict, results: dict) -> None:
@@ -124,6 +138,19 @@ def run_latency(spark, p: dict, results: dict) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def run_window_latency(spark, p: dict, results: dict) -> None:
+    """A keyed event-time window count: window end -> result, at half its own max rate (issue 11)."""
+    from benchmarks import window_latency
+
+    print("  window count: max rate ...", flush=True)
+    max_rate = window_latency.max_rate(spark, p["window_events"])
+    results["window_latency"] = {"max_rate": max_rate}
+    for share in (0.5, 0.25):
+        print(f"  window count latency at {share:g} x {max_rate:,.0f} events/s ...", flush=True)
+        results["window_latency"][f"at_{share:g}_max"] = window_latency.window_latency(
+            spark, max_rate * share, p["latency_seconds"])
+
+
 def run_recovery(spark, p: dict, results: dict) -> None:
     print("  recovery ...", flush=True)
     results["recovery"] = workloads.recovery_time(spark, kills=p["kills"])
@@ -136,9 +163,9 @@ def run_nexmark(spark, p: dict, results: dict) -> None:
     bench.run_all(spark, p["nexmark"], p["nexmark_spark"], p["nexmark_runs"], results)
 
 
-RUNNERS = {"throughput": run_throughput, "spark": run_spark, "ceiling": run_ceiling, "checkpoints": run_checkpoints,
+RUNNERS = {"throughput": run_throughput, "per_row": run_per_row, "spark": run_spark, "ceiling": run_ceiling, "checkpoints": run_checkpoints,
            "backpressure": run_backpressure, "latency": run_latency, "recovery": run_recovery,
-           "nexmark": run_nexmark}
+           "nexmark": run_nexmark, "window_latency": run_window_latency}
 
 
 def main(argv=None) -> int:

@@ -12,6 +12,7 @@ import streamsnap
 TARGETS = {
     "row": 650_000, "batch": 10_000_000, "ceiling_fraction": 0.40, "overhead": 0.05,
     "latency_p99": 0.050, "latency_vs_spark": 10.0, "recovery": 5.0,
+    "row_readme": 1_000_000, "word_count": 1_000_000,
 }
 
 
@@ -60,6 +61,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             out.append((f"checkpoint overhead, {form} (1 s)", _fmt_rate(ck), f"{_fmt_rate(base)} without",
                         f"{overhead:+.1%}" + (" (median of paired runs)" if paired else ""), "≤ 5 %",
                         _verdict(overhead <= TARGETS["overhead"])))
+    out += per_row_rows(results)
     sql, tws = _rate(results, "spark_sql_aggregation"), _rate(results, "spark_transform_with_state_in_pandas")
     if sql and batch:
         per_batch = results["spark_sql_aggregation"].get("rows_per_batch")
@@ -114,11 +116,33 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                         f"p50 {_fmt_s(quarter['p50'])} / p99 {_fmt_s(quarter['p99'])}", "", "",
                         "p99 ≤ 50 ms", _verdict(quarter["p99"] <= TARGETS["latency_p99"])))
     out += nexmark_rows(results)
+    out += window_latency_rows(results)
     rec = results.get("recovery")
     if rec:
         out.append(("recovery, SIGKILL → first output after restore", f"median {_fmt_s(rec['median'])}",
                     f"{len(rec['runs'])} kills, max {_fmt_s(max(rec['runs']))}", "", "≤ 5 s",
                     _verdict(rec["median"] <= TARGETS["recovery"])))
+    return out
+
+
+def per_row_rows(results: dict) -> list[tuple]:
+    """The README-way per-row figures (benchmarks/per_row.py), at each parallelism measured."""
+    out = []
+    for p in (1, 2):
+        w1 = results.get(f"w1_row_readme_p{p}")
+        if w1:
+            target = p == 2
+            out.append((f"W1 per-row the README way (per-row Generator fn, process emits every sum), p={p}, "
+                        f"events/s", _fmt_rate(w1["events_per_second"]), "", "",
+                        "≥ 1 M/s" if target else "",
+                        _verdict(w1["events_per_second"] >= TARGETS["row_readme"]) if target else "–"))
+        wc = results.get(f"word_count_p{p}")
+        if wc:
+            target = p == 2
+            out.append((f"word count (per-row Generator fn → flat_map → map → filter → key_by → process), p={p}, "
+                        f"words/s", _fmt_rate(wc["words_per_second"]), "", "",
+                        "≥ 1 M/s" if target else "",
+                        _verdict(wc["words_per_second"] >= TARGETS["word_count"]) if target else "–"))
     return out
 
 
@@ -153,6 +177,24 @@ def nexmark_rows(results: dict) -> list[tuple]:
             ok = (not flink or mine >= 2 * flink) and (not spark or mine >= 3 * spark)
         out.append((f"Nexmark {q}, events/s/core", _fmt_rate(mine), comparison or "–", ratio,
                     "≥ 2× Flink, ≥ 3× Spark", _verdict(ok)))
+    return out
+
+
+def window_latency_rows(results: dict) -> list[tuple]:
+    """Keyed event-time window count (benchmarks/window_latency.py): window end -> result."""
+    wl = results.get("window_latency")
+    if not wl:
+        return []
+    out = []
+    for share in (0.5, 0.25):
+        r = wl.get(f"at_{share:g}_max")
+        if not r:
+            continue
+        out.append((f"window count latency (window end → result) at {share:g} × its max ({_fmt_rate(wl['max_rate'])}), "
+                    f"{r['window_ms']:.0f} ms windows, watermark delay {r['delay_ms']:.0f} ms",
+                    f"p50 {r['p50_ms']:.0f} ms / p99 {r['p99_ms']:.0f} ms", "", "",
+                    f"p99 ≤ delay + 50 ms = {r['target_ms']:.0f} ms" if share == 0.5 else "",
+                    _verdict(r["met"]) if share == 0.5 else "–"))
     return out
 
 

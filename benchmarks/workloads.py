@@ -8,6 +8,7 @@ deployment and teardown do not count (checkpoint pauses and the final checkpoint
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
@@ -15,6 +16,7 @@ import statistics
 import tempfile
 import threading
 import time
+import uuid
 
 import numpy as np
 import pyarrow as pa
@@ -194,6 +196,62 @@ def summarize(measured: list[dict]) -> dict:
     return {"events_per_second": statistics.median(m["events_per_second"] for m in measured),
             "runs": [m["events_per_second"] for m in measured], "details": measured}
 
+
+
+# ------------------------------------------------------------------------------- end-to-end timing
+def stamp_start(directory: str) -> None:
+    """Record, in a file under `directory`, the wall-clock time a source subtask started."""
+    with open(os.path.join(directory, f"start-{uuid.uuid4().hex}"), "w") as f:
+        f.write(repr(time.time()))
+
+
+def read_starts(directory: str) -> list[float]:
+    """Every time `stamp_start` recorded under `directory`."""
+    starts = []
+    for path in glob.glob(os.path.join(directory, "start-*")):
+        with open(path) as f:
+            starts.append(float(f.read()))
+    return starts
+
+
+class _EndWriter(SinkWriter):
+    def __init__(self, ctx):
+        self._ctx, self.rows = ctx, 0
+
+    def write(self, batch) -> None:
+        self.rows += batch.num_rows if hasattr(batch, "num_rows") else len(batch)
+
+    def end_input(self) -> None:
+        self._ctx.driver.send({"type": "sink", "uid": self._ctx.uid, "op": "end",
+                               "subtask": self._ctx.subtask_index, "end": time.time(), "rows": self.rows})
+
+
+class _Ends:
+    def __init__(self):
+        self.reports: list[dict] = []
+
+    def on_message(self, subtask: int, message: dict) -> None:
+        self.reports.append(message)
+
+
+class EndSink(Sink):
+    """Discards every row (no Arrow conversion, like `sinks.Discard`); each subtask reports its
+    row count and when its input ended."""
+
+    checks_schema = False
+
+    def __init__(self):
+        self.ends = None
+
+    def create_writer(self, ctx) -> SinkWriter:
+        return _EndWriter(ctx)
+
+    def create_driver_component(self):
+        self.ends = _Ends()
+        return self.ends
+
+    def __getstate__(self):
+        return {**self.__dict__, "ends": None}  # driver-side only
 
 # ------------------------------------------------------------------------------- latency
 def since_event_creation(batch, now: float) -> np.ndarray:

@@ -66,13 +66,16 @@ def checkpoints(directory: str = typer.Argument(..., help="Checkpoint directory 
         console.print(f"no checkpoints under {directory}")
         raise typer.Exit(1)
     table = Table(title=f"checkpoints under {directory}")
-    for column in ("job", "checkpoint", "status", "completed at", "state size", "operators"):
+    # "full size": every file the checkpoint consists of; "new": what it uploaded itself
+    # (smaller for incremental RocksDB checkpoints, which reuse earlier checkpoints' SST files).
+    for column in ("job", "checkpoint", "status", "completed at", "full size", "new", "operators"):
         table.add_column(column, no_wrap=True)
     table.add_column("path", overflow="fold")
     for s in summaries:
         table.add_row(s.job_id[:12], str(s.checkpoint_id), s.status,
                       time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.completed_at)) if s.completed_at else "-",
                       _size(s.state_size) if s.state_size is not None else "-",
+                      _size(s.incremental_size) if s.incremental_size is not None else "-",
                       str(s.num_operators) if s.num_operators is not None else "-", s.path)
     console.print(table)
     bad = [s for s in summaries if s.status != "COMPLETED"]

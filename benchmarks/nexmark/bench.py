@@ -15,20 +15,18 @@ generating the events does not.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import statistics
 import tempfile
 import time
-import uuid
 
 import numpy as np
 
 import streamsnap as ss
+from benchmarks import workloads
 from benchmarks.nexmark import queries
 from streamsnap.connectors import nexmark
-from streamsnap.connectors.base import Sink, SinkWriter
 
 PARALLELISM = 2
 CORES = 2
@@ -47,46 +45,11 @@ class _StampedEvents:
     def __call__(self, index):
         if not self._stamped:
             self._stamped = True
-            with open(os.path.join(self.directory, f"start-{uuid.uuid4().hex}"), "w") as f:
-                f.write(repr(time.time()))
+            workloads.stamp_start(self.directory)
         return self.events(index)
 
 
-class _EndWriter(SinkWriter):
-    def __init__(self, ctx):
-        self._ctx, self.rows = ctx, 0
-
-    def write(self, batch) -> None:
-        self.rows += batch.num_rows if hasattr(batch, "num_rows") else len(batch)
-
-    def end_input(self) -> None:
-        self._ctx.driver.send({"type": "sink", "uid": self._ctx.uid, "op": "end",
-                               "subtask": self._ctx.subtask_index, "end": time.time(), "rows": self.rows})
-
-
-class _Ends:
-    def __init__(self):
-        self.reports: list[dict] = []
-
-    def on_message(self, subtask: int, message: dict) -> None:
-        self.reports.append(message)
-
-
-class EndSink(Sink):
-    """Discards the output; each subtask reports its row count and when its input ended."""
-
-    def __init__(self):
-        self.ends = None
-
-    def create_writer(self, ctx) -> SinkWriter:
-        return _EndWriter(ctx)
-
-    def create_driver_component(self):
-        self.ends = _Ends()
-        return self.ends
-
-    def __getstate__(self):
-        return {**self.__dict__, "ends": None}
+EndSink = workloads.EndSink
 
 
 def run_streamsnap(spark, query: str, count: int, batch_size: int = 8192) -> dict:
@@ -102,10 +65,7 @@ def run_streamsnap(spark, query: str, count: int, batch_size: int = 8192) -> dic
         sink = EndSink()
         queries.QUERIES[query](queries.events(env, CONFIG, count, source=source)).sink_to(sink, name="out")
         result = env.execute(f"nexmark {query} n={count}")
-        starts = []
-        for path in glob.glob(os.path.join(stamps, "start-*")):
-            with open(path) as f:
-                starts.append(float(f.read()))
+        starts = workloads.read_starts(stamps)
     finally:
         shutil.rmtree(stamps, ignore_errors=True)
     seconds = max(r["end"] for r in sink.ends.reports) - min(starts)

@@ -37,6 +37,18 @@ class RuntimeContext:
         self.job_id = job_id
         self._keyed = keyed_backend
         self._operator = operator_backend
+        self._batch_timers = None   # set by the operator of a KeyedBatchFunction
+
+    def timer_service(self):
+        """A KeyedBatchFunction's timers (api/batch_timers.py): register arrays of times for the
+        batch's keys; due ones come back in `on_timers(timers, ctx)`. Per-row functions use the
+        `ctx.timer_service()` of `process_element` instead."""
+        if self._batch_timers is None:
+            raise RuntimeError(
+                f"operator '{self.operator_name}': the runtime context has timers only for a KeyedBatchFunction "
+                f"(keyed.process_batches); a KeyedProcessFunction registers them with ctx.timer_service() in "
+                f"process_element, for the current key")
+        return self._batch_timers
 
     def get_state(self, descriptor: ValueStateDescriptor | ListStateDescriptor | MapStateDescriptor
                   | ReducingStateDescriptor):
@@ -233,6 +245,11 @@ class KeyedBatchFunction(Function):
     (`keys.unique`, `keys.index` per row, `keys.key_groups`); read and write keyed state in bulk
     with `state.get_many(keys)` / `state.put_many(keys, values)` (ValueState). Return a
     RecordBatch, a Table, a dict of columns, or None.
+
+    Timers: `ctx.timer_service()` in `open(ctx)` registers one time per distinct key
+    (`register_event_time_timers(keys, times)`, processing-time too); due timers arrive in
+    `on_timers(timers, ctx)` — `timers.keys` (BatchKeys, each key once), `timers.timestamps`,
+    `timers.domain` — which returns rows like `process_batch`.
     """
 
     def process_batch(self, batch, keys):

@@ -29,7 +29,7 @@ from streamsnap.checkpoint.failure_manager import CheckpointFailureManager
 from streamsnap.checkpoint.id_counter import CheckpointIdCounter
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
 from streamsnap.checkpoint.io import CheckpointIO, InlineIO
-from streamsnap.checkpoint.metadata import read_metadata, write_metadata
+from streamsnap.checkpoint.metadata import missing_incremental_files, read_metadata, write_metadata
 from streamsnap.checkpoint.pending import OperatorInfo, PendingCheckpoint, discard_subtask_state
 from streamsnap.checkpoint.reasons import AcknowledgeResult, CheckpointException, CheckpointFailureReason as R
 from streamsnap.checkpoint.request_decider import (DEFAULT_MAX_QUEUED, CheckpointRequestDecider,
@@ -443,7 +443,11 @@ class CheckpointCoordinator:
         if result is AcknowledgeResult.SUCCESS:
             self._stats.report_subtask(checkpoint_id, ack.attempt, timestamp,
                                        pending.acknowledgements[ack.attempt].state_size, ack.metrics)
-            if pending.is_fully_acknowledged:
+            if pending.missing_shared_state:
+                self._abort(pending, CheckpointException(
+                    R.SHARED_STATE_DISCARDED, f"{ack.attempt} reuses {pending.missing_shared_state[0]}",
+                    checkpoint_id))
+            elif pending.is_fully_acknowledged:
                 self._complete(pending)
         elif result is AcknowledgeResult.DUPLICATE:
             logger.debug("duplicate acknowledgement of checkpoint %d from %s", checkpoint_id, ack.attempt)
@@ -749,9 +753,16 @@ class CheckpointCoordinator:
 
 
 def _read_completed(location: CheckpointStorageLocation, checkpoint_id: int):
+    """Read a retained checkpoint back; a missing file of one of its incremental snapshots
+    makes it unreadable like a damaged `_metadata` (the same fallback rules apply)."""
     metadata = read_metadata(location.metadata_url)
     if metadata.checkpoint_id != checkpoint_id:
         raise RestoreError(f"{location.metadata_url} holds checkpoint {metadata.checkpoint_id}, expected {checkpoint_id}")
+    missing = missing_incremental_files(metadata, location.url)
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise RestoreError(f"checkpoint {checkpoint_id} at {location.url} references the incremental state file "
+                           f"{missing[0]}{more}, which is missing (deleted from the shared directory?)")
     return metadata
 
 

@@ -73,6 +73,95 @@ class KeyGroupsStateHandle:
 
 
 @dataclass(frozen=True)
+class IncrementalKeyGroupsStateHandle:
+    """Keyed state of one subtask as an incremental RocksDB snapshot: a native RocksDB
+    checkpoint whose SST files live in the job's `shared/` directory, reused by later
+    checkpoints, and whose small files (MANIFEST, CURRENT, OPTIONS, the state-id table) are
+    bundled into one private `file` inside the checkpoint directory.
+
+    `shared_files[i]` is the upload of the database's SST file `sst_names[i]`;
+    `new_shared[i]` tells whether this checkpoint uploaded it (False: uploaded by an earlier
+    checkpoint and reused, so it must still be registered when this one is acknowledged);
+    `checksums[i]` is its xxh64 (hex), verified when it is downloaded again.
+    The database holds key groups [start, end]; restoring another range opens it and keeps
+    only the key groups the subtask owns. Only the RocksDB backend restores these handles;
+    savepoints are always full (`KeyGroupsStateHandle`).
+    """
+
+    file: FileHandle
+    key_group_start: int
+    key_group_end: int  # inclusive
+    checkpoint_id: int
+    shared_files: tuple[FileHandle, ...] = ()
+    sst_names: tuple[str, ...] = ()
+    new_shared: tuple[bool, ...] = ()
+    checksums: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not len(self.shared_files) == len(self.sst_names) == len(self.new_shared) \
+                == len(self.checksums):
+            raise ValueError(f"incremental handle of checkpoint {self.checkpoint_id}: "
+                             f"{len(self.shared_files)} shared files, {len(self.sst_names)} SST "
+                             f"names, {len(self.new_shared)} new flags and {len(self.checksums)} "
+                             f"checksums must match")
+
+    @property
+    def offsets(self) -> dict[int, tuple[int, int]]:
+        """No per-key-group blocks: the whole database covers the handle's range."""
+        return {}
+
+    @property
+    def size(self) -> int:
+        """Full size: the private file and every SST file the snapshot consists of."""
+        return self.file.size + sum(f.size for f in self.shared_files)
+
+    @property
+    def incremental_size(self) -> int:
+        """Bytes this checkpoint uploaded: the private file and the new SST files."""
+        return self.file.size + sum(f.size for f, new in zip(self.shared_files, self.new_shared)
+                                    if new)
+
+    def reused_files(self) -> tuple[FileHandle, ...]:
+        return tuple(f for f, new in zip(self.shared_files, self.new_shared) if not new)
+
+    def to_wire(self) -> dict:
+        return {
+            "type": "incremental",
+            "file": self.file.to_wire(),
+            "key_groups": [self.key_group_start, self.key_group_end],
+            "checkpoint_id": self.checkpoint_id,
+            "shared": [[name, f.to_wire(), bool(new), checksum] for name, f, new, checksum
+                       in zip(self.sst_names, self.shared_files, self.new_shared, self.checksums)],
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict) -> "IncrementalKeyGroupsStateHandle":
+        start, end = data["key_groups"]
+        shared = data.get("shared", ())
+        return cls(FileHandle.from_wire(data["file"]), int(start), int(end),
+                   int(data["checkpoint_id"]),
+                   tuple(FileHandle.from_wire(f) for _, f, _, _ in shared),
+                   tuple(str(name) for name, _, _, _ in shared),
+                   tuple(bool(new) for _, _, new, _ in shared),
+                   tuple(str(checksum) for _, _, _, checksum in shared))
+
+
+KeyedStateHandle = KeyGroupsStateHandle | IncrementalKeyGroupsStateHandle
+
+
+def keyed_handle_from_wire(data: dict) -> KeyedStateHandle:
+    """A keyed state handle from its wire form (full or incremental)."""
+    if data.get("type") == "incremental":
+        return IncrementalKeyGroupsStateHandle.from_wire(data)
+    return KeyGroupsStateHandle.from_wire(data)
+
+
+def incremental_size(handle) -> int:
+    """Bytes a handle's checkpoint wrote itself (full handles: all of them)."""
+    return getattr(handle, "incremental_size", handle.size)
+
+
+@dataclass(frozen=True)
 class OperatorStateHandle:
     """Operator (non-keyed) list states of one subtask in one file.
 
@@ -107,12 +196,18 @@ class OperatorStateHandle:
 class OperatorSubtaskState:
     """Everything one subtask of one operator snapshotted."""
 
-    keyed: tuple[KeyGroupsStateHandle, ...] = ()
+    keyed: tuple[KeyedStateHandle, ...] = ()
     operator: tuple[OperatorStateHandle, ...] = ()
 
     @property
     def state_size(self) -> int:
         return sum(h.size for h in self.keyed) + sum(h.size for h in self.operator)
+
+    @property
+    def incremental_size(self) -> int:
+        """Bytes written for this checkpoint itself (shared files reused from earlier
+        checkpoints not counted)."""
+        return sum(incremental_size(h) for h in self.keyed) + sum(h.size for h in self.operator)
 
     def files(self) -> list[FileHandle]:
         """Files owned exclusively by this snapshot (shared files are reference counted)."""
@@ -124,7 +219,7 @@ class OperatorSubtaskState:
 
     @classmethod
     def from_wire(cls, data: dict) -> "OperatorSubtaskState":
-        return cls(tuple(KeyGroupsStateHandle.from_wire(h) for h in data.get("keyed", ())),
+        return cls(tuple(keyed_handle_from_wire(h) for h in data.get("keyed", ())),
                    tuple(OperatorStateHandle.from_wire(h) for h in data.get("operator", ())))
 
 

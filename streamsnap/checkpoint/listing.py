@@ -37,9 +37,10 @@ class CheckpointSummary:
     checkpoint_type: CheckpointType | None = None
     triggered_at: float | None = None    # wall-clock seconds
     completed_at: float | None = None
-    state_size: int | None = None
+    state_size: int | None = None        # full size (shared files of incremental snapshots included)
     num_operators: int | None = None
     problem: str | None = None          # why it is not COMPLETED
+    incremental_size: int | None = None  # bytes written for this checkpoint itself (new files)
 
     @property
     def is_completed(self) -> bool:
@@ -60,7 +61,8 @@ def _summarize(job_id: str, checkpoint_id: int, url: str) -> CheckpointSummary:
                                  problem=f"{metadata_url} describes checkpoint {metadata.checkpoint_id}")
     return CheckpointSummary(url, job_id, checkpoint_id, CheckpointCondition.COMPLETED,
                              metadata.checkpoint_type, metadata.trigger_timestamp,
-                             metadata.completion_timestamp, metadata.state_size, len(metadata.operators))
+                             metadata.completion_timestamp, metadata.state_size, len(metadata.operators),
+                             incremental_size=metadata.incremental_size)
 
 
 def _checkpoints_in(job_id: str, job_url: str) -> list[CheckpointSummary]:

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from streamsnap.checkpoint import filesystem
-from streamsnap.checkpoint.handles import OperatorSubtaskState
+from streamsnap.checkpoint.handles import IncrementalKeyGroupsStateHandle, OperatorSubtaskState
 from streamsnap.checkpoint.storage import METADATA_FILE_NAME
 from streamsnap.errors import RestoreError
 from streamsnap.runtime.events import CheckpointType
@@ -47,6 +47,10 @@ class OperatorState:
     @property
     def state_size(self) -> int:
         return sum(state.state_size for state in self.subtask_states.values())
+
+    @property
+    def incremental_size(self) -> int:
+        return sum(state.incremental_size for state in self.subtask_states.values())
 
     def to_wire(self) -> dict:
         return {"parallelism": self.parallelism, "max_parallelism": self.max_parallelism,
@@ -76,7 +80,15 @@ class CheckpointMetadata:
 
     @property
     def state_size(self) -> int:
+        """Full size: every file the checkpoint consists of, shared ones included."""
         return sum(op.state_size for op in self.operators.values())
+
+    @property
+    def incremental_size(self) -> int:
+        """Bytes written for this checkpoint itself: shared files of incremental snapshots
+        that earlier checkpoints uploaded are not counted (equals `state_size` when no
+        snapshot was incremental)."""
+        return sum(op.incremental_size for op in self.operators.values())
 
     def to_wire(self) -> dict:
         return {"job_id": self.job_id, "checkpoint_id": self.checkpoint_id,
@@ -99,6 +111,26 @@ def state_file_urls(state: OperatorSubtaskState, base_url: str) -> tuple[list[st
     exclusive = [filesystem.join(base_url, f.path) for f in state.files()]
     shared = [filesystem.join(base_url, f.path) for h in state.keyed for f in h.shared_files]
     return exclusive, shared
+
+
+def missing_incremental_files(metadata: CheckpointMetadata, base_url: str) -> list[str]:
+    """URLs of files of the incremental snapshots in `metadata` that do not exist.
+
+    A full snapshot's file is checked when it is read; an incremental one consists of SST files
+    shared with other checkpoints, which retention mistakes or a hand-made cleanup can delete
+    independently, so restore checks them up front (one existence test per file).
+    """
+    missing = []
+    for op in metadata.operators.values():
+        for state in op.subtask_states.values():
+            for handle in state.keyed:
+                if not isinstance(handle, IncrementalKeyGroupsStateHandle):
+                    continue
+                for f in (handle.file, *handle.shared_files):
+                    url = filesystem.join(base_url, f.path)
+                    if not filesystem.exists(url):
+                        missing.append(url)
+    return missing
 
 
 def encode_metadata(metadata: CheckpointMetadata) -> bytes:
@@ -166,4 +198,4 @@ def read_metadata(url: str) -> CheckpointMetadata:
 
 
 __all__ = ["OperatorState", "CheckpointMetadata", "write_metadata", "read_metadata",
-           "encode_metadata", "decode_metadata", "state_file_urls", "FORMAT_VERSION", "METADATA_FILE_NAME"]
+           "encode_metadata", "decode_metadata", "state_file_urls", "missing_incremental_files", "FORMAT_VERSION", "METADATA_FILE_NAME"]

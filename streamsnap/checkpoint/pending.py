@@ -16,7 +16,8 @@ from typing import Callable, Iterable, Mapping
 
 from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.completed import CheckpointProperties, CompletedCheckpoint
-from streamsnap.checkpoint.handles import FileHandle, OperatorSubtaskState, TaskStateSnapshot
+from streamsnap.checkpoint.handles import (FileHandle, IncrementalKeyGroupsStateHandle, OperatorSubtaskState,
+                                           TaskStateSnapshot)
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, CheckpointMetrics
 from streamsnap.checkpoint.metadata import CheckpointMetadata, OperatorState, state_file_urls, write_metadata
 from streamsnap.checkpoint.reasons import AcknowledgeResult, CheckpointFailureReason
@@ -105,6 +106,8 @@ class PendingCheckpoint:
         self.acknowledgements: dict[ExecutionAttemptId, SubtaskAcknowledgement] = {}
         self.status = PendingStatus.IN_PROGRESS
         self.failure_reason: CheckpointFailureReason | None = None
+        # Reused shared files that were no longer registered when acknowledged (see _register_shared).
+        self.missing_shared_state: list[str] = []
 
     def __repr__(self) -> str:
         return (f"PendingCheckpoint({self.checkpoint_id}, {self.properties.checkpoint_type.value}, "
@@ -164,6 +167,7 @@ class PendingCheckpoint:
             state = states.get(uid, OperatorSubtaskState())
             self._subtask_states[uid][attempt.index] = state
             size += state.state_size
+        self._register_shared(states, uids)
         strays = sorted(set(states) - set(uids))
         if strays:
             logger.warning("checkpoint %d: %s acknowledged state for operator(s) %s that are not "
@@ -173,6 +177,30 @@ class PendingCheckpoint:
                 discard_subtask_state(states[uid], self.location.url, registry=self._registry, delete=self._delete)
         self.acknowledgements[attempt] = SubtaskAcknowledgement(attempt, ack_timestamp, size, ack.metrics)
         return AcknowledgeResult.SUCCESS
+
+    def _register_shared(self, states: TaskStateSnapshot, uids: list[str]) -> None:
+        """Reference the shared files of an acknowledged snapshot in the registry at once, so
+        that a checkpoint completing meanwhile cannot delete a file this one reuses; a reused
+        file nobody references any more (its last holder was subsumed between the task's
+        snapshot and this acknowledgement) makes this checkpoint unusable."""
+        if self._registry is None:
+            return
+        base = self.location.url
+        urls = []
+        for uid in uids:
+            state = states.get(uid)
+            if state is None:
+                continue
+            urls += state_file_urls(state, base)[1]
+            for handle in state.keyed:
+                if not isinstance(handle, IncrementalKeyGroupsStateHandle):
+                    continue
+                for f in handle.reused_files():
+                    url = filesystem.join(base, f.path)
+                    if not self._registry.is_registered(url):
+                        self.missing_shared_state.append(url)
+        if urls:
+            self._registry.register(self.checkpoint_id, urls)
 
     def _relativize(self, snapshot: TaskStateSnapshot) -> TaskStateSnapshot:
         """Make handle paths that point into this checkpoint's directory relative to it, so
@@ -234,6 +262,10 @@ class PendingCheckpoint:
         self.status = PendingStatus.ABORTED
         self.failure_reason = reason
         deleted = []
+        if self._registry is not None:
+            # Drop the references taken on acknowledgement: shared files only this checkpoint
+            # held (its own uploads) are deleted, those a retained checkpoint holds stay.
+            deleted += self._registry.unregister(self.checkpoint_id)
         for states in self._subtask_states.values():
             for state in states.values():
                 deleted += discard_subtask_state(state, self.location.url, registry=self._registry, keep=keep,

@@ -43,6 +43,8 @@ class CheckpointFailureReason(enum.Enum):
     TASK_CHECKPOINT_FAILURE = ("Task local checkpoint failure.")
     UNKNOWN_TASK_CHECKPOINT_NOTIFICATION_FAILURE = ("Unknown task for the checkpoint to notify.")
     FINALIZE_CHECKPOINT_FAILURE = ("Failure to finalize checkpoint.")
+    SHARED_STATE_DISCARDED = ("An incremental snapshot reuses shared state files that no retained "
+                              "checkpoint references any more; the next checkpoint uploads them again.")
     JOB_FAILOVER = ("The job is failing over; pending checkpoints are aborted.", True)
 
     @property

@@ -5,6 +5,11 @@ uploaded by earlier ones. Such a file may be deleted only when no retained check
 references it any more. The completed-checkpoint store registers every checkpoint it retains
 and unregisters the ones it drops; the registry deletes what becomes unreferenced.
 
+A pending checkpoint registers the shared files of each acknowledgement as it arrives (so a
+checkpoint completing meanwhile cannot delete a file it reuses) and unregisters them when it is
+aborted; completing registers them again (idempotent). After a driver restart the registry is
+rebuilt by the store re-adding the recovered checkpoints.
+
 Files outside `owned_directory` (when given) are only counted, never deleted: they belong to
 someone else, e.g. to a retained checkpoint of a previous job this one was restored from.
 """

@@ -174,7 +174,7 @@ class GeneratorReader(SourceReader):
         fn = self._source.fn
         if self._source.vectorized:
             return as_record_batch(fn(indices), "Generator function")
-        return [fn(i) for i in indices.tolist()]
+        return list(map(fn, indices.tolist()))
 
     def snapshot_splits(self, checkpoint_id: int) -> list:
         return [list(s) for s in self._splits]

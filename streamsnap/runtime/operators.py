@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamsnap.api.functions import (
     Context, FunctionInitializationContext, FunctionSnapshotContext, RuntimeContext, TimerService,
@@ -32,10 +33,10 @@ from streamsnap.api.functions import (
 from streamsnap.checkpoint.handles import OperatorSubtaskState
 from streamsnap.errors import UserFunctionError
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.batches import Batch, as_record_batch, num_rows, to_record_batch, to_rows
+from streamsnap.runtime.batches import Batch, as_record_batch, num_rows, rows_and_columns, to_record_batch, to_rows
 from streamsnap.runtime.schemas import RowSchema
 from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
-from streamsnap.state.key_groups import KeyGroupRange, key_group_range_for_subtask
+from streamsnap.state.key_groups import KeyGroupRange, assign_key_groups, key_group_range_for_subtask
 from streamsnap.state.operator_state import OperatorStateBackend
 from streamsnap.time.timers import InternalTimerService, Timer
 
@@ -307,9 +308,19 @@ class FlatMapOperator(StreamOperator):
         self.records_in += len(rows)
         fn = self.function
         out: list = []
+        append = out.append
         for row in rows:
             try:
-                _extend_results(out, fn(row))
+                result = fn(row)
+                if result is None:
+                    continue
+                if type(result) is dict:
+                    append(result)
+                    continue
+                for item in result:
+                    if type(item) is not dict:
+                        raise TypeError(f"function produced {type(item).__name__}; rows must be dicts")
+                    append(item)
             except Exception as exc:
                 raise user_error(self, row, exc) from None
         self.output.emit(out)
@@ -363,10 +374,20 @@ class ProcessOperator(StreamOperator):
         """`fn(row, context)` for each row (context._row set for ctx.timestamp()), results and
         side outputs emitted — the per-row loop of every process-function operator."""
         out: list = []
+        append = out.append
         for row in rows:
             context._row = row
             try:
-                _extend_results(out, fn(row, context))
+                result = fn(row, context)
+                if result is None:
+                    continue
+                if type(result) is dict:
+                    append(result)
+                    continue
+                for item in result:
+                    if type(item) is not dict:
+                        raise TypeError(f"function produced {type(item).__name__}; rows must be dicts")
+                    append(item)
             except Exception as exc:
                 raise user_error(self, row, exc) from None
         context._row = None
@@ -374,13 +395,19 @@ class ProcessOperator(StreamOperator):
         self._flush_side()
 
 
-def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | None = None) -> tuple[list, list]:
+def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | None = None,
+            columns: list | None = None) -> tuple[list, list]:
     """The keys and key groups of a batch's rows for a keyed operator (`key`, default `op.key`):
     column-wise for Arrow batches (one to_pylist, key groups hashed vectorized), per row for row
-    lists."""
+    lists. columns: the batch's columns as Python lists, when the caller has them already
+    (`batches.rows_and_columns`), so a key column is not converted twice."""
     key, max_parallelism = key or op.key, op.ctx.max_parallelism
     try:
         if isinstance(batch, pa.RecordBatch):
+            if columns is not None and key.function is None and len(key.columns) == 1:
+                position = batch.schema.get_field_index(key.columns[0])
+                if position >= 0:
+                    return _column_keys(key, batch, position, columns[position], max_parallelism)
             keys = key.keys_of_batch(batch, rows)
             groups = key.key_groups(batch, max_parallelism, keys=keys if key.function is not None else None)
         else:
@@ -389,6 +416,21 @@ def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | N
     except Exception as exc:
         raise user_error(op, rows[0], exc) from None
     return keys, groups.tolist()
+
+
+def _column_keys(key: KeySelector, batch: pa.RecordBatch, position: int, values: list,
+                 max_parallelism: int) -> tuple[list, list]:
+    """Keys and key groups of a one-column key whose values are already Python objects; a
+    string or binary key column is hashed once per distinct key (dictionary-encoded: hashing
+    a dictionary column hashes its dictionary), not once per row."""
+    column = batch.column(position)
+    if column.null_count and not key.allow_null:
+        key._check_columns(batch)   # raises NullKeyError naming the row
+    t = column.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+            or pa.types.is_large_binary(t):
+        column = pc.dictionary_encode(column)
+    return values, assign_key_groups(column, max_parallelism).tolist()
 
 
 class ProcessingTimeWakeups:
@@ -440,35 +482,62 @@ class KeyedProcessOperator(ProcessingTimeWakeups, ProcessOperator):
         self._schedule_wakeup(self.timer_service.next_processing_time())
 
     def process(self, batch: Batch) -> None:
-        rows = to_rows(batch)
+        columns = None
+        if isinstance(batch, pa.RecordBatch):
+            rows, columns = rows_and_columns(batch)
+        else:
+            rows = batch
         n = len(rows)
         self.records_in += n
         if not n:
             return
-        self._run_keyed_rows(self.function.process_element, batch, rows, self.key)
+        self._run_keyed_rows(self.function.process_element, batch, rows, self.key, columns)
 
-    def _run_keyed_rows(self, fn, batch: Batch, rows: list, key: KeySelector) -> None:
+    def _run_keyed_rows(self, fn, batch: Batch, rows: list, key: KeySelector, columns: list | None = None) -> None:
         """`fn(row, context)` for each row with the row's key current — the per-row keyed loop of
         every keyed process-function operator (one input or two)."""
-        keys, key_groups = keys_of(self, batch, rows, key)
-        set_key = self.keyed_backend.set_current_key
+        keys, key_groups = keys_of(self, batch, rows, key, columns)
+        backend = self.keyed_backend
         context = self.context
         out: list = []
         append = out.append
-        for row, key, key_group in zip(rows, keys, key_groups):
-            set_key(key, key_group)
-            context.current_key = key
-            context._row = row
-            try:
-                result = fn(row, context)
-                if result is None:
-                    continue
-                if type(result) is dict:
-                    append(result)
-                else:
-                    _extend_results(out, result)
-            except Exception as exc:
-                raise user_error(self, row, exc) from None
+        if type(backend).set_current_key is HashMapKeyedStateBackend.set_current_key:
+            # The heap backend's set_current_key only stores the two: set them here, without
+            # a method call per row.
+            for row, key, key_group in zip(rows, keys, key_groups):
+                backend._current_key = key
+                backend._current_key_group = key_group
+                context.current_key = key
+                context._row = row
+                try:
+                    result = fn(row, context)
+                    if result is None:
+                        continue
+                    if type(result) is dict:
+                        append(result)
+                        continue
+                    for item in result:
+                        if type(item) is not dict:
+                            raise TypeError(f"function produced {type(item).__name__}; rows must be dicts")
+                        append(item)
+                except Exception as exc:
+                    raise user_error(self, row, exc) from None
+        else:
+            set_key = backend.set_current_key
+            for row, key, key_group in zip(rows, keys, key_groups):
+                set_key(key, key_group)
+                context.current_key = key
+                context._row = row
+                try:
+                    result = fn(row, context)
+                    if result is None:
+                        continue
+                    if type(result) is dict:
+                        append(result)
+                    else:
+                        _extend_results(out, result)
+                except Exception as exc:
+                    raise user_error(self, row, exc) from None
         context._row = None
         self.output.emit(out)
         self._flush_side()
@@ -507,12 +576,46 @@ def current_millis(clock) -> int:
     return int(clock.wall() * 1000)
 
 
-class KeyedBatchProcessOperator(StreamOperator):
-    """Runs a KeyedBatchFunction: one call per batch, keyed state accessed per distinct key."""
+class KeyedBatchProcessOperator(ProcessingTimeWakeups, StreamOperator):
+    """Runs a KeyedBatchFunction: one call per batch, keyed state accessed per distinct key;
+    its timers fire in batches (`on_timers`, see api/batch_timers.py)."""
 
     def __init__(self, ctx: OperatorContext, function, key: KeySelector):
         super().__init__(ctx, function, keyed=True)
         self.key = key
+        self.timer_service: InternalTimerService | None = None
+
+    def initialize_state(self) -> None:
+        super().initialize_state()
+        from streamsnap.api.batch_timers import BatchTimerService
+
+        self.timer_service = InternalTimerService(self.keyed_backend)
+        self.runtime_context._batch_timers = BatchTimerService(
+            self.timer_service, self.keyed_backend, self._schedule_wakeup, self.ctx.name)
+        self._schedule_wakeup(self.timer_service.next_processing_time())
+
+    def _fire_timers(self, timers) -> None:
+        from streamsnap.api.batch_timers import rounds
+
+        on_timers = getattr(self.function, "on_timers", None)
+        for fired in rounds(timers, self.keyed_backend):
+            if on_timers is None:
+                raise user_error(self, "<timers>", TypeError(
+                    f"{type(self.function).__name__} registered timers but has no on_timers(timers, ctx) "
+                    f"method to call when they fire"))
+            try:
+                result = on_timers(fired, self.runtime_context)
+                if result is None:
+                    continue
+                result = as_record_batch(result, f"on_timers of '{self.ctx.name}'")
+            except Exception as exc:
+                raise user_error(self, f"<{len(fired)} {fired.domain.value} timers, first: key "
+                                       f"{fired.keys.unique[0]!r} at {int(fired.timestamps[0])}>", exc) from None
+            self.output.emit(result)
+
+    def process_watermark(self, timestamp: int) -> None:
+        self._fire_timers(self.timer_service.advance_watermark(timestamp))
+        self.output.emit_watermark(timestamp)
 
     def process(self, batch: Batch) -> None:
         record_batch = to_record_batch(batch)

@@ -199,7 +199,12 @@ class RowSchema:
         schema = self.schema
         names = schema.names
         n, k = len(rows), len(names)
-        if self.mode == WIDEN or sum(map(len, rows)) != n * k:
+        counts_fit = sum(map(len, rows)) == n * k
+        if counts_fit and self.mode != WIDEN:
+            batch = self._fast_batch(rows, schema)
+            if batch is not None:
+                return batch
+        if self.mode == WIDEN or not counts_fit:
             self._check_fields(rows)  # also widens
             schema = self.schema
             names = schema.names
@@ -212,6 +217,29 @@ class RowSchema:
                 self._check_nulls(field, column, rows)
             columns.append(column)
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def _fast_batch(self, rows: list, schema: pa.Schema) -> pa.RecordBatch | None:
+        """The common case in one pass of Arrow's own conversion: every row has the schema's
+        fields (in its order, as the first row shows; the caller checked the counts) and Arrow
+        infers exactly the schema's types from all of the values — so nothing is cast, nothing
+        truncated (2.5 in an int field infers double and misses). None is the only case left to
+        check, as the slow path does. Anything else: None, and the slow path decides (and names
+        the operator, field and row of an error)."""
+        try:
+            inferred = pa.RecordBatch.from_pylist(rows)
+        except _CONVERSION_ERRORS:
+            return None
+        if inferred.schema.names != schema.names:
+            return None
+        columns = inferred.columns
+        for field, column in zip(schema, columns):
+            if column.type != field.type:
+                return None
+        for field, column in zip(schema, columns):
+            if column.null_count:
+                # Absent fields became nulls here too: the same check as the slow path.
+                self._check_nulls(field, column, rows)
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
 
     def _infer(self, rows: list) -> pa.Schema:
         names = list(dict.fromkeys(name for row in rows for name in row))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from streamsnap.checkpoint.handles import (BROADCAST, DISTRIBUTION_MODES, SPLIT_DISTRIBUTE, UNION,
                                            FileHandle, KeyGroupsStateHandle,
-                                           OperatorSubtaskState)
+                                           OperatorSubtaskState, keyed_handle_from_wire)
 from streamsnap.errors import RestoreError
 from streamsnap.state.key_groups import (KeyGroupRange, check_parallelism,
                                          key_group_range_for_subtask)
@@ -94,7 +94,7 @@ class SubtaskRestoreState:
         start, end = data["key_groups"]
         return cls(
             index, parallelism, max_parallelism, KeyGroupRange(int(start), int(end)),
-            tuple(KeyGroupsStateHandle.from_wire(h) for h in data["keyed"]),
+            tuple(keyed_handle_from_wire(h) for h in data["keyed"]),
             tuple(OperatorStateRestore(str(name), str(mode), tuple(
                 StateElementRef(FileHandle.from_wire(f), int(off), int(length))
                 for f, off, length in elements)) for name, mode, elements in data["operator"]),

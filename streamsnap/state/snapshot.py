@@ -53,6 +53,15 @@ class StateSnapshot(ABC, Generic[H]):
     def _release(self) -> None:
         """Drop references to captured state (called once, after run or on discard)."""
 
+    def _written_urls(self) -> list[str]:
+        """Files this snapshot created and must delete when discarded or failed: `_url` by
+        default; a snapshot writing several files (incremental) overrides this."""
+        return [self._url] if self._url is not None else []
+
+    def _delete_written(self) -> None:
+        for url in self._written_urls():
+            filesystem.delete(url)
+
     def _check_not_discarded(self) -> None:
         if self._discard_requested:
             raise SnapshotDiscardedError(
@@ -84,8 +93,7 @@ class StateSnapshot(ABC, Generic[H]):
                 self._status = DONE
                 return handle
             self._status = DISCARDED
-        if self._url is not None:
-            filesystem.delete(self._url)
+        self._delete_written()
         raise SnapshotDiscardedError(f"{self._what} of checkpoint {self.checkpoint_id} was "
                                      f"discarded while it was being written")
 
@@ -98,14 +106,13 @@ class StateSnapshot(ABC, Generic[H]):
                 self._status = DISCARDED
         if previous == CREATED:
             self._release()
-        elif previous == DONE and self._url is not None:
-            filesystem.delete(self._url)
+        elif previous == DONE:
+            self._delete_written()
 
     def _delete_after_failure(self, error: BaseException) -> None:
-        if self._url is None:
-            return
-        try:
-            filesystem.delete(self._url)
-        except Exception as cleanup_error:
-            error.add_note(f"also failed to delete the partial snapshot file {self._url}: "
-                           f"{cleanup_error!r}")
+        for url in self._written_urls():
+            try:
+                filesystem.delete(url)
+            except Exception as cleanup_error:
+                error.add_note(f"also failed to delete the partial snapshot file {url}: "
+                               f"{cleanup_error!r}")

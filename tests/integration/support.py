@@ -60,12 +60,28 @@ def checkpoint_dirs(job_dir):
     return [p for i, p in sorted((i, p) for i, p in found if i is not None)]
 
 
+def _referenced_shared_files(job_dir) -> set[str]:
+    """Paths of the shared (incremental) files the retained checkpoints of a job reference."""
+    from streamsnap.checkpoint import filesystem
+    from streamsnap.checkpoint.metadata import read_metadata, state_file_urls
+
+    referenced = set()
+    for metadata_file in job_dir.glob("chk-*/_metadata"):
+        base = filesystem.normalize(str(metadata_file.parent))
+        for op in read_metadata(filesystem.normalize(str(metadata_file))).operators.values():
+            for state in op.subtask_states.values():
+                referenced.update(u.removeprefix("file://") for u in state_file_urls(state, base)[1])
+    return referenced
+
+
 def stray_checkpoint_files(checkpoint_root) -> list[str]:
     """Everything under a checkpoint directory (a pathlib.Path) that no retained checkpoint
-    owns: files outside a `chk-<n>` holding `_metadata`, and `chk-<n>` directories without one.
-    Only the id counter may stand beside them."""
+    owns: files outside a `chk-<n>` holding `_metadata`, `chk-<n>` directories without one, and
+    files in `shared/` no retained checkpoint references. Only the id counter may stand beside
+    them."""
     stray = []
     for job_dir in checkpoint_root.iterdir():
+        shared = _referenced_shared_files(job_dir)
         for entry in job_dir.rglob("*"):
             relative = entry.relative_to(job_dir)
             top = relative.parts[0]
@@ -74,6 +90,8 @@ def stray_checkpoint_files(checkpoint_root) -> list[str]:
                     stray.append(str(entry))
                 continue
             if relative.as_posix() == "_checkpoint_id":
+                continue
+            if top == "shared" and str(entry) in shared:
                 continue
             if checkpoint_id_of(top) is None or not (job_dir / top / "_metadata").exists():
                 stray.append(str(entry))

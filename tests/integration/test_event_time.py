@@ -7,6 +7,7 @@ import signal
 import time
 from collections import defaultdict
 
+import numpy as np
 import pytest
 
 import streamsnap as ss
@@ -65,12 +66,46 @@ class BucketSums(ss.KeyedProcessFunction):
         self.sums.remove(bucket)
 
 
-def bucket_pipeline(env, n, rate, *, parallelism=None, sink=None):
+class BatchBucketSums(ss.KeyedBatchFunction):
+    """BucketSums vectorized: per-key bucket sums in one ValueState dict, one event-time timer
+    per key and batch (its newest bucket's end) that emits every bucket it closes."""
+
+    def open(self, ctx):
+        self.sums = ctx.get_state(ss.ValueStateDescriptor("sums"))
+        self.timers = ctx.timer_service()
+
+    def process_batch(self, batch, keys):
+        buckets = batch.column("ts").to_numpy() // BUCKET * BUCKET
+        states = [dict(s or {}) for s in self.sums.get_many(keys)]
+        for i, b, v in zip(keys.index.tolist(), buckets.tolist(), batch.column("value").to_pylist()):
+            states[i][b] = states[i].get(b, 0) + v
+        self.sums.put_many(keys, states)
+        newest = np.full(len(keys), -1, dtype=np.int64)
+        np.maximum.at(newest, keys.index, buckets)
+        self.timers.register_event_time_timers(keys, newest + BUCKET - 1)
+
+    def on_timers(self, timers, ctx):
+        out = {"key": [], "bucket": [], "sum": []}
+        kept = []
+        for key, at, state in zip(timers.keys.unique, timers.timestamps.tolist(), self.sums.get_many(timers.keys)):
+            state = dict(state or {})
+            for b in sorted(b for b in state if b + BUCKET - 1 <= at):
+                out["key"].append(key), out["bucket"].append(b), out["sum"].append(state.pop(b))
+            kept.append(state or None)
+        self.sums.put_many(timers.keys, kept)
+        return out if out["key"] else None
+
+
+def bucket_pipeline(env, n, rate, *, parallelism=None, sink=None, batch_sink=None):
     strategy = ss.WatermarkStrategy.for_bounded_out_of_orderness(2.0).with_timestamp_assigner("ts")
-    (env.from_source(ss.sources.Generator(event, count=n, rate=rate, splits=SPLITS, batch_size=40),
-                     name="events", uid="events", watermark_strategy=strategy, parallelism=parallelism)
-        .key_by("key").process(BucketSums(), name="buckets", uid="buckets", parallelism=parallelism)
+    keyed = (env.from_source(ss.sources.Generator(event, count=n, rate=rate, splits=SPLITS, batch_size=40),
+                             name="events", uid="events", watermark_strategy=strategy, parallelism=parallelism)
+             .key_by("key"))
+    (keyed.process(BucketSums(), name="buckets", uid="buckets", parallelism=parallelism)
         .sink_to(sink or ss.sinks.Collect(), name="out", uid="out", parallelism=parallelism))
+    if batch_sink is not None:
+        (keyed.process_batches(BatchBucketSums(), name="batch buckets", uid="batch-buckets", parallelism=parallelism)
+            .sink_to(batch_sink, name="batch out", uid="batch-out", parallelism=parallelism))
 
 
 def assert_exact_buckets(rows, n):
@@ -84,9 +119,14 @@ def assert_exact_buckets(rows, n):
 def test_out_of_order_buckets_from_event_time_timers_equal_a_reference(spark):
     n = 4000
     env = ss.StreamEnvironment(parallelism=2, spark=spark, auto_watermark_interval=0.05)
-    bucket_pipeline(env, n, rate=2500)
-    rows = env.execute("event-time buckets").rows()
+    bucket_pipeline(env, n, rate=2500, batch_sink=ss.sinks.Collect())
+    result = env.execute("event-time buckets")
+    rows = result.rows("out")
     assert_exact_buckets(rows, n)
+    # The same buckets from a KeyedBatchFunction's batch timers (on_timers).
+    batch_rows = result.rows("batch out")
+    fired = [(r["key"], r["bucket"]) for r in batch_rows]
+    assert len(fired) == len(set(fired)) and {f: r["sum"] for f, r in zip(fired, batch_rows)} == reference_buckets(n)
     # Buckets fired while the input ran (watermarks, not only the end of input's MAX): the
     # slow splits held the watermark back, so nothing fired early and nothing was late.
     assert sum(1 for r in rows if r["watermark"] < MAX_WATERMARK) >= KEYS

@@ -1,5 +1,5 @@
-"""The RocksDB state backend on real Spark: a keyed job with checkpoints survives a SIGKILL and
-its output equals a failure-free run's."""
+"""The RocksDB state backend on real Spark: a keyed job with checkpoints (incremental, and full)
+survives a SIGKILL and its output equals a failure-free run's."""
 
 from __future__ import annotations
 
@@ -53,11 +53,12 @@ def expected_rows(n: int) -> set[tuple]:
     return rows
 
 
-def test_rocksdb_job_survives_a_sigkill_with_exact_output(spark, tmp_path):
+@pytest.mark.parametrize("incremental", [True, False], ids=["incremental", "full"])
+def test_rocksdb_job_survives_a_sigkill_with_exact_output(spark, tmp_path, incremental):
     local = tmp_path / "rocksdb"
     config = ss.CheckpointConfig(interval=0.5, directory=str(tmp_path / "ckpt"))
     backend = RocksDBConfig(block_cache_size=8 << 20, write_buffer_size=1 << 20,
-                            local_dir=str(local))
+                            local_dir=str(local), incremental=incremental)
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                state_backend=backend,
                                restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.1))
@@ -68,6 +69,9 @@ def test_rocksdb_job_survives_a_sigkill_with_exact_output(spark, tmp_path):
     wait_status(client, "RUNNING")
     wait_completed(client, 2, timeout=30)
     assert any(p.name.startswith("streamsnap-rocksdb-") for p in local.iterdir())
+    shared = tmp_path / "ckpt" / client.job_id / "shared"
+    # Incremental checkpoints put SST files into the job's shared directory; full ones do not.
+    assert any(p.suffix == ".sst" for p in shared.iterdir()) == incremental
     victim = next(s for s in client.subtasks() if "sum" in s.vertex)
     os.kill(victim.pid, signal.SIGKILL)
     result = client.wait(120)
@@ -80,3 +84,5 @@ def test_rocksdb_job_survives_a_sigkill_with_exact_output(spark, tmp_path):
     # The databases are gone: the finished subtasks deleted theirs, the restarted attempt
     # deleted the killed task's.
     assert [p.name for p in local.iterdir() if p.name.startswith("streamsnap-rocksdb-")] == []
+    # The finished job's checkpoints were discarded, and with them every shared file.
+    assert list(shared.iterdir()) == []

@@ -95,8 +95,10 @@ def _python_without_streamsnap(directory, shadow: str | None = None) -> str:
 
 def test_executors_without_streamsnap_get_it_shipped_and_the_job_runs_or_fail_naming_the_fix(tmp_path):
     # Sanity of the set-up: that Python really cannot import streamsnap on its own.
+    # Without the PYTHONPATH an embedded session of this test run put the repository on.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     bare = _python_without_streamsnap(tmp_path)
-    check = subprocess.run([bare, "-c", "import pyarrow, msgpack\nimport streamsnap"], cwd=tmp_path,
+    check = subprocess.run([bare, "-c", "import pyarrow, msgpack\nimport streamsnap"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=60)
     assert check.returncode != 0 and "No module named 'streamsnap'" in check.stderr, check.stderr
 
@@ -104,7 +106,7 @@ def test_executors_without_streamsnap_get_it_shipped_and_the_job_runs_or_fail_na
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     # cwd outside the repository: executors started with `-m` put their cwd on sys.path.
-    done = subprocess.run([sys.executable, str(script), bare, no_pyarrow], cwd=tmp_path,
+    done = subprocess.run([sys.executable, str(script), bare, no_pyarrow], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
     assert done.returncode == 0 and lines, f"driver failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"

@@ -2,8 +2,9 @@
 
 `hashmap`: state on the Python heap with copy-on-write snapshots. `rocksdb`: state in an
 embedded RocksDB per subtask (the `rocksdict` package, imported only when a RocksDB backend is
-created). Both write the same canonical snapshot format, so a job can switch backends through
-a checkpoint or savepoint.
+created). Both write the same canonical format for savepoints (and for full checkpoints), so a
+job can switch backends through a savepoint; RocksDB's incremental checkpoints
+(`rocksdb_incremental`) are restored by the RocksDB backend only.
 """
 
 from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend, KeyedStateSnapshot

@@ -38,7 +38,8 @@ stores it, not at the next checkpoint. Unlike the heap backend, a value read fro
 fresh copy: changing it in place does not change the state; write it back with `update`/`put`
 (the same contract as Flink's RocksDB backend).
 
-Snapshots are FULL and written in the heap backend's canonical format
+Full snapshots (savepoints always; checkpoints with `RocksDBConfig(incremental=False)`) are
+written in the heap backend's canonical format
 (`streamsnap.state.backends.hashmap`: one block per key group, checksummed, keys and values as
 two parallel msgpack arrays), so checkpoints and savepoints restore into either backend and
 rescale the same way (a restoring subtask reads only its key groups of each handle):
@@ -52,13 +53,14 @@ rescale the same way (a restoring subtask reads only its key groups of each hand
   scans the pinned view and writes the blocks. Entries are already wire elements, so a block
   is built by concatenating bytes under msgpack array/map headers — no per-entry decode.
 
-What comes next (issue 13): incremental checkpoints — the synchronous part takes a native
-RocksDB checkpoint (`rocksdict.Checkpoint`, hard links), the asynchronous part uploads only SST
-files not uploaded before and references them through the coordinator's SharedStateRegistry
-(handles with `shared_files`), while savepoints stay full and canonical (this format); then
-task-local recovery (keep each snapshot's files on the task's disk, restore from them when the
-subtask lands where its state is), and state TTL (expired entries dropped by a compaction
-filter and in snapshots).
+Incremental checkpoints (`RocksDBConfig.incremental`, the default) are the other snapshot
+strategy, in `rocksdb_incremental`: a native RocksDB checkpoint (hard links) whose new SST files
+are uploaded to the job's `shared/` directory and reference-counted by the coordinator's
+SharedStateRegistry; savepoints stay full and canonical (this format).
+
+What comes next (issue 13): task-local recovery (keep each snapshot's files on the task's
+disk, restore from them when the subtask lands where its state is), and state TTL (expired
+entries dropped by a compaction filter and in snapshots).
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ from typing import Any
 import msgpack
 
 from streamsnap.checkpoint import filesystem
-from streamsnap.checkpoint.handles import FileHandle, KeyGroupsStateHandle
+from streamsnap.checkpoint.handles import (FileHandle, IncrementalKeyGroupsStateHandle,
+                                           KeyGroupsStateHandle)
 from streamsnap.errors import ConfigurationError, RestoreError
 from streamsnap.state.assignment import SubtaskRestoreState
 from streamsnap.state.backends.hashmap import (FORMAT_VERSION, MAGIC, _checksum, _CHECKSUM_BYTES,
@@ -87,6 +90,7 @@ from streamsnap.state.key_groups import KeyGroupRange, check_max_parallelism
 from streamsnap.state.keyed_state import PLAIN_TYPES, check_map_key
 from streamsnap.state.serialization import (Serializer, key_error, unpack_keys, unpack_value,
                                             value_default, value_error)
+from streamsnap.state.backends import rocksdb_incremental
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 
 MIB = 1 << 20
@@ -110,14 +114,21 @@ class RocksDBConfig:
       while the other fills).
     local_dir: directory under which each subtask's database directory is created (it must be
       on a local disk); None: the system temp directory.
+    incremental: checkpoints upload only the SST files not uploaded before (native RocksDB
+      checkpoints, shared files reference-counted by the coordinator); False: every checkpoint
+      is a full canonical snapshot. Savepoints are always full.
     """
 
     block_cache_size: int = 64 * MIB
     write_buffer_size: int = 16 * MIB
     max_write_buffers: int = 2
     local_dir: str | None = None
+    incremental: bool = True
 
     def __post_init__(self):
+        if not isinstance(self.incremental, bool):
+            raise ConfigurationError(f"RocksDBConfig.incremental must be True or False, got "
+                                     f"{self.incremental!r}")
         for name, minimum in (("block_cache_size", 64 * 1024), ("write_buffer_size", 64 * 1024),
                               ("max_write_buffers", 2)):
             value = getattr(self, name)
@@ -783,6 +794,7 @@ class RocksDBKeyedStateBackend:
         self._deleted = False
         self.is_restored = False
         self.last_completed_checkpoint_id: int | None = None
+        self._uploads = rocksdb_incremental.UploadTracker()
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -962,20 +974,39 @@ class RocksDBKeyedStateBackend:
 
     # -- snapshots -------------------------------------------------------------------------
 
-    def snapshot(self, checkpoint_id: int, location: str) -> RocksDBKeyedStateSnapshot:
-        """Synchronous part of a checkpoint: pin a consistent view (an iterator); no I/O."""
+    def snapshot(self, checkpoint_id: int, location: str, *,
+                 full: bool | None = None) -> StateSnapshot:
+        """Synchronous part of a checkpoint.
+
+        Incremental (`RocksDBConfig.incremental`, into a `chk-<n>` location of the checkpoint
+        storage, which has the job's `shared/` directory beside it): a native RocksDB
+        checkpoint, see `rocksdb_incremental`. Otherwise — savepoints, `full=True`, or
+        incremental off — a full canonical snapshot: pin a consistent view (an iterator), no
+        I/O. `full=None` decides by the location.
+        """
         if self._disposed:
             raise StateError(f"operator '{self.operator_uid}': snapshot after dispose")
+        if not full and self.config.incremental:
+            shared = rocksdb_incremental.shared_directory_of(location)
+            if shared is not None:
+                snapshot = rocksdb_incremental.take_snapshot(self, checkpoint_id, location, shared)
+                if snapshot is not None:
+                    return snapshot
         iterator = self._db.iter()
         iterator.seek_to_first()
         if not iterator.valid():
             return RocksDBKeyedStateSnapshot(self, None, checkpoint_id, location, None, {})
         states = {m.sid: (m.name, m.kind, m.tag) for m in self._meta.values()}
+        token = self._register_snapshot()
+        return RocksDBKeyedStateSnapshot(self, token, checkpoint_id, location, iterator, states)
+
+    def _register_snapshot(self) -> int:
+        """A token that keeps the working directory alive until the snapshot releases it."""
         with self._lock:
             token = self._next_token
             self._next_token += 1
             self._live_snapshots.add(token)
-        return RocksDBKeyedStateSnapshot(self, token, checkpoint_id, location, iterator, states)
+        return token
 
     def _release_snapshot(self, token: int) -> None:
         with self._lock:
@@ -985,9 +1016,11 @@ class RocksDBKeyedStateBackend:
             self._delete_directory()
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        """Nothing to clean up for full snapshots; remembered for metrics."""
+        """The SST files uploaded for `checkpoint_id` become the ones the next incremental
+        snapshot may reuse."""
         if self.last_completed_checkpoint_id is None or checkpoint_id > self.last_completed_checkpoint_id:
             self.last_completed_checkpoint_id = checkpoint_id
+        self._uploads.notify_complete(checkpoint_id)
 
     # -- restore ---------------------------------------------------------------------------
 
@@ -1009,13 +1042,58 @@ class RocksDBKeyedStateBackend:
         else:
             handles = state
             self.is_restored = True
+        incremental = [h for h in handles if isinstance(h, IncrementalKeyGroupsStateHandle)]
+        if incremental:
+            rocksdb_incremental.restore(self, incremental, base_location)
         for handle in handles:
-            if handle is None:
+            if handle is None or isinstance(handle, IncrementalKeyGroupsStateHandle):
                 continue
             if not isinstance(handle, KeyGroupsStateHandle):
                 raise RestoreError(f"operator '{self.operator_uid}': cannot restore keyed state "
                                    f"from a {type(handle).__name__}; expected KeyGroupsStateHandle")
             self._restore_handle(handle, base_location)
+
+    def _is_empty(self) -> bool:
+        """No state registered and no entry: a restore may replace the database."""
+        if self._meta:
+            return False
+        it = self._db.iter()
+        it.seek_to_first()
+        return not it.valid()
+
+    def _replace_database(self, path: str) -> None:
+        """Close the (empty) database and open the one in `path` (moved into its place)."""
+        target = os.path.join(self.directory, "db")
+        self._db.close()
+        shutil.rmtree(target, ignore_errors=True)
+        os.rename(path, target)
+        self._rocksdict, self._db, self.block_cache = _open_db(target, self.config)
+
+    def _adopt_states(self, states: Sequence[Sequence], source: str) -> None:
+        """Take over the state-id table of a restored database."""
+        for sid, name, kind, tag in states:
+            if kind not in STATE_KINDS:
+                raise RestoreError(f"state '{name}' of operator '{self.operator_uid}' has "
+                                   f"unknown kind {kind!r} in {source}")
+            self._meta[name] = _StateMeta(name, kind, tag, int(sid).to_bytes(2, "big"))
+        self._next_sid = max((int(s[0]) for s in states), default=-1) + 1
+
+    def _state_id(self, name: str, kind: str, tag: str) -> bytes:
+        """The state id of `name` in this database (registered now if new), after checking
+        that restored state of that name is of the same kind and serializer."""
+        if kind not in STATE_KINDS:
+            raise RestoreError(f"state '{name}' of operator '{self.operator_uid}' has unknown "
+                               f"kind {kind!r} in the checkpoint")
+        meta = self._meta.get(name)
+        if meta is None:
+            meta = self._meta[name] = _StateMeta(name, kind, tag, self._new_sid())
+        elif meta.state is not None:
+            self._check_compatible(name, kind, tag, meta.state.kind, meta.state._serializer.tag)
+        elif (meta.kind, meta.tag) != (kind, tag):
+            raise RestoreError(
+                f"state '{name}' of operator '{self.operator_uid}' appears in the checkpoint as "
+                f"{meta.kind}/{meta.tag} and as {kind}/{tag}")
+        return meta.sid
 
     def _restore_handle(self, handle: KeyGroupsStateHandle, base_location: str) -> None:
         if handle.key_group_end >= self.max_parallelism:
@@ -1048,19 +1126,7 @@ class RocksDBKeyedStateBackend:
                 self._db.write(batch)
 
     def _merge(self, batch: Any, kg: int, name: str, kind: str, tag: str, wire: dict) -> None:
-        if kind not in STATE_KINDS:
-            raise RestoreError(f"state '{name}' of operator '{self.operator_uid}' has unknown "
-                               f"kind {kind!r} in the checkpoint")
-        meta = self._meta.get(name)
-        if meta is None:
-            meta = self._meta[name] = _StateMeta(name, kind, tag, self._new_sid())
-        elif meta.state is not None:
-            self._check_compatible(name, kind, tag, meta.state.kind, meta.state._serializer.tag)
-        elif (meta.kind, meta.tag) != (kind, tag):
-            raise RestoreError(
-                f"state '{name}' of operator '{self.operator_uid}' appears in the checkpoint as "
-                f"{meta.kind}/{meta.tag} and as {kind}/{tag}")
-        prefix = self._kg_prefixes[kg] + meta.sid
+        prefix = self._kg_prefixes[kg] + self._state_id(name, kind, tag)
         try:
             for key, value in wire.items():
                 rkey = prefix + encode_key(key)

@@ -1,0 +1,201 @@
+"""The per-row API as the README writes it: W1 and the word count, end to end.
+
+Both pipelines are written exactly as a user writes them from the README — a per-row
+`Generator(lambda i: {...})` source (no vectorized source in front), per-row operators on dicts,
+keyed state through `ValueState` — so these figures are what a user starting from the README
+gets, beside the vectorized forms of `workloads.py`.
+
+* **W1 per-row, README way**: `Generator(lambda i: {"key": i % K, "value": i})` → `key_by("key")`
+  → a `KeyedProcessFunction` whose `process_element` emits every running sum
+  (`{"key", "total"}`) → a discarding sink. Rate: source rows / s.
+* **word count**: `Generator(sentence)` (five words per sentence, a function of the index) →
+  `flat_map(split)` (one row per word) → `map` (lower-cases the word) → `filter` (drops empty
+  words: none are) → `key_by("word")` → a keyed count in `ValueState`, emitting every 1000th
+  count per word → a discarding sink. Rate: words / s (5 per sentence).
+
+What a figure includes: from the source's first poll (wall clock, stamped by the source task)
+to the last sink subtask's end of input — the user's generator function, every operator, the
+keyed shuffle (Arrow IPC over local TCP), state access, emission to the sink, the periodic
+checkpoints (when enabled) — and not deployment (Spark job start, connections, state restore),
+the final checkpoint after end of input, or teardown. Default network settings
+(`NetworkConfig()`: 4096-row batches, 100 ms buffer timeout) and the Generator's default batch
+size, as the README's example uses them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+
+import streamsnap as ss
+from benchmarks import workloads
+from streamsnap.connectors.sources import Generator, GeneratorReader
+
+WORDS = ("stream", "snap", "spark", "flink", "state", "barrier", "checkpoint", "exactly", "once",
+         "python", "arrow", "key", "group", "window", "sink", "source")
+WORDS_PER_SENTENCE = 5
+
+
+# ----------------------------------------------------------------------------- timing plumbing
+class _StampedReader(GeneratorReader):
+    """A GeneratorReader that writes the wall-clock time of its first poll to a file."""
+
+    def __init__(self, source, ctx, directory: str):
+        super().__init__(source, ctx)
+        self._directory = directory
+        self._stamped = False
+
+    def poll(self):
+        if not self._stamped:
+            self._stamped = True
+            workloads.stamp_start(self._directory)
+        return super().poll()
+
+
+class StampedGenerator(Generator):
+    """`Generator` whose subtasks record when they started producing (the user's function is
+    called exactly as by a plain Generator: nothing wraps it)."""
+
+    def __init__(self, fn, directory: str, **kwargs):
+        super().__init__(fn, **kwargs)
+        self.directory = directory
+
+    def create_reader(self, ctx):
+        return _StampedReader(self, ctx, self.directory)
+
+    def starts(self) -> list[float]:
+        return workloads.read_starts(self.directory)
+
+
+EndSink = workloads.EndSink
+
+
+# ----------------------------------------------------------------------------- the user's code
+class RunningSum(ss.KeyedProcessFunction):
+    """W1 as in the README: every running sum emitted."""
+
+    def open(self, ctx):
+        self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
+
+    def process_element(self, row, ctx):
+        total = self.total.value() + row["value"]
+        self.total.update(total)
+        yield {"key": ctx.current_key, "total": total}
+
+
+def sentence(i: int) -> dict:
+    """Sentence i: five words picked by a cheap deterministic hash of the index (as
+    examples/word_count.py)."""
+    h = (i * 2654435761) & 0xFFFFFFFF
+    words = [WORDS[(h >> (4 * k)) % len(WORDS)] for k in range(WORDS_PER_SENTENCE)]
+    return {"id": i, "text": " ".join(words)}
+
+
+def split(row: dict):
+    for word in row["text"].split():
+        yield {"word": word}
+
+
+class Count(ss.KeyedProcessFunction):
+    def open(self, ctx):
+        self.count = ctx.get_state(ss.ValueStateDescriptor("count", default=0))
+
+    def process_element(self, row, ctx):
+        n = self.count.value() + 1
+        self.count.update(n)
+        if n % 1000 == 0:
+            yield {"word": ctx.current_key, "count": n}
+
+
+# ----------------------------------------------------------------------------- the jobs
+def _env(spark, parallelism: int, checkpoint_interval: float | None) -> ss.StreamEnvironment:
+    checkpointing = None
+    if checkpoint_interval is not None:
+        checkpointing = ss.CheckpointConfig(interval=checkpoint_interval,
+                                            directory=workloads._checkpoint_dir("perrow-"))
+    return ss.StreamEnvironment(parallelism=parallelism, spark=spark, checkpointing=checkpointing)
+
+
+def _run(env, source: StampedGenerator, sink: EndSink, name: str, units: int) -> dict:
+    result = env.execute(name)
+    starts = source.starts()
+    seconds = max(r["end"] for r in sink.ends.reports) - min(starts)
+    return {"per_second": units / seconds, "seconds": seconds, "job_seconds": result.duration,
+            "output_rows": sum(r["rows"] for r in sink.ends.reports),
+            "checkpoints": result.checkpoints.counts.completed if result.checkpoints else 0}
+
+
+def run_w1_readme(spark, n: int, k: int, parallelism: int, checkpoint_interval: float | None = 1.0) -> dict:
+    """One run of W1 the README way over n rows: source rows / s (see the module docstring)."""
+    stamps = tempfile.mkdtemp(prefix="ssbench-perrow-")
+    try:
+        env = _env(spark, parallelism, checkpoint_interval)
+        source = StampedGenerator(lambda i: {"key": i % k, "value": i}, stamps, count=n)
+        sink = EndSink()
+        (env.from_source(source, name="events")
+            .key_by("key")
+            .process(RunningSum(), name="sum", uid="sum")
+            .sink_to(sink, name="out"))
+        out = _run(env, source, sink, f"W1 per-row README n={n} p={parallelism}", n)
+    finally:
+        shutil.rmtree(stamps, ignore_errors=True)
+    if out["output_rows"] != n:
+        raise RuntimeError(f"W1 per-row: the sink got {out['output_rows']} running sums, expected {n}")
+    return out
+
+
+def run_word_count(spark, sentences: int, parallelism: int, checkpoint_interval: float | None = 1.0) -> dict:
+    """One run of the word-count pipeline over `sentences` sentences: words / s."""
+    stamps = tempfile.mkdtemp(prefix="ssbench-perrow-")
+    try:
+        env = _env(spark, parallelism, checkpoint_interval)
+        source = StampedGenerator(sentence, stamps, count=sentences)
+        sink = EndSink()
+        (env.from_source(source, name="sentences")
+            .flat_map(split, name="split")
+            .map(lambda r: {"word": r["word"].lower()}, name="lower")
+            .filter(lambda r: r["word"] != "", name="non-empty")
+            .key_by("word")
+            .process(Count(), name="count", uid="count")
+            .sink_to(sink, name="out"))
+        words = sentences * WORDS_PER_SENTENCE
+        out = _run(env, source, sink, f"word count n={sentences} p={parallelism}", words)
+    finally:
+        shutil.rmtree(stamps, ignore_errors=True)
+    # Every word's count passes each multiple of 1000 once.
+    expected = _expected_word_count_rows(sentences)
+    if out["output_rows"] != expected:
+        raise RuntimeError(f"word count: the sink got {out['output_rows']} rows, expected {expected}")
+    return out
+
+
+def _expected_word_count_rows(sentences: int) -> int:
+    counts: dict = {}
+    for i in range(sentences):
+        for word in sentence(i)["text"].split():
+            counts[word] = counts.get(word, 0) + 1
+    return sum(c // 1000 for c in counts.values())
+
+
+def measure(spark, n: int, sentences: int, k: int = 1000, runs: int = 3, parallelisms=(1, 2),
+            checkpoint_interval: float | None = 1.0) -> dict:
+    """Median per-row W1 (events/s) and word count (words/s) at each parallelism, after one
+    small warm-up run of each; runs of the two pipelines interleaved."""
+    out: dict = {}
+    for p in parallelisms:
+        run_w1_readme(spark, max(1, n // 10), k, p, checkpoint_interval)          # warm workers, imports
+        run_word_count(spark, max(1, sentences // 10), p, checkpoint_interval)
+        w1, wc = [], []
+        for _ in range(runs):
+            w1.append(run_w1_readme(spark, n, k, p, checkpoint_interval))
+            wc.append(run_word_count(spark, sentences, p, checkpoint_interval))
+        for name, measured, unit in ((f"w1_row_readme_p{p}", w1, "events_per_second"),
+                                     (f"word_count_p{p}", wc, "words_per_second")):
+            rates = [m["per_second"] for m in measured]
+            out[name] = {unit: statistics.median(rates), "runs": rates, "parallelism": p,
+                         "checkpoint_interval": checkpoint_interval, "details": measured}
+    return out
+
+
+__all__ = ["run_w1_readme", "run_word_count", "measure", "RunningSum", "Count", "sentence", "split"]

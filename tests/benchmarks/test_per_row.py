@@ -1,0 +1,55 @@
+"""The README-way per-row benchmarks (benchmarks/per_row.py) run on Spark and count every row.
+
+Tiny sizes: these check the plumbing (start stamps, end reports, output counts), never speed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks import per_row, report, workloads
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(autouse=True)
+def _delete_checkpoints():
+    yield
+    workloads.cleanup()
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_w1_readme_emits_every_running_sum(spark, parallelism):
+    result = per_row.run_w1_readme(spark, 20_000, 100, parallelism, checkpoint_interval=0.2)
+    assert result["output_rows"] == 20_000
+    assert result["per_second"] > 0 and math.isfinite(result["per_second"])
+    assert 0 < result["seconds"] < result["job_seconds"]
+
+
+def test_word_count_counts_every_word(spark):
+    result = per_row.run_word_count(spark, 5_000, 2, checkpoint_interval=None)
+    # 25 000 words over 16 distinct words: each passes 1000 once (1 562 or so per word).
+    assert result["output_rows"] == per_row._expected_word_count_rows(5_000) == 16
+    assert result["per_second"] > 0 and math.isfinite(result["per_second"])
+
+
+def test_measure_reports_both_pipelines_per_parallelism(spark):
+    results = per_row.measure(spark, 4_000, 1_000, k=10, runs=1, parallelisms=(2,), checkpoint_interval=None)
+    assert set(results) == {"w1_row_readme_p2", "word_count_p2"}
+    assert results["w1_row_readme_p2"]["events_per_second"] > 0
+    assert results["word_count_p2"]["words_per_second"] > 0
+    table = report.render_table({**results, "errors": {}})
+    assert "W1 per-row the README way" in table and "word count" in table
+
+
+def test_sentences_are_the_word_count_examples():
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "word_count.py")
+    spec = importlib.util.spec_from_file_location("word_count_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert all(per_row.sentence(i) == example.sentence(i) for i in range(1000))
