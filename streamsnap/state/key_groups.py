@@ -226,10 +226,10 @@ def _hash_arrow(arr: pa.Array) -> np.ndarray:
         values = pc.fill_null(arr, 0.0).to_numpy(zero_copy_only=False)
         return _apply_nulls(_hash_float_array(values), arr)
     if pa.types.is_string(t) or pa.types.is_large_string(t) or _is_string_view(t):
-        return _hash_strings(arr.to_pylist())
+        return _hash_distinct(arr, _hash_strings)
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) \
             or _is_binary_view(t):
-        return _hash_binaries(arr.to_pylist())
+        return _hash_distinct(arr, _hash_binaries)
     if pa.types.is_struct(t):
         fields = arr.flatten()
         out = _combine_arrays([_hash_arrow(f) for f in fields], n)
@@ -238,6 +238,22 @@ def _hash_arrow(arr: pa.Array) -> np.ndarray:
         f"cannot hash a key column of Arrow type {t}: supported are integer, boolean, floating, "
         f"string, binary, dictionary, null and struct columns; cast the column (for instance "
         f"timestamps to int64) before keying by it")
+
+
+def _hash_distinct(arr: pa.Array, hash_values) -> np.ndarray:
+    """Strings and bytes hash in Python, one value at a time: hash each distinct value once
+    (a key column repeats its keys: words, user ids) when the column is long enough to pay for
+    the dictionary encoding."""
+    if len(arr) < 64 or pc.count_distinct(arr.slice(0, 256)).as_py() * 2 > min(len(arr), 256):
+        return hash_values(arr.to_pylist())     # short, or mostly distinct: nothing to share
+    encoded = pc.dictionary_encode(arr)
+    if len(encoded.dictionary) * 2 > len(arr):
+        return hash_values(arr.to_pylist())
+    hashes = hash_values(encoded.dictionary.to_pylist())
+    indices = encoded.indices
+    out = hashes[pc.fill_null(indices, 0).to_numpy(zero_copy_only=False)] if len(hashes) \
+        else np.full(len(arr), NONE_HASH, dtype=np.uint64)
+    return _apply_nulls(out, indices)
 
 
 def _is_string_view(t: pa.DataType) -> bool:

@@ -263,3 +263,19 @@ def test_vectorized_int64_hashing_is_fast():
     elapsed = time.perf_counter() - start
     print(f"\nhash_keys: 1M int64 in {elapsed * 1e3:.1f} ms")
     assert elapsed < 0.5  # generous bound against pathological regressions (target: < 50 ms)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["w", "word", "dé", "", None, "x" * 40]), min_size=60, max_size=400),
+       st.sampled_from([pa.string(), pa.large_string(), pa.binary()]))
+def test_long_string_and_bytes_columns_hash_each_distinct_value_once_and_match_scalar(values, arrow_type):
+    # Long columns of repeated keys take the dictionary path (hash each distinct value once).
+    if arrow_type == pa.binary():
+        values = [v.encode() if v is not None else None for v in values]
+    column = pa.array(values, type=arrow_type)
+    assert list(hash_keys(column)) == [hash_key(v) for v in values]
+
+
+def test_a_long_column_of_distinct_strings_hashes_like_scalars():
+    values = [f"user-{i}" if i % 5 else None for i in range(1000)]
+    assert list(hash_keys(pa.array(values))) == [hash_key(v) for v in values]
