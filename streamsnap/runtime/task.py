@@ -277,7 +277,8 @@ class StreamTask:
                 raise TaskCancelled("cancelled")
             if self._background_error is not None:
                 raise self._background_error
-            worked = self._step() if self._outputs_available() else False
+            outputs_available = self._outputs_available()
+            worked = self._step() if outputs_available else False
             now = time.monotonic()
             deadline = None
             for writer in self.writers:
@@ -294,7 +295,9 @@ class StreamTask:
                 timeout = min(timeout, max(0.0, deadline - now))
             if self._source_wait:
                 timeout = min(timeout, self._source_wait)
-            timer_due = self.timers.next_due() if self._timers_may_run() else None
+            # A due timer runs in _step, which waits for output capacity: while backpressured,
+            # waiting for the timer would spin on poll(0); credit or a sent frame wakes the poll.
+            timer_due = self.timers.next_due() if outputs_available and self._timers_may_run() else None
             if timer_due is not None:
                 timeout = min(timeout, max(0.0, timer_due - now))
             network.poll(timeout)
