@@ -22,9 +22,11 @@ import streamsnap as "Could not recover from a failed barrier ResultStage".
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -168,11 +170,16 @@ def probe_executors(sc) -> list[tuple]:
 
 
 def package_zip(directory: str | None = None) -> str:
-    """A zip of the installed streamsnap package (top-level `streamsnap/`), for addPyFile."""
+    """A zip of the installed streamsnap package (top-level `streamsnap/`), for addPyFile.
+
+    Without `directory`, the zip goes to a temporary directory that is deleted when this
+    process exits: Spark serves the file from its path for as long as the context lives."""
     import streamsnap
 
     package = os.path.dirname(os.path.abspath(streamsnap.__file__))
-    directory = directory or tempfile.mkdtemp(prefix="streamsnap-ship-")
+    if directory is None:
+        directory = tempfile.mkdtemp(prefix="streamsnap-ship-")
+        atexit.register(shutil.rmtree, directory, True)
     target = os.path.join(directory, "streamsnap.zip")
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for root, dirs, files in os.walk(package):

@@ -168,3 +168,13 @@ def test_executors_that_cannot_import_it_even_shipped_say_what_to_install_or_set
     assert "the Spark executors cannot import streamsnap, even after it was shipped" in text
     assert "No module named 'pyarrow'" in text and sys.executable in text
     assert "PYSPARK_PYTHON" in text and "spark.submit.pyFiles" in text
+
+
+def test_the_shipped_package_zip_is_complete_and_deleted_when_the_process_exits(tmp_path):
+    code = ("import zipfile\nfrom streamsnap.api import preflight\npath = preflight.package_zip()\n"
+            "names = zipfile.ZipFile(path).namelist()\n"
+            "assert 'streamsnap/__init__.py' in names and 'streamsnap/api/preflight.py' in names\n"
+            "assert not any('__pycache__' in n for n in names)\nprint(path)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    path = done.stdout.strip()
+    assert path.endswith("streamsnap.zip") and not os.path.exists(os.path.dirname(path))
