@@ -167,6 +167,35 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
                                     offsets)
 
 
+def read_key_group_blocks(handle: KeyGroupsStateHandle, base_location: str, key_group_range: KeyGroupRange,
+                          max_parallelism: int, operator_uid: str):
+    """(key group, decoded states) of each key group of `handle` in `key_group_range`, read with
+    one ranged read — the canonical format's restore, for every backend."""
+    if handle.key_group_end >= max_parallelism:
+        raise RestoreError(
+            f"operator '{operator_uid}': keyed state handle covers key groups up to "
+            f"{handle.key_group_end} but max parallelism is {max_parallelism}; the max "
+            f"parallelism of a job's state cannot change")
+    wanted = sorted(kg for kg in handle.offsets if kg in key_group_range)
+    if not wanted:
+        return
+    url = filesystem.join(base_location, handle.file.path)
+    low = min(handle.offsets[kg][0] for kg in wanted)
+    high = max(handle.offsets[kg][0] + handle.offsets[kg][1] for kg in wanted)
+    try:
+        data = filesystem.read_range(url, low, high - low)
+    except FileNotFoundError as e:
+        raise RestoreError(f"operator '{operator_uid}': keyed state file {url} is "
+                           f"missing") from e
+    if len(data) != high - low:
+        raise RestoreError(f"keyed state file {url} is truncated: expected {high - low} "
+                           f"bytes at offset {low}, read {len(data)}")
+    view = memoryview(data)
+    for kg in wanted:
+        offset, length = handle.offsets[kg]
+        yield kg, decode_block(view[offset - low: offset - low + length], kg, url)
+
+
 def decode_block(block: bytes | memoryview, key_group: int, where: str
                  ) -> list[tuple[str, str, str, dict]]:
     """(state name, kind, serializer tag, wire entries) of one key group's block."""
@@ -389,30 +418,9 @@ class HashMapKeyedStateBackend:
             self._restore_handle(handle, base_location)
 
     def _restore_handle(self, handle: KeyGroupsStateHandle, base_location: str) -> None:
-        if handle.key_group_end >= self.max_parallelism:
-            raise RestoreError(
-                f"operator '{self.operator_uid}': keyed state handle covers key groups up to "
-                f"{handle.key_group_end} but max parallelism is {self.max_parallelism}; the max "
-                f"parallelism of a job's state cannot change")
-        wanted = sorted(kg for kg in handle.offsets if kg in self.key_group_range)
-        if not wanted:
-            return
-        url = filesystem.join(base_location, handle.file.path)
-        low = min(handle.offsets[kg][0] for kg in wanted)
-        high = max(handle.offsets[kg][0] + handle.offsets[kg][1] for kg in wanted)
-        try:
-            data = filesystem.read_range(url, low, high - low)
-        except FileNotFoundError as e:
-            raise RestoreError(f"operator '{self.operator_uid}': keyed state file {url} is "
-                               f"missing") from e
-        if len(data) != high - low:
-            raise RestoreError(f"keyed state file {url} is truncated: expected {high - low} "
-                               f"bytes at offset {low}, read {len(data)}")
-        view = memoryview(data)
-        for kg in wanted:
-            offset, length = handle.offsets[kg]
-            block = view[offset - low: offset - low + length]
-            for name, kind, tag, wire in decode_block(block, kg, url):
+        for kg, states in read_key_group_blocks(handle, base_location, self.key_group_range,
+                                                self.max_parallelism, self.operator_uid):
+            for name, kind, tag, wire in states:
                 self._merge(kg, name, kind, tag, wire)
 
     def _merge(self, kg: int, name: str, kind: str, tag: str, wire: dict) -> None:

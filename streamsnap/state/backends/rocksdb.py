@@ -82,7 +82,7 @@ from streamsnap.checkpoint.handles import (FileHandle, IncrementalKeyGroupsState
 from streamsnap.errors import ConfigurationError, RestoreError
 from streamsnap.state.assignment import SubtaskRestoreState
 from streamsnap.state.backends.hashmap import (FORMAT_VERSION, MAGIC, _checksum, _CHECKSUM_BYTES,
-                                               decode_block)
+                                               read_key_group_blocks)
 from streamsnap.state.descriptors import (LIST, MAP, REDUCING, STATE_KINDS, VALUE,
                                           StateDescriptor)
 from streamsnap.state.errors import StateError, StateSerializationError
@@ -1096,31 +1096,10 @@ class RocksDBKeyedStateBackend:
         return meta.sid
 
     def _restore_handle(self, handle: KeyGroupsStateHandle, base_location: str) -> None:
-        if handle.key_group_end >= self.max_parallelism:
-            raise RestoreError(
-                f"operator '{self.operator_uid}': keyed state handle covers key groups up to "
-                f"{handle.key_group_end} but max parallelism is {self.max_parallelism}; the max "
-                f"parallelism of a job's state cannot change")
-        wanted = sorted(kg for kg in handle.offsets if kg in self.key_group_range)
-        if not wanted:
-            return
-        url = filesystem.join(base_location, handle.file.path)
-        low = min(handle.offsets[kg][0] for kg in wanted)
-        high = max(handle.offsets[kg][0] + handle.offsets[kg][1] for kg in wanted)
-        try:
-            data = filesystem.read_range(url, low, high - low)
-        except FileNotFoundError as e:
-            raise RestoreError(f"operator '{self.operator_uid}': keyed state file {url} is "
-                               f"missing") from e
-        if len(data) != high - low:
-            raise RestoreError(f"keyed state file {url} is truncated: expected {high - low} "
-                               f"bytes at offset {low}, read {len(data)}")
-        view = memoryview(data)
-        for kg in wanted:
-            offset, length = handle.offsets[kg]
-            block = view[offset - low: offset - low + length]
+        for kg, states in read_key_group_blocks(handle, base_location, self.key_group_range,
+                                                self.max_parallelism, self.operator_uid):
             batch = self._rocksdict.WriteBatch(raw_mode=True)
-            for name, kind, tag, wire in decode_block(block, kg, url):
+            for name, kind, tag, wire in states:
                 self._merge(batch, kg, name, kind, tag, wire)
             if len(batch):
                 self._db.write(batch)
