@@ -13,12 +13,8 @@ from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.operators import KeyedBatchProcessOperator, OperatorContext, Output
 
-from tests.runtime.test_keyed_timers import Sink
+from tests.runtime.support import Sink
 
-
-class BatchSink(Sink):
-    def process(self, batch):
-        self.items += batch.to_pylist() if isinstance(batch, pa.RecordBatch) else list(batch)
 
 TOTAL = ss.ValueStateDescriptor("total", default=0)
 
@@ -53,7 +49,7 @@ def operator(function, clock=None, restore=None, base=None):
     ctx = OperatorContext(name="totals", uid="totals", subtask_index=0, parallelism=1, max_parallelism=128,
                           attempt=0, job_id="job", task_name="totals (1/1)", timers=clock, clock=clock)
     op = KeyedBatchProcessOperator(ctx, function, KeySelector.of("k"))
-    op.output = Output([sink := BatchSink()])
+    op.output = Output([sink := Sink()])
     if restore is not None:
         op.keyed_backend.restore(restore, base)
     op.initialize_state()

@@ -12,7 +12,7 @@ from streamsnap.runtime.broadcast import BroadcastProcessOperator, KeyedBroadcas
 from streamsnap.runtime.operators import OperatorContext, Output
 from streamsnap.state.assignment import assign_operator_state
 
-from tests.runtime.test_keyed_timers import Sink
+from tests.runtime.support import Sink
 
 RULES = ss.MapStateDescriptor("limits")
 REJECTED = ss.OutputTag("rejected")

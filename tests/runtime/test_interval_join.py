@@ -15,7 +15,7 @@ from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.interval_join import IntervalJoinOperator
 from streamsnap.runtime.operators import OperatorContext, Output
 
-from tests.runtime.test_keyed_timers import Sink
+from tests.runtime.support import Sink
 
 
 class Pair(ss.ProcessJoinFunction):

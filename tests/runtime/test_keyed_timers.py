@@ -10,20 +10,9 @@ from streamsnap.clock import ManualScheduler
 from streamsnap.errors import UserFunctionError
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.operators import KeyedProcessOperator, OperatorContext, Output
+from tests.runtime.support import Sink
 
 
-class Sink:
-    def __init__(self):
-        self.items = []
-
-    def process(self, batch):
-        self.items.extend(batch)
-
-    def process_watermark(self, timestamp):
-        self.items.append(("watermark", timestamp))
-
-    def process_watermark_status(self, status):
-        self.items.append(status)
 
 
 class Timers(ss.KeyedProcessFunction):

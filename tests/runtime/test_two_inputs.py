@@ -17,7 +17,7 @@ from streamsnap.runtime.operators import OperatorContext, Output
 from streamsnap.time.watermarks import MAX_WATERMARK
 
 from tests.runtime.test_input_watermarks import data, event, make_input
-from tests.runtime.test_keyed_timers import Sink
+from tests.runtime.support import Sink
 
 
 class Tag(ss.CoProcessFunction):

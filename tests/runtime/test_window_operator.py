@@ -20,26 +20,12 @@ from streamsnap.runtime.window_operator import (CONTENTS, AggregateContents, Lis
 from streamsnap.state.assignment import assign_operator_state
 from streamsnap.state.key_groups import assign_key_groups
 from streamsnap.time.watermarks import MAX_WATERMARK
+from tests.runtime.support import Sink
 
 W = ss.windows
 LATE = ss.OutputTag("late")
 
 
-class Sink:
-    def __init__(self):
-        self.items = []
-
-    def process(self, batch):
-        self.items.extend(batch)
-
-    def process_watermark(self, timestamp):
-        self.items.append(("watermark", timestamp))
-
-    def process_watermark_status(self, status):
-        self.items.append(status)
-
-    def rows(self):
-        return [r for r in self.items if isinstance(r, dict)]
 
 
 def add_values(a, b):
