@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -606,13 +607,20 @@ class CheckpointCoordinator:
     def discard_abandoned_locations(self) -> None:
         """Delete checkpoint directories nobody will complete: what tasks of aborted checkpoints
         or of a cancelled attempt wrote after the abort. Called once an attempt's tasks are gone
-        and at shutdown, so the job directory holds the retained and pending checkpoints only."""
+        and at shutdown, so the job directory holds the retained and pending checkpoints only —
+        and `shared/` only files a retained or pending checkpoint references (an incremental
+        upload whose ack never came is swept; files written after this call are left alone)."""
         keep = set(self._pending)
+        referenced = self._store.registry.registered_files()
+        now = time.time()
 
         def sweep():
             for url in self.storage.abandoned_locations(keep):
                 logger.info("deleting abandoned checkpoint directory %s", url)
                 filesystem.delete(url, recursive=True)
+            for url in self.storage.unreferenced_shared_files(referenced, now):
+                logger.info("deleting unreferenced shared state file %s", url)
+                filesystem.delete(url)
         self._io.run(sweep, _log_io_failure)
 
     # ------------------------------------------------------------------ listeners

@@ -159,6 +159,23 @@ class CheckpointStorage:
                 abandoned.append(url)
         return abandoned
 
+    def unreferenced_shared_files(self, referenced: frozenset[str], older_than: float) -> list[str]:
+        """Files in `shared/` that are not in `referenced` and were written before `older_than`
+        (epoch seconds): uploads of incremental snapshots whose checkpoint was never acknowledged
+        (a task killed between upload and ack). Younger files may belong to a running upload."""
+        if not filesystem.exists(self.shared_directory):
+            return []
+        fs, path = filesystem.filesystem(self.shared_directory)
+        stray = []
+        for info in fs.ls(path, detail=True):
+            if info.get("type") != "file":
+                continue
+            url = filesystem.join(self.shared_directory, info["name"].rsplit("/", 1)[-1])
+            mtime = info.get("mtime") or info.get("created") or 0
+            if filesystem.normalize(url) not in referenced and float(mtime) < older_than:
+                stray.append(url)
+        return stray
+
     def newest_completed_location(self) -> CheckpointStorageLocation | None:
         """The newest `chk-<n>` with a `_metadata` (what a new run of this job resumes from)."""
         for checkpoint_id in reversed(self.existing_checkpoint_ids()):

@@ -107,3 +107,25 @@ def test_resolve_restore_path_missing_or_wrong_file(storage, tmp_path):
     other.write_text("x")
     with pytest.raises(RestoreError, match="not a _metadata file"):
         resolve_restore_path(str(other))
+
+
+def test_unreferenced_old_shared_files_are_listed_for_the_sweep(storage):
+    import os
+    import time
+
+    from streamsnap.checkpoint import filesystem
+
+    storage.initialize_location(1)
+    shared = storage.shared_directory
+    names = ("referenced.sst", "orphan.sst", "young.sst")
+    for name in names:
+        with filesystem.open_write(filesystem.join(shared, name)) as out:
+            out.write(b"sst")
+    local = filesystem.user_path(shared)
+    old = time.time() - 60
+    for name in ("referenced.sst", "orphan.sst"):
+        os.utime(os.path.join(local, name), (old, old))
+    referenced = frozenset({filesystem.normalize(filesystem.join(shared, "referenced.sst"))})
+    # An upload never acknowledged is swept; a referenced one and one written after the call stay.
+    stray = storage.unreferenced_shared_files(referenced, time.time() - 30)
+    assert [u.rsplit("/", 1)[-1] for u in stray] == ["orphan.sst"]
