@@ -25,6 +25,7 @@ from tests.integration import support
 from tests.integration.support import wait_completed, wait_status
 from tests.integration.test_event_time import read_parquet_rows
 from tests.integration.test_failover import causes, wait_restarted
+from tests.integration.test_windows import CountSum, WithWindow
 
 pytestmark = pytest.mark.spark
 
@@ -74,27 +75,6 @@ def reference_timers(n: int) -> set[tuple]:
 
 
 # ---------------------------------------------------------------- the job's functions
-class CountSum(ss.AggregateFunction):
-    def create_accumulator(self):
-        return [0, 0]
-
-    def add(self, row, acc):
-        return [acc[0] + 1, acc[1] + row["value"]]
-
-    def get_result(self, acc):
-        return acc
-
-    def merge(self, a, b):
-        return [a[0] + b[0], a[1] + b[1]]
-
-
-class WindowRow(ss.ProcessWindowFunction):
-    def process(self, key, context, elements):
-        count, total = elements[0]
-        yield {"key": key, "start": context.window.start, "end": context.window.end,
-               "count": count, "sum": total, "watermark": context.current_watermark()}
-
-
 class BucketTotals(ss.KeyedProcessFunction):
     """Per-key bucket sums in keyed state; an event-time timer at a bucket's end emits the
     bucket's sum and the key's running total over all buckets fired so far. A timer lost or
@@ -167,7 +147,7 @@ def run_event_time_chaos(spark, tmp_path, monkeypatch, seed: int):
     keyed = (env.from_source(source, name="events", uid="events", watermark_strategy=strategy)
              .key_by("key"))
     (keyed.window(ss.windows.TumblingEventTimeWindows.of(WINDOW / 1000))
-        .aggregate(CountSum(), WindowRow(), name="windows", uid="windows")
+        .aggregate(CountSum(), WithWindow(), name="windows", uid="windows")
         .sink_to(ss.sinks.FileSink(str(out / "windows"), format="parquet"), name="window-files",
                  uid="window-files"))
     (keyed.process(BucketTotals(), name="timers", uid="timers")
