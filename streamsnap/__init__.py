@@ -35,6 +35,7 @@ from streamsnap.time.watermarks import WatermarkGenerator, WatermarkStrategy
 from streamsnap.state.descriptors import (
     ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor,
 )
+from streamsnap.state.ttl import StateTtlConfig, TtlStateVisibility, TtlUpdateType
 
 __version__ = "0.1.0"
 
@@ -43,6 +44,7 @@ __all__ = [
     "KeyedProcessFunction", "KeyedBatchFunction", "BatchKeys", "group_cumsum", "Function", "Context", "RuntimeContext", "CheckpointedFunction",
     "CheckpointListener", "FunctionInitializationContext", "FunctionSnapshotContext",
     "ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
+    "StateTtlConfig", "TtlUpdateType", "TtlStateVisibility",
     "JobResult", "JobClient", "sources", "sinks",
     "StreamsnapError", "ConfigurationError", "JobExecutionError", "UserFunctionError", "RestoreError",
     "FileReadError", "DataError", "SchemaError", "NullKeyError", "PreflightError", "WatermarkStrategy", "WatermarkGenerator", "windows", "OutputTag", "TimeDomain",

@@ -7,9 +7,11 @@ source task) to the end of input at the query's sink (after the final watermark 
 window), so the generator, every operator, the shuffles, and the final window firing count;
 deployment and teardown do not.
 
-Spark: the same events written to Parquet first (not timed), read one file per micro-batch;
-rate = input events / Spark's own trigger-to-commit time over micro-batches 2.., as the W1
-Spark baselines measure (benchmarks/spark_baselines.py). Reading and decoding Parquet counts,
+Spark: the queries of spark_queries.py (all but q4) over the same events written to Parquet
+first (not timed), read one file per micro-batch, the last file ending with the end-of-input row
+that lets the final no-data batch emit the last windows; rate = input events / Spark's own
+trigger-to-commit time over micro-batches 2.. (that final batch included), as the W1 Spark
+baselines measure (benchmarks/spark_baselines.py). Reading and decoding Parquet counts,
 generating the events does not.
 """
 
@@ -25,7 +27,7 @@ import numpy as np
 
 import streamsnap as ss
 from benchmarks import workloads
-from benchmarks.nexmark import queries
+from benchmarks.nexmark import queries, spark_queries
 from streamsnap.connectors import nexmark
 
 PARALLELISM = 2
@@ -74,67 +76,47 @@ def run_streamsnap(spark, query: str, count: int, batch_size: int = 8192) -> dic
 
 
 # ----------------------------------------------------------------------------- Spark
-def write_events_parquet(directory: str, count: int, files: int = 8) -> None:
-    """The first `count` events of CONFIG as `files` Parquet files, in order (name and mtime)."""
+def write_events_parquet(directory: str, count: int, files: int = 8, config: nexmark.NexmarkConfig = CONFIG) -> None:
+    """The first `count` events of `config` as `files` Parquet files, in order (name and mtime),
+    the last ending with Spark's end-of-input row (spark_queries.end_marker)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     os.makedirs(directory, exist_ok=True)
-    generate = nexmark.events(CONFIG, vectorized=True)
+    generate = nexmark.events(config, vectorized=True)
     bounds = np.linspace(0, count, files + 1).round().astype(np.int64)
     base_ns = time.time_ns() - (files + 1) * 1_000_000_000
     for j in range(files):
         chunks = [generate(np.arange(lo, min(lo + 65536, bounds[j + 1]), dtype=np.int64))
                   for lo in range(bounds[j], bounds[j + 1], 65536)]
+        table = pa.Table.from_batches(chunks, schema=nexmark.SCHEMA)
+        if j == files - 1:
+            table = pa.concat_tables([table, spark_queries.end_marker()])
         path = os.path.join(directory, f"part-{j:05d}.parquet")
-        pq.write_table(pa.Table.from_batches(chunks, schema=nexmark.SCHEMA), path)
+        pq.write_table(table, path)
         os.utime(path, ns=(base_ns + j * 1_000_000_000,) * 2)
 
 
-def _spark_queries(spark, input_dir: str):
-    """Spark SQL for the queries it can express as the reference defines them (q0, q1, q2)."""
-    from pyspark.sql import functions as F
-
-    def read():
-        return (spark.readStream.schema(_spark_schema()).option("maxFilesPerTrigger", 1).parquet(input_dir))
-
-    def bids(df):
-        return df.where(F.col("event_type") == nexmark.BID)
-    return {
-        "q0": lambda: bids(read()).select(F.col("bid_auction").alias("auction"), F.col("bid_bidder").alias("bidder"),
-                                          F.col("bid_price").alias("price"), "date_time",
-                                          F.col("bid_extra").alias("extra")),
-        "q1": lambda: bids(read()).select(F.col("bid_auction").alias("auction"), F.col("bid_bidder").alias("bidder"),
-                                          (F.col("bid_price") * queries.DOLLAR_TO_EURO).alias("price"),
-                                          "date_time", F.col("bid_extra").alias("extra")),
-        "q2": lambda: bids(read()).where(F.col("bid_auction") % 123 == 0).select(
-            F.col("bid_auction").alias("auction"), F.col("bid_price").alias("price")),
-    }
-
-
-def _spark_schema():
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(nexmark.SCHEMA)
-
-
-SPARK_QUERIES = ("q0", "q1", "q2")   # the others (joins, aggregates joined back) are not written for Spark yet
+SPARK_QUERIES = spark_queries.SPARK_QUERIES   # all but q4: spark_queries' docstring says why
 
 
 def run_spark(spark, query: str, input_dir: str, checkpoint_dir: str) -> dict:
-    """One run of `query` on Spark SS over the Parquet input: rate over micro-batches 2.."""
+    """One run of `query` on Spark SS over the Parquet input: rate over micro-batches 2.. (for
+    the windowed queries the last is the no-data batch that emits the final windows)."""
     from benchmarks import spark_baselines as sb
 
     files, expected = sb._w1_input_rows(input_dir)
-    stream = _spark_queries(spark, input_dir)[query]()
-    run = sb._run_available_now(spark, stream, input_dir, checkpoint_dir, 2, "append", None, expected, files,
-                                f"nexmark {query}")
-    return {"events_per_second": sb.steady_rate(run), "batch_seconds": run["batch_seconds"],
+    scans = spark_queries.SCANS.get(query, 1)
+    stream = spark_queries.queries(spark, input_dir, CONFIG)[query]()
+    run = sb._run_available_now(spark, stream, input_dir, checkpoint_dir, 2, "append", None, expected * scans,
+                                files, f"nexmark {query}")
+    return {"events_per_second": sb.steady_rate(run) / scans, "batch_seconds": run["batch_seconds"],
             "rows_per_batch": expected // files}
 
 
 def run_all(spark, count: int, spark_count: int, runs: int, results: dict) -> None:
-    """Every query on streamsnap (median of `runs`, after a warm-up), then q0-q2 on Spark."""
+    """Every query on streamsnap (median of `runs`, after a warm-up), then every query Spark SS
+    expresses (SPARK_QUERIES) on Spark."""
     for name in queries.QUERIES:
         print(f"  nexmark {name} on streamsnap, {runs} runs of {count:,} events ...", flush=True)
         run_streamsnap(spark, name, max(100_000, count // 10))

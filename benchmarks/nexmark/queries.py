@@ -6,12 +6,15 @@ returns the query's output DataStream; several queries can share one source.
 
 Vectorized where the query allows: selections, projections and the per-kind split are
 `map_batches` on Arrow batches (q0-q2, and the front of every other query); q5's per-auction
-sliding count is `window(...).count()`; q5 and q7 keep only each batch's per-window maximum
-rows before the keyed maximum stage (the window's maximum rows are always among them). Per-row operators remain
-where a row's fate depends on keyed state: q3's join (`q3_connected`: persons.connect(auctions)
-with a KeyedCoProcessFunction; `q3`: the same on the flat stream with one KeyedProcessFunction
-holding both sides), q4's auction closing, q5's and q7's maximum per window with ties (on the
-few rows left), q8's per-person window.
+sliding count is `window(...).count()`; q8 is one vectorized window aggregate per (person id,
+window) (`aggregate_columns`: the person's name as a string min, whether an auction was seen as a
+max) and a vectorized filter; q4 closes auctions and averages per category with
+KeyedBatchFunctions (numpy per batch, state read and written in bulk, batch timers at each
+auction's `expires`); q5 and q7 keep only each batch's per-window maximum rows before the keyed
+maximum stage (the window's maximum rows are always among them). Per-row operators remain where
+a row's fate depends on keyed state: q3's join (`q3_connected`: persons.connect(auctions) with a
+KeyedCoProcessFunction; `q3`: the same on the flat stream with one KeyedProcessFunction holding
+both sides), q5's and q7's maximum per window with ties (on the few rows left).
 
 Output rows carry the reference's tuple fields (`OUTPUT_FIELDS`); q4 emits an updating running
 average per category (the last row per category is the answer, as Flink's q4 emits updates).
@@ -221,62 +224,149 @@ def _q4_sides(batch: pa.RecordBatch) -> pa.RecordBatch:
          b.column("bid_price")], schema=Q4_IN)
 
 
-class ClosingPrice(ss.KeyedProcessFunction):
-    """Per auction: the highest bid in [date_time, expires], emitted when the watermark passes
-    `expires`. Bids before their auction wait in state."""
+NO_BID = np.iinfo(np.int64).min   # an auction's best price before any bid in its range
+RECORD = 32                        # an auction in state: int64 start, expires, category, best (bytes)
+
+
+def _some(keys: ss.BatchKeys, positions) -> ss.BatchKeys:
+    """The distinct keys at `positions` (of `keys.unique`), for get_many/put_many and timers."""
+    positions = positions.tolist() if hasattr(positions, "tolist") else positions
+    return ss.BatchKeys([keys.unique[i] for i in positions], np.arange(len(positions)),
+                        [keys.key_groups[i] for i in positions])
+
+
+def _int64s(column: pa.Array) -> np.ndarray:
+    """An int64 column's values as numpy without a copy, whatever its nulls (their values are
+    unspecified: use only where the row's kind says the field is set)."""
+    return np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column),
+                         offset=column.offset * 8)
+
+
+def _records(values: np.ndarray) -> list[bytes]:
+    """Rows of an (n, 4) int64 array as RECORD-byte strings (plain state values: no encoding)."""
+    blob = np.ascontiguousarray(values, dtype=np.int64).tobytes()
+    return [blob[i:i + RECORD] for i in range(0, len(blob), RECORD)]
+
+
+class ClosingPrices(ss.KeyedBatchFunction):
+    """Per auction, vectorized: the highest bid in [date_time, expires], emitted when the
+    watermark passes `expires`. Per batch: the stored auctions of its distinct keys in one
+    `get_many`, numpy for the per-auction maximum of the in-range bids, one `put_many` of the
+    auctions that changed, one timer per new auction. Bids before their auction (common when
+    the sources run apart) wait in state (`early`) and are folded in, vectorized, when it
+    arrives. Both states hold fixed-width int64 records as bytes (plain values: no encoding
+    per write)."""
 
     def open(self, ctx):
-        self.auction = ctx.get_state(ss.ValueStateDescriptor("auction", default=None))  # [start, expires, cat]
-        self.best = ctx.get_state(ss.ValueStateDescriptor("best", default=None))
-        self.early = ctx.get_state(ss.ValueStateDescriptor("early", default=None))      # [[time, price]]
+        self.auction = ctx.get_state(ss.ValueStateDescriptor("auction", default=None))  # RECORD bytes
+        self.early = ctx.get_state(ss.ValueStateDescriptor("early", default=None))      # int64 time, price, ...
+        self.timers = ctx.timer_service()
 
-    def process_element(self, row, ctx):
-        t = row["date_time"]
-        if row["event_type"] == nexmark.AUCTION:
-            start, expires = t, row["expires"]
-            self.auction.update([start, expires, row["category"]])
-            early = self.early.value()
-            if early:
-                self.early.clear()
-                prices = [p for bt, p in early if start <= bt <= expires]
-                if prices:
-                    self.best.update(max(prices))
-            ctx.timer_service().register_event_time_timer(expires)
-            return
-        auction = self.auction.value()
-        if auction is None:
-            self.early.update((self.early.value() or []) + [[t, row["price"]]])
-        elif auction[0] <= t <= auction[1]:
-            best = self.best.value()
-            if best is None or row["price"] > best:
-                self.best.update(row["price"])
-
-    def on_timer(self, timestamp, ctx):
-        best = self.best.value()
-        self.best.clear()
-        if best is not None:
-            return {"category": self.auction.value()[2], "price": best}
+    def process_batch(self, batch, keys):
+        u = len(keys.unique)
+        index = keys.index
+        kind = batch.column("event_type").to_numpy(zero_copy_only=False)
+        t = _int64s(batch.column("date_time"))
+        info = np.empty((u, 4), dtype=np.int64)          # start, expires, category, best per key
+        info[:, 3] = NO_BID
+        stored = self.auction.get_many(keys)
+        known = np.fromiter((v is not None for v in stored), dtype=bool, count=u)
+        if known.any():
+            info[known] = np.frombuffer(b"".join([v for v in stored if v is not None]),
+                                        dtype=np.int64).reshape(-1, 4)
+        before = info[:, 3].copy()
+        # New auctions: their start, expires and category (a bid may precede them in the batch).
+        auctions = np.flatnonzero(kind == nexmark.AUCTION)
+        new = np.zeros(u, dtype=bool)
+        if len(auctions):
+            at = index[auctions]
+            info[at, 0] = t[auctions]
+            info[at, 1] = _int64s(batch.column("expires"))[auctions]
+            info[at, 2] = _int64s(batch.column("category"))[auctions]
+            new[at] = True
+        # Bids on auctions known by now: the maximum in-range price per auction.
+        bids = np.flatnonzero(kind == nexmark.BID)
+        bid_keys = index[bids]
+        bid_times = t[bids]
+        price = _int64s(batch.column("price"))[bids]
+        on_known = (known | new)[bid_keys]
+        in_range = on_known & (info[bid_keys, 0] <= bid_times) & (bid_times <= info[bid_keys, 1])
+        best = info[:, 3].copy()
+        np.maximum.at(best, bid_keys[in_range], price[in_range])
+        info[:, 3] = best
+        # Bids before their auction: appended to the key's waiting list.
+        waiting = np.flatnonzero(~on_known)
+        if len(waiting):
+            order = waiting[np.argsort(bid_keys[waiting], kind="stable")]
+            wait_keys, starts = np.unique(bid_keys[order], return_index=True)
+            blob = np.column_stack([bid_times[order], price[order]]).astype(np.int64).tobytes()
+            bounds = (16 * np.r_[starts, len(order)]).tolist()
+            some = _some(keys, wait_keys)
+            self.early.put_many(some, [(old or b"") + blob[lo:hi] for old, lo, hi in
+                                       zip(self.early.get_many(some), bounds[:-1], bounds[1:])])
+        # New auctions whose bids came first: fold the waiting ones in range into the best.
+        fresh = np.flatnonzero(new & ~known)
+        if len(fresh):
+            some = _some(keys, fresh)
+            early = self.early.get_many(some)
+            had = [i for i, e in enumerate(early) if e]
+            if had:
+                waited = [early[i] for i in had]
+                pairs = np.frombuffer(b"".join(waited), dtype=np.int64).reshape(-1, 2)
+                owner = np.repeat(fresh[had], [len(e) // 16 for e in waited])
+                hit = (info[owner, 0] <= pairs[:, 0]) & (pairs[:, 0] <= info[owner, 1])
+                best = info[:, 3].copy()
+                np.maximum.at(best, owner[hit], pairs[hit, 1])
+                info[:, 3] = best
+                self.early.put_many(_some(some, had), [None] * len(had))
+        changed = np.flatnonzero(new | (info[:, 3] != before))
+        if len(changed):
+            self.auction.put_many(_some(keys, changed), _records(info[changed]))
+        added = np.flatnonzero(new)
+        if len(added):
+            self.timers.register_event_time_timers(_some(keys, added), info[added, 1])
         return None
 
+    def on_timers(self, timers, ctx):
+        stored = self.auction.get_many(timers.keys)
+        present = [i for i, v in enumerate(stored) if v is not None]
+        if not present:
+            return None
+        info = np.frombuffer(b"".join([stored[i] for i in present]), dtype=np.int64).reshape(-1, 4)
+        sold = np.flatnonzero(info[:, 3] != NO_BID)
+        if not len(sold):
+            return None
+        closed = info[sold].copy()
+        out = pa.RecordBatch.from_arrays([pa.array(closed[:, 2]), pa.array(closed[:, 3])], schema=Q4_CLOSED)
+        closed[:, 3] = NO_BID            # closed: later (late) bids are not emitted again
+        self.auction.put_many(_some(timers.keys, [present[i] for i in sold.tolist()]), _records(closed))
+        return out
 
-class RunningAverage(ss.KeyedProcessFunction):
-    """Per category: the running average of closing prices (an updating result)."""
+
+class RunningAverages(ss.KeyedBatchFunction):
+    """Per category, vectorized: the running average of closing prices (an updating result),
+    one output row per input row (running sums per key with `ss.group_cumsum`)."""
 
     def open(self, ctx):
-        self.totals = ctx.get_state(ss.ValueStateDescriptor("totals", default=None))
+        self.totals = ctx.get_state(ss.ValueStateDescriptor("totals", default=None))   # [total, n]
 
-    def process_element(self, row, ctx):
-        total, n = self.totals.value() or (0, 0)
-        total, n = total + row["price"], n + 1
-        self.totals.update([total, n])
-        return {"category": ctx.current_key, "average": total / n, "auctions": n}
+    def process_batch(self, batch, keys):
+        stored = self.totals.get_many(keys)
+        initial = np.array([v or (0, 0) for v in stored], dtype=np.int64).reshape(-1, 2)
+        price = batch.column("price").to_numpy(zero_copy_only=False)
+        total, final_total = ss.group_cumsum(price, keys.index, initial[:, 0])
+        n, final_n = ss.group_cumsum(np.ones(len(price), dtype=np.int64), keys.index, initial[:, 1])
+        self.totals.put_many(keys, np.column_stack([final_total, final_n]).tolist())
+        return pa.RecordBatch.from_arrays([batch.column("category"), pa.array(total / n), pa.array(n)],
+                                          schema=Q4_OUT)
 
 
 def q4(stream):
-    """Average closing price per category: close each auction at `expires`, then average."""
+    """Average closing price per category: close each auction at `expires`, then average
+    (both stages vectorized KeyedBatchFunctions)."""
     closed = (stream.map_batches(_q4_sides, name="q4 sides", output_schema=Q4_IN)
-              .key_by("auction").process(ClosingPrice(), name="q4 close", output_schema=Q4_CLOSED))
-    return closed.key_by("category").process(RunningAverage(), name="q4 average", output_schema=Q4_OUT)
+              .key_by("auction").process_batches(ClosingPrices(), name="q4 close", output_schema=Q4_CLOSED))
+    return closed.key_by("category").process_batches(RunningAverages(), name="q4 average", output_schema=Q4_OUT)
 
 
 # ----------------------------------------------------------------------- q5 and q7
@@ -376,52 +466,41 @@ def q7(stream):
 
 
 # ----------------------------------------------------------------------- q8
-Q8_IN = pa.schema([("id", pa.int64()), ("name", pa.string()), ("date_time", pa.int64())])
+Q8_IN = pa.schema([("id", pa.int64()), ("name", pa.string()), ("sold", pa.int8()), ("date_time", pa.int64())])
 Q8_OUT = pa.schema([("id", pa.int64()), ("name", pa.string()), ("window_start", pa.int64())])
 
 
 def _q8_sides(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Persons as (id, name), auctions as (seller, null); a null name marks an auction."""
+    """Persons as (id, name, sold=0), auctions as (seller, null, sold=1)."""
     kind = batch.column("event_type")
     b = batch.filter(pc.not_equal(kind, nexmark.BID))
     is_person = pc.equal(b.column("event_type"), nexmark.PERSON)
     return pa.RecordBatch.from_arrays(
         [pc.if_else(is_person, b.column("person_id"), b.column("auction_seller")), b.column("person_name"),
-         b.column("date_time")], schema=Q8_IN)
+         pc.cast(pc.invert(is_person), pa.int8()), b.column("date_time")], schema=Q8_IN)
 
 
-class PersonAndAuction(ss.AggregateFunction):
-    """[the person's name or None, whether an auction of theirs was seen]."""
-
-    def create_accumulator(self):
-        return [None, False]
-
-    def add(self, row, acc):
-        if row["name"] is None:
-            acc[1] = True
-        else:
-            acc[0] = row["name"]
-        return acc
-
-    def get_result(self, acc):
-        return acc
-
-    def merge(self, a, b):
-        return [a[0] if a[0] is not None else b[0], a[1] or b[1]]
+Q8_WINDOWS = pa.schema([("id", pa.int64()), ("window_start", pa.int64()), ("window_end", pa.int64()),
+                        ("name", pa.string()), ("sold", pa.int8())])
 
 
-class NewUser(ss.ProcessWindowFunction):
-    def process(self, key, context, elements):
-        name, sold = elements[0]
-        if name is not None and sold:
-            yield {"id": key, "name": name, "window_start": context.window.start}
+def _new_users(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The (id, window) groups with a person (a name) and an auction (sold)."""
+    keep = pc.and_(pc.is_valid(batch.column("name")), pc.fill_null(pc.equal(batch.column("sold"), 1), False))
+    b = batch.filter(keep)
+    return pa.RecordBatch.from_arrays([b.column("id"), b.column("name"), b.column("window_start")],
+                                      schema=Q8_OUT)
 
 
 def q8(stream):
-    """New users: persons who registered and sold in the same 10 s tumbling window."""
+    """New users: persons who registered and sold in the same 10 s tumbling window. Vectorized
+    window aggregate per (id, window): the person's name (string min; null without a person)
+    and whether an auction was seen (max of `sold`), then a vectorized filter."""
     return (stream.map_batches(_q8_sides, name="q8 sides", output_schema=Q8_IN)
             .key_by("id").window(ss.windows.TumblingEventTimeWindows.of(WINDOW_MS / 1000))
-            .aggregate(PersonAndAuction(), NewUser(), name="q8 window", schema=Q8_OUT))
+            .aggregate_columns({"name": ("min", "name"), "sold": ("max", "sold")}, name="q8 window",
+                               schema=Q8_WINDOWS)
+            .map_batches(_new_users, name="q8 new users", output_schema=Q8_OUT))
 
 
 QUERIES = {"q0": q0, "q1": q1, "q2": q2, "q3": q3_connected, "q4": q4, "q5": q5, "q7": q7, "q8": q8}

@@ -158,7 +158,7 @@ class WindowedStream:
         """Vectorized per-window aggregates on Arrow batches, no Python per row (tumbling and
         sliding windows, default trigger). `aggregates` maps output names to
         ``(function, column)`` with function one of sum, min, max, mean, or to ``"count"``
-        (rows). Emits the key column(s) (``key`` for a key function), ``window_start``,
+        (rows); min and max also take string columns. Emits the key column(s) (``key`` for a key function), ``window_start``,
         ``window_end`` and the outputs; nulls are skipped (all-null gives None)."""
         from streamsnap.runtime.vectorized_windows import (AGGREGATES, ColumnAggregate,
                                                            VectorizedWindowOperatorFactory)
@@ -198,11 +198,13 @@ class WindowedStream:
                         f"aggregate_columns: column {column!r} is not in the stream's schema "
                         f"(columns {schema.names})")
                 kind = schema.field(column).type
+                text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
                 if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                        or pa.types.is_boolean(kind)):
+                        or pa.types.is_boolean(kind) or (text and function in ("min", "max"))):
                     raise ConfigurationError(
                         f"aggregate_columns: column {column!r} has type {kind}; {function} "
-                        f"takes integer, float or boolean columns")
+                        f"takes integer, float or boolean columns"
+                        + ("" if function in ("min", "max") else " (min and max also strings)"))
             parsed.append(ColumnAggregate(output, function, column))
         keyed = self._keyed
         name = options.pop("name", None) or f"Window({type(assigner).__name__}).aggregate_columns"

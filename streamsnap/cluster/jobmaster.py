@@ -804,10 +804,21 @@ def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future,
 
 
 def _spark_error_summary(error: BaseException) -> str:
-    """The first meaningful line of a Spark/py4j error, without the JVM stack trace."""
+    """The first meaningful line of a Spark/py4j error, without the JVM stack trace; for a
+    barrier stage aborted by one task, also why that task failed (the line after Spark's
+    "finished unsuccessfully", and a Python traceback's last line), which is what explains a
+    task that died without telling the JobMaster."""
     text = str(error)
-    for line in text.splitlines():
-        line = line.strip()
-        if "Exception" in line or "Error" in line:
-            return f"the Spark job failed: {line[:500]}"
-    return f"the Spark job failed: {text[:500]}"
+    lines = [line.strip() for line in text.splitlines()]
+    summary = next((line for line in lines if "Exception" in line or "Error" in line), text)[:500]
+    for i, line in enumerate(lines):
+        if line.endswith("finished unsuccessfully."):
+            reason = next((later for later in lines[i + 1:] if later), "")
+            traceback_end = next((later for later in reversed(lines)
+                                  if later and not later.startswith(("at ", "File ", "...", "Caused by"))
+                                  and ("Error" in later or "Exception" in later)), "")
+            details = [part for part in (reason, traceback_end) if part and part not in summary]
+            if details:
+                summary += " — the task's failure: " + " / ".join(dict.fromkeys(d[:300] for d in details))
+            break
+    return f"the Spark job failed: {summary}"

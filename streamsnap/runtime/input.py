@@ -11,6 +11,12 @@ Watermarks, watermark statuses and ends of partition go to `InputWatermarks` (sa
 operator. `poll_next` hands out what it decides — a new `Watermark` or a `WatermarkStatus` —
 in order with the batches, only when it changes. A
 blocked channel's watermarks wait behind its data, like everything else on it.
+
+Data frames already queued behind the one read are merged with it (up to `max_rows` rows, from
+any unblocked channel of the same input whose next frame is data): an operator that falls
+behind then pays its per-batch cost once for what piled up, not once per small frame a
+buffer timeout flushed, so it catches up instead of staying behind. Only frames at the head of
+a channel are taken, so each channel's order against its own events is kept.
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ class CheckpointedInput:
     """`input_of[i]`: the logical input of channel i (default: all channels are input 0)."""
 
     def __init__(self, channels: list[InputChannel], network: TaskNetwork, task, exactly_once: bool, clock,
-                 task_name: str, input_of: list[int] | None = None):
+                 task_name: str, input_of: list[int] | None = None, max_rows: int = 8192):
         self.channels = channels
+        self.max_rows = max_rows
         self._network = network
         self._task = task
         self._blocked = [False] * len(channels)
@@ -107,11 +114,9 @@ class CheckpointedInput:
             kind, payload = channel.pop()
             if kind is FrameKind.DATA:
                 self._next = (i + 1) % n
-                self.handler.add_processed_bytes(len(payload))
-                self.bytes_consumed += len(payload)
-                self._network.return_credit(channel)
                 self.last_input = self._input_of[i]
-                batches = decode_batches(payload)
+                batches = self._consumed(channel, payload)
+                batches = self._merge_queued(batches, self.last_input)
                 if not batches:
                     continue
                 self._decoded.extend(batches[1:])
@@ -131,6 +136,43 @@ class CheckpointedInput:
                 continue
             raise ValueError(f"unexpected frame {kind!r} on input channel {channel.channel_id}")
         return None
+
+    def _consumed(self, channel: InputChannel, payload) -> list[pa.RecordBatch]:
+        """A data frame taken off `channel`: credit back, bytes counted, batches decoded."""
+        self.handler.add_processed_bytes(len(payload))
+        self.bytes_consumed += len(payload)
+        self._network.return_credit(channel)
+        return decode_batches(payload)
+
+    def _merge_queued(self, batches: list[pa.RecordBatch], logical_input: int) -> list[pa.RecordBatch]:
+        """`batches` plus the data frames queued at the head of the input's unblocked channels,
+        as one batch per run of equal schemas, while the total stays under `max_rows`."""
+        rows = sum(b.num_rows for b in batches)
+        channels, n = self.channels, len(self.channels)
+        took = True
+        while took and rows < self.max_rows:
+            took = False
+            for step in range(n):
+                i = (self._next + step) % n
+                channel = channels[i]
+                if (self._blocked[i] or self._input_of[i] != logical_input or not channel.frames
+                        or channel.frames[0][0] is not FrameKind.DATA):
+                    continue
+                more = self._consumed(channel, channel.pop()[1])
+                batches.extend(more)
+                rows += sum(b.num_rows for b in more)
+                took = True
+                if rows >= self.max_rows:
+                    break
+        if len(batches) < 2:
+            return batches
+        merged, start = [], 0
+        for k in range(1, len(batches) + 1):
+            if k == len(batches) or batches[k].schema != batches[start].schema:
+                run = batches[start:k]
+                merged.append(run[0] if len(run) == 1 else pa.concat_batches(run))
+                start = k
+        return merged
 
     def _on_event(self, channel: int, event) -> None:
         if isinstance(event, CheckpointBarrier):

@@ -7,10 +7,16 @@ A row whose time is below the current watermark is late: every row it could stil
 already been cleaned up, so it is dropped, or sent to its side's late-data output tag. A row is cleaned up by an event-time timer once the
 watermark has passed the last time a matching row of the other side could carry; the timer's
 namespace says which side's bucket to drop.
+
+Finding the partners of a row does not scan the other side's whole buffer (as Flink's operator
+does): a per-key sorted list of the buffered timestamps (`_SortedTimes`, memory only, built
+from the map state the first time a key is touched after a start or restore) gives the buckets
+in [t + lower, t + upper] by bisection, so the cost follows the matches, not the buffer.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +46,44 @@ class JoinContext(Context):
         return self._right_ts
 
 
+class _SortedTimes:
+    """Per key, the sorted timestamps one side's map state holds: an index kept beside the state
+    (never checkpointed), rebuilt from the state for a key it does not know yet."""
+
+    __slots__ = ("_buffer", "_times")
+
+    def __init__(self, buffer):
+        self._buffer = buffer
+        self._times: dict = {}
+
+    def of(self, key) -> list:
+        """The current key's sorted times (`key` must be the backend's current key)."""
+        times = self._times.get(key)
+        if times is None:
+            times = self._times[key] = sorted(self._buffer.keys())
+        return times
+
+    def add(self, key, ts: int) -> None:
+        times = self.of(key)
+        i = bisect_left(times, ts)
+        if i == len(times) or times[i] != ts:
+            times.insert(i, ts)
+
+    def remove(self, key, ts: int) -> None:
+        times = self._times.get(key)
+        if times is None:
+            return
+        i = bisect_left(times, ts)
+        if i < len(times) and times[i] == ts:
+            del times[i]
+        if not times:
+            del self._times[key]
+
+    def between(self, key, low: int, high: int) -> list:
+        times = self.of(key)
+        return times[bisect_left(times, low):bisect_right(times, high)]
+
+
 class IntervalJoinOperator(KeyedProcessOperator):
     """Bounds are int milliseconds, already made inclusive by the factory (an exclusive bound b
     is the inclusive b ± 1 on integer times)."""
@@ -61,6 +105,7 @@ class IntervalJoinOperator(KeyedProcessOperator):
         super().initialize_state()
         self._buffers = tuple(self.keyed_backend.get_state(MapStateDescriptor(f"_interval_join.{side}"))
                               for side in _SIDES)
+        self._times = tuple(_SortedTimes(buffer) for buffer in self._buffers)
 
     def _timestamp_of(self, index: int, row: dict) -> int:
         context = self.context
@@ -82,6 +127,7 @@ class IntervalJoinOperator(KeyedProcessOperator):
         keys, groups = keys_of(self, batch, rows, self.keys[index])
         set_key = self.keyed_backend.set_current_key
         own, other = self._buffers[index], self._buffers[1 - index]
+        own_times, other_times = self._times[index], self._times[1 - index]
         timers = self.timer_service
         # Relative range of the other side's times that match a row at time t.
         low, high = (self.lower, self.upper) if index == 0 else (-self.upper, -self.lower)
@@ -102,10 +148,10 @@ class IntervalJoinOperator(KeyedProcessOperator):
             context.current_key = key
             bucket = own.get(ts)
             own.put(ts, [row] if bucket is None else bucket + [row])
-            for other_ts, other_rows in other.items():
-                if not ts + low <= other_ts <= ts + high:
-                    continue
-                for partner in other_rows:
+            if bucket is None:
+                own_times.add(key, ts)
+            for other_ts in other_times.between(key, ts + low, ts + high):
+                for partner in other.get(other_ts):
                     left, right = (row, partner) if index == 0 else (partner, row)
                     context._left_ts, context._right_ts = (ts, other_ts) if index == 0 else (other_ts, ts)
                     try:
@@ -124,7 +170,9 @@ class IntervalJoinOperator(KeyedProcessOperator):
         for timer in timers:
             index = _SIDES.index(timer.namespace)
             high = self.upper if index == 0 else -self.lower
-            self._buffers[index].remove(timer.timestamp - 1 - max(high, 0))
+            ts = timer.timestamp - 1 - max(high, 0)
+            self._buffers[index].remove(ts)
+            self._times[index].remove(timer.key, ts)
 
 
 @dataclass(frozen=True)

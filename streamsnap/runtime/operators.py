@@ -186,11 +186,13 @@ class StreamOperator:
             job_id=ctx.job_id, keyed_backend=self.keyed_backend, operator_backend=self.operator_backend)
 
     def _create_keyed_backend(self, key_groups: KeyGroupRange):
+        # State TTL counts processing time on the task's clock (the wall clock in a task).
         if self.ctx.state_backend == "hashmap":
-            return HashMapKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups)
+            return HashMapKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups,
+                                            clock=self.ctx.clock)
         from streamsnap.state.backends.rocksdb import RocksDBKeyedStateBackend
         return RocksDBKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups,
-                                        self.ctx.state_backend)
+                                        self.ctx.state_backend, clock=self.ctx.clock)
 
     # ---------------------------------------------------------------- lifecycle
     def initialize_state(self) -> None:

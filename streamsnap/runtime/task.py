@@ -235,7 +235,8 @@ class StreamTask:
                     raise TaskCancelled(f"upstream {channel.channel_id} never connected")
         if self._inputs:
             self._input = CheckpointedInput(self._inputs, self.network, self, self.deployment.exactly_once,
-                                            self.clock, self.name, self.vertex.input_of)
+                                            self.clock, self.name, self.vertex.input_of,
+                                            max_rows=self.deployment.network.batch_size)
 
     def _build_chain(self) -> None:
         d = self.deployment

@@ -1,5 +1,8 @@
 """Vectorized windowed aggregation: sum/count/min/max/mean per key and window on Arrow batches.
 
+min and max also take string columns (lexicographic, as Python compares str): per group with
+Arrow's hash aggregation, stored as the window's str (or None) in the same partial layout.
+
 `keyed.window(TumblingEventTimeWindows.of(60)).aggregate_columns({...})` (or `.sum(col)`,
 `.count()`, ...) runs here instead of the per-row window operator, with the assigner's default
 trigger (event time or processing time). A batch is factorized by key (Arrow), assigned to
@@ -69,8 +72,8 @@ class _Keys:
 
 class _Unchecked(Serializer):
     """msgpack (the same encoding and tag as the default serializer), without the per-write
-    encodability check: the operator only stores lists of the Python ints, floats and bools
-    that numpy's `tolist()` made, which always encode."""
+    encodability check: the operator only stores lists of the Python ints, floats, bools, str
+    and None that numpy's / Arrow's `tolist()` made, which always encode."""
 
     native = True
 
@@ -99,6 +102,37 @@ def _row_values(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return valid, values
 
 
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _text_groups(column: pa.Array, take: np.ndarray, bounds: np.ndarray) -> list[np.ndarray]:
+    """The partials ``[valid, sum (0), min, max]`` per group of a string column: `take` lists
+    the rows in group order (groups starting at `bounds`); min/max are object arrays (str, or
+    None where a group has no valid value)."""
+    groups = len(bounds)
+    sizes = np.diff(np.r_[bounds, len(take)])
+    table = pa.table({"g": np.repeat(np.arange(groups, dtype=np.int64), sizes),
+                      "v": column.take(pa.array(take, pa.int64()))})
+    reduced = table.group_by("g", use_threads=False).aggregate(
+        [("v", "min"), ("v", "max"), ("v", "count")])
+    where = reduced.column("g").to_numpy()
+    valid = np.zeros(groups, dtype=np.int64)
+    valid[where] = reduced.column("v_count").to_numpy()
+    low = np.full(groups, None, dtype=object)
+    high = np.full(groups, None, dtype=object)
+    low[where] = reduced.column("v_min").to_pylist()
+    high[where] = reduced.column("v_max").to_pylist()
+    return [valid, np.zeros(groups, dtype=np.int64), low, high]
+
+
+def _text_fold(ours: np.ndarray, theirs, pick) -> np.ndarray:
+    """Per group `pick` (min or max) of two str-or-None sequences, None only where both are."""
+    out = np.empty(len(ours), dtype=object)
+    out[:] = [b if a is None else a if b is None else pick(a, b) for a, b in zip(ours.tolist(), theirs)]
+    return out
+
+
 def _extremes(values: np.ndarray) -> tuple:
     if values.dtype.kind == "f":
         return np.inf, -np.inf
@@ -112,6 +146,9 @@ def _reduce(parts: list[np.ndarray], bounds: np.ndarray) -> list[np.ndarray]:
     out = [np.add.reduceat(parts[0], bounds)]
     for i in range(1, len(parts), 4):
         valid, sums, mins, maxs = parts[i:i + 4]
+        if mins.dtype == object:       # a string column: already per group (_text_groups)
+            out += parts[i:i + 4]
+            continue
         has = valid > 0
         highest, lowest = _extremes(mins)
         counts = np.add.reduceat(valid, bounds)
@@ -133,6 +170,11 @@ def _fold_stored(new: list[np.ndarray], existed: np.ndarray, old: list) -> list[
     out = [put(new[0], new[0][existed] + np.asarray(old[0]))]
     for i in range(1, len(new), 4):
         ours = [f[existed] for f in new[i:i + 4]]
+        if ours[2].dtype == object:    # a string column's min and max
+            out += [put(new[i], ours[0] + np.asarray(old[i])), put(new[i + 1], ours[1] + np.asarray(old[i + 1])),
+                    put(new[i + 2], _text_fold(ours[2], old[i + 2], min)),
+                    put(new[i + 3], _text_fold(ours[3], old[i + 3], max))]
+            continue
         theirs = [np.asarray(f) for f in old[i:i + 4]]
         valid = ours[0] + theirs[0]
         has_ours, has_theirs = ours[0] > 0, theirs[0] > 0
@@ -164,6 +206,13 @@ class VectorizedWindowOperator(WindowOperator):
                          contents=None, late_tag=late_tag, timestamps=timestamps)
         self.aggregates = aggregates
         self.columns = tuple(dict.fromkeys(a.column for a in aggregates if a.column is not None))
+        # Columns only taken by min/max, which may be strings (the others must be numeric).
+        self.extreme_only = frozenset(c for c in self.columns if all(
+            a.function in ("min", "max") for a in aggregates if a.column == c))
+        # Their stored min/max (positions in the merged partials): read back as object arrays,
+        # as numpy would make fixed-width unicode of str (dropping trailing NULs).
+        self.object_fields = frozenset(j for i, c in enumerate(self.columns) if c in self.extreme_only
+                                       for j in (1 + 4 * i + 2, 1 + 4 * i + 3))
         self.size = assigner.size
         self.windows = None
         self.index = AlignedWindowIndex(self.size, self.allowed_lateness)
@@ -252,7 +301,11 @@ class VectorizedWindowOperator(WindowOperator):
         bounds = _group_bounds(sorted_codes)
         parts = [np.ones(len(rows), dtype=np.int64)]
         for c in self.columns:
-            valid, values = _row_values(batch.column(batch.schema.get_field_index(c)))
+            column = batch.column(batch.schema.get_field_index(c))
+            if c in self.extreme_only and _is_text(column.type):
+                parts += _text_groups(column, rows[order], bounds)
+                continue
+            valid, values = _row_values(column)
             valid, values = valid[rows][order], values[rows][order]
             parts += [valid.astype(np.int64), np.where(valid, values, 0), values, values]
         merged = _reduce(parts, bounds)
@@ -323,7 +376,8 @@ class VectorizedWindowOperator(WindowOperator):
                 chosen = np.flatnonzero(fire)
                 chosen = chosen[np.argsort(starts[chosen], kind="stable")]
                 self._output([names[i][0] for i in chosen.tolist()], starts[chosen],
-                             [np.asarray(o)[chosen] for o in old[1:]])
+                             [(np.array(o, dtype=object) if j in self.object_fields else np.asarray(o))[chosen]
+                              for j, o in enumerate(old[1:])])
             if clean.all():
                 updates = [None] * len(present)
             else:

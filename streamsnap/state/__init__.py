@@ -22,6 +22,7 @@ from streamsnap.state.operator_state import (BroadcastState, OperatorListState,
                                              OperatorStateBackend, OperatorStateSnapshot)
 from streamsnap.state.serialization import MsgpackSerializer, PickleSerializer, Serializer
 from streamsnap.state.snapshot import SnapshotDiscardedError, StateSnapshot
+from streamsnap.state.ttl import StateTtlConfig, TtlStateVisibility, TtlUpdateType
 
 __all__ = [
     "BroadcastState", "HashMapKeyedStateBackend", "KeyGroupRange", "KeyedState",
@@ -29,7 +30,8 @@ __all__ = [
     "MsgpackSerializer", "OperatorListState", "OperatorStateBackend", "OperatorStateRestore",
     "OperatorStateSnapshot", "PickleSerializer", "ReducingState", "ReducingStateDescriptor",
     "Serializer", "SnapshotDiscardedError", "StateDescriptor", "StateElementRef", "StateError",
-    "StateSerializationError", "StateSnapshot", "SubtaskRestoreState", "ValueState",
+    "StateSerializationError", "StateSnapshot", "StateTtlConfig", "TtlStateVisibility",
+    "TtlUpdateType", "SubtaskRestoreState", "ValueState",
     "ValueStateDescriptor", "assign_key_groups", "assign_operator_state", "assign_to_key_group",
     "default_max_parallelism", "hash_key", "hash_keys", "hash_keys_columns",
     "key_group_range_for_subtask", "subtask_for_key_group", "subtasks_for_key_groups",

@@ -35,6 +35,7 @@ from streamsnap.state.key_groups import KeyGroupRange
 from streamsnap.state.errors import StateSerializationError
 from streamsnap.state.serialization import (Serializer, describe, find_unencodable,
                                             value_default)
+from streamsnap.state.ttl import state_tag
 
 if TYPE_CHECKING:
     from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
@@ -52,6 +53,19 @@ class _Cell:
 
     def __init__(self, epoch: int, value: Any):
         self.epoch = epoch
+        self.value = value
+
+
+class _Stamped:
+    """An entry of a TTL state (`keyed_state_ttl`): a value, a List element or a Map value with
+    the processing time (epoch ms) of its last write. Never changed in place — replaced — so
+    snapshots may share it; `epoch` serves Value/Reducing values that are mutable (as `_Cell`)."""
+
+    __slots__ = ("epoch", "ts", "value")
+
+    def __init__(self, epoch: int, ts: int, value: Any):
+        self.epoch = epoch
+        self.ts = ts
         self.value = value
 
 
@@ -78,7 +92,7 @@ class _MapEntry:
 class StateTable:
     """Storage of one named keyed state: key group -> {key: stored value}, copy-on-write."""
 
-    __slots__ = ("name", "kind", "descriptor", "serializer", "maps", "stamps", "backend")
+    __slots__ = ("name", "kind", "descriptor", "serializer", "tag", "maps", "stamps", "backend")
 
     def __init__(self, backend: "HashMapKeyedStateBackend", descriptor: StateDescriptor,
                  key_groups: KeyGroupRange):
@@ -87,6 +101,8 @@ class StateTable:
         self.name = descriptor.name
         self.kind = descriptor.kind
         self.serializer: Serializer = descriptor.get_serializer()
+        # The serializer tag, marked "+ttl" when entries are `_Stamped` (see state.ttl).
+        self.tag = state_tag(self.serializer.tag, descriptor.ttl)
         self.maps: dict[int, dict] = {kg: {} for kg in key_groups}
         self.stamps: dict[int, int] = dict.fromkeys(key_groups, backend._epoch)
 
@@ -106,6 +122,16 @@ class StateTable:
 
     def num_entries(self) -> int:
         return sum(len(m) for m in self.maps.values())
+
+
+def put_many_values(state_name: str, keys, values) -> list:
+    """`values` of a put_many as a list (numpy numbers as Python numbers), one per distinct key."""
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if len(values) != len(keys.unique):
+        raise ValueError(f"state '{state_name}': put_many got {len(values)} values for "
+                         f"{len(keys.unique)} keys")
+    return values
 
 
 def check_map_key(state_name: str, key: Any) -> None:
@@ -248,11 +274,7 @@ class ValueState(KeyedState):
         `values` is aligned with `keys.unique` (a list or a numpy array; numpy numbers are
         stored as Python numbers).
         """
-        if hasattr(values, "tolist"):
-            values = values.tolist()
-        if len(values) != len(keys.unique):
-            raise ValueError(f"state '{self.name}': put_many got {len(values)} values for "
-                             f"{len(keys.unique)} keys")
+        values = put_many_values(self.name, keys, values)
         backend = self._backend
         table, maps, stamps = self._table, self._maps, self._stamps
         required, epoch = backend._required_epoch, backend._epoch
@@ -302,6 +324,10 @@ class ListState(KeyedState):
             return
         for v in items:
             self._check(v)
+        self._extend(items)
+
+    def _extend(self, items: list) -> None:
+        """Append checked `items` to the current key's list, copying it if a snapshot holds it."""
         backend = self._backend
         m = self._write_map()
         key = backend._current_key
@@ -450,6 +476,8 @@ def native_default(obj: Any) -> Any:
         return obj.items
     if cls is _MapEntry:
         return obj.data
+    if cls is _Stamped:
+        return [obj.ts, obj.value]     # the canonical TTL wire element
     return value_default(obj)
 
 
@@ -461,29 +489,52 @@ def unwrap(stored: Any) -> Any:
     cls = stored.__class__
     if cls is _Cell:
         return stored.value
+    if cls is _Stamped:
+        return stored.value
     if cls is _ListEntry:
-        return stored.items
+        return [x.value if x.__class__ is _Stamped else x for x in stored.items]
     if cls is _MapEntry:
-        return stored.data
+        return {k: v.value if v.__class__ is _Stamped else v for k, v in stored.data.items()}
     return stored
 
 
 def entries_to_wire(kind: str, entries: dict, serializer: Serializer) -> list:
     """Wire values (in `entries` order) with a non-native serializer: values become bytes."""
-    dumps = serializer.dumps
+    plain_dumps = serializer.dumps
+
+    def dumps(v: Any) -> Any:
+        if v.__class__ is _Stamped:
+            return [v.ts, plain_dumps(v.value)]
+        return plain_dumps(v.value if v.__class__ is _Cell else v)
+
     if kind == LIST:
         return [[dumps(x) for x in e.items] for e in entries.values()]
     if kind == MAP:
         return [{uk: dumps(uv) for uk, uv in e.data.items()} for e in entries.values()]
-    return [dumps(v.value if v.__class__ is _Cell else v) for v in entries.values()]
+    return [dumps(v) for v in entries.values()]
 
 
-def entries_from_wire(kind: str, wire: dict, serializer: Serializer, epoch: int) -> dict:
+def entries_from_wire(kind: str, wire: dict, serializer: Serializer, epoch: int,
+                      ttl: bool = False) -> dict:
     """Stored entries from their decoded wire form (keys are already frozen).
 
     Entries are stamped with `epoch`; the result may be `wire` itself, and lists/dicts inside
     it are reused, so pass an epoch that forces copy-on-write (-1) if a snapshot may hold them.
+    `ttl`: the wire elements are ``[timestamp, element]`` (a "+ttl" tag) and become `_Stamped`.
     """
+    if ttl:
+        loads = None if serializer.native else serializer.loads
+
+        def stamped(pair: Any) -> _Stamped:
+            ts, v = pair
+            return _Stamped(epoch, int(ts), v if loads is None else loads(v))
+
+        if kind == LIST:
+            return {k: _ListEntry(epoch, [stamped(x) for x in items]) for k, items in wire.items()}
+        if kind == MAP:
+            return {k: _MapEntry(epoch, {uk: stamped(p) for uk, p in data.items()})
+                    for k, data in wire.items()}
+        return {k: stamped(p) for k, p in wire.items()}
     if serializer.native:
         if kind == LIST:
             return {k: _ListEntry(epoch, items) for k, items in wire.items()}

@@ -119,3 +119,55 @@ def test_two_logical_inputs_combine_their_valves():
     assert drain(gate) == [Watermark(10)]
     event(a, Watermark(40))
     assert drain(gate) == [Watermark(20)]
+
+
+# ---------------------------------------------------------------- queued data frames merged
+def test_queued_data_frames_of_unblocked_channels_are_merged_into_one_batch():
+    gate, (a, b, c), _ = make_input(3)
+    data(a, [1])
+    data(a, [2])
+    data(b, [3])
+    data(c, [4])
+    # one batch; per channel in order (a: 1 before 2), channels round robin after the first
+    out = drain(gate)
+    assert len(out) == 1 and sorted(out[0]) == [1, 2, 3, 4]
+    assert out[0].index(1) < out[0].index(2)
+    assert all(ch.credits == 4 + n for ch, n in ((a, 2), (b, 1), (c, 1)))   # every frame's credit back
+
+
+def test_merging_stops_at_a_channel_s_event_so_its_data_stays_behind_its_watermark():
+    gate, (a, b), _ = make_input()
+    data(a, [1])
+    event(a, Watermark(100))
+    data(a, [2])
+    data(b, [3])
+    data(b, [4])
+    # a's 2 is behind a's watermark: not merged with 1; b's frames are
+    assert drain(gate) == [[1, 3, 4], [2]]
+    event(b, Watermark(70))
+    assert drain(gate) == [Watermark(70)]
+
+
+def test_merging_skips_blocked_channels_other_inputs_and_stops_at_max_rows():
+    gate, (a, b, c), _ = make_input(3, input_of=[0, 0, 1])
+    event(a, CheckpointBarrier(1, 0.0))   # a blocked until b's barrier
+    data(a, [1])
+    data(b, [2])
+    data(c, [3])                          # input 1: never merged with input 0
+    assert drain(gate) == [[2], [3]]
+    gate, (a, b), _ = make_input()
+    gate.max_rows = 3
+    for values in ([1, 2], [3], [4], [5]):
+        data(a, values)
+    assert drain(gate) == [[1, 2, 3], [4, 5]]
+
+
+def test_frames_of_different_schemas_stay_separate_batches_in_order():
+    gate, (a, b), _ = make_input()
+    data(a, [1])
+    b.on_frame(FrameKind.DATA, encode_batches([pa.RecordBatch.from_pydict({"w": ["x"]})]))
+    data(a, [2])
+    batches = []
+    while (item := gate.poll_next()) is not None:
+        batches.append(item.to_pydict())
+    assert batches == [{"v": [1]}, {"w": ["x"]}, {"v": [2]}]   # merged frames, each schema its own batch

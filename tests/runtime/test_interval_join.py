@@ -135,3 +135,24 @@ def test_build_time_errors_name_the_problem_and_the_fix():
     joined = a.key_by("k").interval_join(b.key_by("k")).between(timedelta(seconds=-1), 2)
     assert (joined.lower, joined.upper) == (-1000, 2000)
     assert (joined.upper_bound_exclusive().lower_bound_exclusive().process(Pair()) is not None)
+
+
+def test_partners_are_found_by_time_not_by_scanning_the_other_buffer(monkeypatch):
+    """A row reads only the other side's buckets inside its bounds: the per-key sorted times
+    are built from the state once per key, then kept beside it."""
+    op, sink = make(-2, 2)
+    op.process_input(1, [{"id": f"r{t}", "user": "a", "time": t} for t in range(2000)])
+    buffer_type = type(op._buffers[1])
+    calls = {"get": 0, "keys": 0, "items": 0}
+    for name in calls:
+        original = getattr(buffer_type, name)
+        def counted(self, *args, _name=name, _original=original):
+            calls[_name] += 1
+            return _original(self, *args)
+        monkeypatch.setattr(buffer_type, name, counted)
+    op.process_input(0, [{"id": f"l{t}", "k": "a", "t": t} for t in range(1000, 1100)])
+    assert len(pairs(sink)) == 100 * 5
+    assert calls["items"] == 0 and calls["keys"] <= 1          # the left side's index, built once
+    assert calls["get"] <= 100 * (1 + 5)                         # own bucket + the five partners
+    op.process_watermark(1500)             # cleanup timers drop buckets and their index entries
+    assert op._times[1].of("a")[0] >= 1500 - 2 and op._times[0].of("a") == []

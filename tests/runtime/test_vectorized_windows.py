@@ -136,3 +136,51 @@ def test_processing_time_windows_aggregate_batches_and_fire_on_the_clock():
     assert sorted((r["key"], r["total"], r["window_end"] - r["window_start"]) for r in main.rows()) \
         == [(1, 5, 1_000), (2, 4, 1_000)]
     assert op.timer_service.num_processing_time_timers() == 0
+
+
+@pytest.mark.parametrize("assigner", [W.TumblingEventTimeWindows.of(1),
+                                      W.SlidingEventTimeWindows.of(2, 0.5)])
+def test_min_and_max_of_a_string_column_equal_a_per_row_reference(assigner):
+    rng = random.Random(5)
+    rows = [{"key": rng.randrange(4), "ts": i * 20 + rng.randrange(1_000),
+             "name": None if rng.random() < 0.3 else rng.choice(["b", "a\x00", "a", "", "zz", "ä"]),
+             "value": rng.randrange(10)} for i in range(2_000)]
+    schema = pa.schema([("key", pa.int64()), ("ts", pa.int64()), ("name", pa.string()),
+                        ("value", pa.int64())])
+    aggregates = (ColumnAggregate("low", "min", "name"), ColumnAggregate("high", "max", "name"),
+                  ColumnAggregate("top", "max", "value"), ColumnAggregate("n", "count", None))
+    op, main, side = operator(assigner, aggregates, lateness=300)
+    for start in range(0, len(rows), 100):
+        op.process(pa.RecordBatch.from_pylist(rows[start:start + 100], schema=schema))
+        op.process_watermark(max(r["ts"] for r in rows[:start + 100]) - 1_001)
+    op.process_watermark(MAX_WATERMARK)
+    groups = defaultdict(list)
+    for r in rows:
+        for w in assigner.assign_windows(r["ts"]):
+            groups[(r["key"], w.start)].append(r)
+    expected = {}
+    for window, members in groups.items():
+        names = [m["name"] for m in members if m["name"] is not None]
+        expected[window] = (min(names, default=None), max(names, default=None),
+                            max(m["value"] for m in members), len(members))
+    got = {}
+    for r in main.rows():      # the last firing of each window (late rows re-fire it)
+        got[(r["key"], r["window_start"])] = (r["low"], r["high"], r["top"], r["n"])
+    assert got == expected and side.rows() == []
+
+
+def test_strings_take_min_and_max_only():
+    env = ss.StreamEnvironment()
+    strategy = ss.WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts")
+    source = ss.sources.Generator(lambda i: {"key": i % 2, "ts": i, "name": "a"}, count=10,
+                                  schema=pa.schema([("key", pa.int64()), ("ts", pa.int64()),
+                                                    ("name", pa.string())]))
+    tumbling = env.from_source(source, watermark_strategy=strategy).key_by("key") \
+        .window(W.TumblingEventTimeWindows.of(1))
+    assert tumbling.aggregate_columns({"low": ("min", "name"), "high": ("max", "name")}) is not None
+    with pytest.raises(ss.ConfigurationError, match="'name' has type string"):
+        tumbling.sum("name")
+    op, _, _ = operator(W.TumblingEventTimeWindows.of(10), (ColumnAggregate("low", "min", "value"),
+                                                             ColumnAggregate("s", "sum", "value")))
+    with pytest.raises(ss.UserFunctionError, match="type string cannot be aggregated"):
+        op.process([{"key": 1, "ts": 1, "value": "x"}])

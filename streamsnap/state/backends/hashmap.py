@@ -30,6 +30,11 @@ truncated file into a clear `RestoreError` instead of garbage state.
 
 State restored for a name that the job never asks for again is kept in its wire form and
 written into later snapshots unchanged, so it is not lost.
+
+TTL states (`streamsnap.state.ttl`) are written under the serializer tag plus "+ttl", each wire
+element as ``[timestamp, element]``; entries expired at the snapshot's time (taken in the
+synchronous part) are left out. Restored TTL state nobody asked for yet is written back as it
+is, expired entries included: its time-to-live is only known once a descriptor asks for it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import msgpack
 import xxhash
 
 from streamsnap.checkpoint import filesystem
+from streamsnap.clock import Clock, SystemClock
 from streamsnap.checkpoint.handles import FileHandle, KeyGroupsStateHandle
 from streamsnap.errors import ConfigurationError, RestoreError
 from streamsnap.state.assignment import SubtaskRestoreState
@@ -52,6 +58,8 @@ from streamsnap.state.key_groups import KeyGroupRange, check_max_parallelism
 from streamsnap.state.keyed_state import (STATE_CLASSES, KeyedState, StateTable,
                                           entries_from_wire, entries_to_wire, native_default,
                                           unwrap)
+from streamsnap.state.keyed_state_ttl import TTL_STATE_CLASSES, drop_expired
+from streamsnap.state.ttl import check_same_ttl, clock_millis, is_ttl_tag, tag_mismatch
 from streamsnap.state.serialization import (Serializer, find_unencodable, key_error, pack_keys,
                                             pack_value, unpack_keys, unpack_value, value_error)
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
@@ -84,6 +92,13 @@ class _CapturedState:
     tag: str
     serializer: Serializer | None   # None: the dicts already hold wire values
     key_groups: list[tuple[int, dict]]
+    ttl_cutoff: int | None = None   # TTL states: entries stamped at or before it are expired
+
+    def live(self, entries: dict) -> dict:
+        """The entries to write: all, or for a TTL state those not expired."""
+        if self.ttl_cutoff is None:
+            return entries
+        return drop_expired(self.kind, entries, self.ttl_cutoff)
 
     def encode(self, entries: dict) -> tuple[bytes, bytes]:
         """(keys, values): two parallel msgpack arrays of one key group's entries."""
@@ -145,7 +160,9 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
         by_key_group: dict[int, list[tuple[_CapturedState, dict]]] = {}
         for part in parts:
             for kg, entries in part.key_groups:
-                by_key_group.setdefault(kg, []).append((part, entries))
+                entries = part.live(entries)
+                if entries:
+                    by_key_group.setdefault(kg, []).append((part, entries))
         name = filesystem.unique_name(f"{safe_file_prefix(backend.operator_uid)}-keyed")
         self._url = filesystem.join(self.location, name)
         offsets: dict[int, tuple[int, int]] = {}
@@ -231,7 +248,8 @@ def decode_block(block: bytes | memoryview, key_group: int, where: str
 class HashMapKeyedStateBackend:
     """Keyed state of one operator subtask on the heap, for the key groups it owns."""
 
-    def __init__(self, operator_uid: str, max_parallelism: int, key_group_range: KeyGroupRange):
+    def __init__(self, operator_uid: str, max_parallelism: int, key_group_range: KeyGroupRange,
+                 *, clock: Clock | None = None):
         check_max_parallelism(max_parallelism)
         if not isinstance(key_group_range, KeyGroupRange) or key_group_range.is_empty \
                 or key_group_range.end >= max_parallelism:
@@ -255,6 +273,11 @@ class HashMapKeyedStateBackend:
         self._disposed = False
         self.is_restored = False
         self.last_completed_checkpoint_id: int | None = None
+        # Processing time of state TTL (wall clock); injectable for deterministic tests.
+        self.ttl_clock: Clock = clock if clock is not None else SystemClock()
+
+    def _ttl_now(self) -> int:
+        return clock_millis(self.ttl_clock)
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -310,6 +333,7 @@ class HashMapKeyedStateBackend:
                 raise StateError(
                     f"state '{name}' of operator '{self.operator_uid}' is registered with "
                     f"serializer {table.serializer!r}, not {descriptor.get_serializer()!r}")
+            check_same_ttl(name, self.operator_uid, table.descriptor, descriptor)
             return existing
         table = StateTable(self, descriptor, self.key_group_range)
         restored = self._restored.get(name)
@@ -318,10 +342,13 @@ class HashMapKeyedStateBackend:
             # The wire dicts may be captured by a running snapshot: stamp everything with
             # epoch -1 so the first write to each dict or entry copies it.
             for kg, wire in restored.maps.items():
-                table.maps[kg] = entries_from_wire(table.kind, wire, table.serializer, -1)
+                table.maps[kg] = entries_from_wire(table.kind, wire, table.serializer, -1,
+                                                   ttl=descriptor.ttl is not None)
                 table.stamps[kg] = -1
             del self._restored[name]
-        state = STATE_CLASSES[descriptor.kind](self, table)
+        classes = STATE_CLASSES if descriptor.ttl is None else TTL_STATE_CLASSES
+        state = classes[descriptor.kind](self, table)
+        descriptor._mark_registered()
         self._tables[name] = table
         self._states[name] = state
         return state
@@ -332,10 +359,8 @@ class HashMapKeyedStateBackend:
                 f"state '{name}' of operator '{self.operator_uid}' was checkpointed as a {kind} "
                 f"state but is now requested as a {table.kind} state; keep the kind or rename "
                 f"the state")
-        if tag != table.serializer.tag:
-            raise RestoreError(
-                f"state '{name}' of operator '{self.operator_uid}' was checkpointed with the "
-                f"{tag!r} serializer but its descriptor now uses {table.serializer.tag!r}")
+        if tag != table.tag:
+            raise RestoreError(tag_mismatch(name, self.operator_uid, tag, table.tag))
 
     def state_names(self) -> list[str]:
         return sorted(set(self._tables) | set(self._restored))
@@ -359,11 +384,14 @@ class HashMapKeyedStateBackend:
         if self._disposed:
             raise StateError(f"operator '{self.operator_uid}': snapshot after dispose")
         parts = []
+        now = self._ttl_now()
         for table in self._tables.values():
             captured = table.capture()
             if captured:
-                parts.append(_CapturedState(table.name, table.kind, table.serializer.tag,
-                                            table.serializer, captured))
+                ttl = table.descriptor.ttl
+                parts.append(_CapturedState(table.name, table.kind, table.tag,
+                                            table.serializer, captured,
+                                            None if ttl is None else now - ttl.ttl_ms))
         for restored in self._restored.values():
             captured = [(kg, m) for kg, m in restored.maps.items() if m]
             if captured:
@@ -430,7 +458,8 @@ class HashMapKeyedStateBackend:
         table = self._tables.get(name)
         if table is not None:
             self._check_compatible(name, kind, tag, table)
-            entries = entries_from_wire(kind, wire, table.serializer, self._epoch)
+            entries = entries_from_wire(kind, wire, table.serializer, self._epoch,
+                                        ttl=is_ttl_tag(tag))
             table.own(kg).update(entries)
             return
         restored = self._restored.get(name)

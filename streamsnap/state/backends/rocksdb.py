@@ -58,9 +58,17 @@ strategy, in `rocksdb_incremental`: a native RocksDB checkpoint (hard links) who
 are uploaded to the job's `shared/` directory and reference-counted by the coordinator's
 SharedStateRegistry; savepoints stay full and canonical (this format).
 
+TTL states (`streamsnap.state.ttl`, classes in `rocksdb_ttl`) store each entry — value,
+list element, map value — as the canonical TTL wire element ``[timestamp, element]`` with a
+fixed layout: ``0x92 0xcf <timestamp: 8 bytes big-endian> <element>`` (a msgpack array of a
+uint64 and the element), so the timestamp is read without decoding and a snapshot still
+concatenates bytes. Full snapshots leave out entries expired at the snapshot's time (taken in
+the synchronous part). rocksdict exposes no compaction filter, so RocksDB compactions keep
+expired entries, and incremental checkpoints carry them until an access or a full snapshot
+drops them; they are never returned, since a restored entry keeps its timestamp.
+
 What comes next (issue 13): task-local recovery (keep each snapshot's files on the task's
-disk, restore from them when the subtask lands where its state is), and state TTL (expired
-entries dropped by a compaction filter and in snapshots).
+disk, restore from them when the subtask lands where its state is).
 """
 
 from __future__ import annotations
@@ -77,6 +85,7 @@ from typing import Any
 import msgpack
 
 from streamsnap.checkpoint import filesystem
+from streamsnap.clock import Clock, SystemClock
 from streamsnap.checkpoint.handles import (FileHandle, IncrementalKeyGroupsStateHandle,
                                            KeyGroupsStateHandle)
 from streamsnap.errors import ConfigurationError, RestoreError
@@ -87,11 +96,13 @@ from streamsnap.state.descriptors import (LIST, MAP, REDUCING, STATE_KINDS, VALU
                                           StateDescriptor)
 from streamsnap.state.errors import StateError, StateSerializationError
 from streamsnap.state.key_groups import KeyGroupRange, check_max_parallelism
-from streamsnap.state.keyed_state import PLAIN_TYPES, check_map_key
+from streamsnap.state.keyed_state import PLAIN_TYPES, check_map_key, put_many_values
 from streamsnap.state.serialization import (Serializer, key_error, unpack_keys, unpack_value,
                                             value_default, value_error)
 from streamsnap.state.backends import rocksdb_incremental
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
+from streamsnap.state.ttl import (check_same_ttl, clock_millis, is_ttl_tag, state_tag,
+                                 tag_mismatch)
 
 MIB = 1 << 20
 _MAX_STATES = 1 << 16
@@ -335,6 +346,53 @@ def _kg_bytes(key_group: int) -> bytes:
     return key_group.to_bytes(2, "big")
 
 
+# TTL entries: msgpack [uint64 timestamp, element] with the timestamp always 8 bytes wide.
+TTL_HEADER = b"\x92\xcf"
+TTL_PREFIX_LEN = 10
+
+
+def stamp(ts: int, element: bytes) -> bytes:
+    """The stored form of a TTL entry written at `ts` (epoch ms)."""
+    return TTL_HEADER + ts.to_bytes(8, "big") + element
+
+
+def stamp_time(raw: bytes) -> int:
+    """The timestamp of a stored TTL entry."""
+    return int.from_bytes(raw[2:TTL_PREFIX_LEN], "big")
+
+
+def split_ttl_list(raw: bytes) -> list[bytes]:
+    """The stored TTL elements of a list entry (a msgpack array of them)."""
+    n, pos = _array_count(raw)
+    out = []
+    for _ in range(n):
+        end = _skip(raw, pos + TTL_PREFIX_LEN)
+        out.append(raw[pos:end])
+        pos = end
+    return out
+
+
+def live_ttl_list(raw: bytes, cutoff: int) -> bytes | None:
+    """A stored TTL list without the elements stamped at or before `cutoff`; None if none is
+    left (`raw` itself when none expired)."""
+    elements = split_ttl_list(raw)
+    live = [e for e in elements if stamp_time(e) > cutoff]
+    if len(live) == len(elements):
+        return raw
+    return _array_header(len(live)) + b"".join(live) if live else None
+
+
+def _ttl_wire_to_stored(kind: str, value: Any) -> Any:
+    """Stored bytes of a decoded canonical TTL wire value (re-stamped in the fixed layout)."""
+    if kind == LIST:
+        return _array_header(len(value)) + b"".join(stamp(int(ts), encode_value(x))
+                                                    for ts, x in value)
+    if kind == MAP:
+        return {uk: stamp(int(ts), encode_value(v)) for uk, (ts, v) in value.items()}
+    ts, v = value
+    return stamp(int(ts), encode_value(v))
+
+
 # ---------------------------------------------------------------------------------------------
 # state objects
 
@@ -456,11 +514,7 @@ class RocksDBValueState(RocksDBState):
     def put_many(self, keys, values) -> None:
         """Set the values of the batch's distinct keys (aligned with `keys.unique`); None
         clears a key. One RocksDB write batch."""
-        if hasattr(values, "tolist"):
-            values = values.tolist()
-        if len(values) != len(keys.unique):
-            raise ValueError(f"state '{self.name}': put_many got {len(values)} values for "
-                             f"{len(keys.unique)} keys")
+        values = put_many_values(self.name, keys, values)
         backend = self._backend
         backend._check_open(self.name)
         rkeys = self._batch_keys(keys)
@@ -648,13 +702,17 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
 
     def __init__(self, backend: "RocksDBKeyedStateBackend", token: int | None,
                  checkpoint_id: int, location: str, iterator: Any,
-                 states: dict[bytes, tuple[str, str, str]]):
+                 states: dict[bytes, tuple[str, str, str]],
+                 ttl_cutoffs: dict[bytes, int] | None = None):
         super().__init__(checkpoint_id, location,
                          f"keyed snapshot of operator '{backend.operator_uid}'")
         self._backend = backend
         self._token = token
         self._iterator = iterator
         self._states = states
+        # state id -> the snapshot time minus the state's ttl: entries stamped at or before it
+        # are expired and left out.
+        self._ttl_cutoffs = ttl_cutoffs or {}
 
     def _release(self) -> None:
         self._iterator = None
@@ -666,6 +724,7 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
         """(key group, [[name, kind, tag, keys bytes, values bytes], ...]) in key group order."""
         it = self._iterator
         states = self._states
+        cutoffs = self._ttl_cutoffs
         kg_prefix = None
         out: list = []
         sid = None
@@ -673,8 +732,11 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
         values: list = []
         is_map = False
         last_key = None
+        cutoff = None
 
         def finish_state():
+            if not keys:             # every entry of the state expired in this key group
+                return
             name, kind, tag = states[sid]
             if is_map:
                 vals = [_map_header(len(g)) + b"".join(g) for g in values]
@@ -689,7 +751,8 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
             if rkey[:2] != kg_prefix:
                 if kg_prefix is not None:
                     finish_state()
-                    yield int.from_bytes(kg_prefix, "big"), out
+                    if out:
+                        yield int.from_bytes(kg_prefix, "big"), out
                 kg_prefix, out, sid = rkey[:2], [], None
             if rkey[2:4] != sid:
                 if sid is not None:
@@ -699,7 +762,15 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
                     raise StateError(f"operator '{self._backend.operator_uid}': the RocksDB "
                                      f"database holds entries of unknown state id {sid.hex()}")
                 is_map = states[sid][1] == MAP
+                is_list = states[sid][1] == LIST
+                cutoff = cutoffs.get(sid)
                 keys, values, last_key = [], [], None
+            if cutoff is not None:
+                if is_list:
+                    value = live_ttl_list(value, cutoff)
+                if value is None or (not is_list and stamp_time(value) <= cutoff):
+                    it.next()
+                    continue
             if is_map:
                 end = _skip(rkey, 4)
                 key = rkey[4:end]
@@ -714,7 +785,8 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
             it.next()
         if kg_prefix is not None:
             finish_state()
-            yield int.from_bytes(kg_prefix, "big"), out
+            if out:
+                yield int.from_bytes(kg_prefix, "big"), out
 
     def _write(self) -> KeyGroupsStateHandle | None:
         if self._iterator is None:
@@ -747,7 +819,7 @@ class RocksDBKeyedStateBackend:
     """Keyed state of one operator subtask in an embedded RocksDB, for the key groups it owns."""
 
     def __init__(self, operator_uid: str, max_parallelism: int, key_group_range: KeyGroupRange,
-                 config: RocksDBConfig | str | None = None):
+                 config: RocksDBConfig | str | None = None, *, clock: Clock | None = None):
         check_max_parallelism(max_parallelism)
         if not isinstance(key_group_range, KeyGroupRange) or key_group_range.is_empty \
                 or key_group_range.end >= max_parallelism:
@@ -795,6 +867,11 @@ class RocksDBKeyedStateBackend:
         self.is_restored = False
         self.last_completed_checkpoint_id: int | None = None
         self._uploads = rocksdb_incremental.UploadTracker()
+        # Processing time of state TTL (wall clock); injectable for deterministic tests.
+        self.ttl_clock: Clock = clock if clock is not None else SystemClock()
+
+    def _ttl_now(self) -> int:
+        return clock_millis(self.ttl_clock)
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -899,14 +976,19 @@ class RocksDBKeyedStateBackend:
                 raise StateError(
                     f"state '{name}' of operator '{self.operator_uid}' is registered with "
                     f"serializer {state._serializer!r}, not {descriptor.get_serializer()!r}")
+            check_same_ttl(name, self.operator_uid, state.descriptor, descriptor)
             return state
+        tag = state_tag(descriptor.get_serializer().tag, descriptor.ttl)
         if meta is not None:       # restored, now asked for
-            self._check_compatible(name, meta.kind, meta.tag, descriptor.kind,
-                                   descriptor.get_serializer().tag)
+            self._check_compatible(name, meta.kind, meta.tag, descriptor.kind, tag)
         else:
-            meta = self._meta[name] = _StateMeta(name, descriptor.kind,
-                                                 descriptor.get_serializer().tag, self._new_sid())
-        meta.state = STATE_CLASSES[descriptor.kind](self, descriptor, meta.sid)
+            meta = self._meta[name] = _StateMeta(name, descriptor.kind, tag, self._new_sid())
+        if descriptor.ttl is None:
+            classes = STATE_CLASSES
+        else:
+            from streamsnap.state.backends.rocksdb_ttl import TTL_STATE_CLASSES as classes
+        meta.state = classes[descriptor.kind](self, descriptor, meta.sid)
+        descriptor._mark_registered()
         return meta.state
 
     def _check_compatible(self, name: str, kind: str, tag: str, want_kind: str,
@@ -917,9 +999,7 @@ class RocksDBKeyedStateBackend:
                 f"state but is now requested as a {want_kind} state; keep the kind or rename "
                 f"the state")
         if tag != want_tag:
-            raise RestoreError(
-                f"state '{name}' of operator '{self.operator_uid}' was checkpointed with the "
-                f"{tag!r} serializer but its descriptor now uses {want_tag!r}")
+            raise RestoreError(tag_mismatch(name, self.operator_uid, tag, want_tag))
 
     def state_names(self) -> list[str]:
         return sorted(self._meta)
@@ -997,8 +1077,12 @@ class RocksDBKeyedStateBackend:
         if not iterator.valid():
             return RocksDBKeyedStateSnapshot(self, None, checkpoint_id, location, None, {})
         states = {m.sid: (m.name, m.kind, m.tag) for m in self._meta.values()}
+        now = self._ttl_now()
+        cutoffs = {m.sid: now - m.state.descriptor.ttl.ttl_ms for m in self._meta.values()
+                   if m.state is not None and m.state.descriptor.ttl is not None}
         token = self._register_snapshot()
-        return RocksDBKeyedStateSnapshot(self, token, checkpoint_id, location, iterator, states)
+        return RocksDBKeyedStateSnapshot(self, token, checkpoint_id, location, iterator, states,
+                                         cutoffs)
 
     def _register_snapshot(self) -> int:
         """A token that keeps the working directory alive until the snapshot releases it."""
@@ -1088,7 +1172,7 @@ class RocksDBKeyedStateBackend:
         if meta is None:
             meta = self._meta[name] = _StateMeta(name, kind, tag, self._new_sid())
         elif meta.state is not None:
-            self._check_compatible(name, kind, tag, meta.state.kind, meta.state._serializer.tag)
+            self._check_compatible(name, kind, tag, meta.state.kind, meta.tag)
         elif (meta.kind, meta.tag) != (kind, tag):
             raise RestoreError(
                 f"state '{name}' of operator '{self.operator_uid}' appears in the checkpoint as "
@@ -1107,6 +1191,16 @@ class RocksDBKeyedStateBackend:
     def _merge(self, batch: Any, kg: int, name: str, kind: str, tag: str, wire: dict) -> None:
         prefix = self._kg_prefixes[kg] + self._state_id(name, kind, tag)
         try:
+            if is_ttl_tag(tag):
+                wire = {key: _ttl_wire_to_stored(kind, value) for key, value in wire.items()}
+                for key, stored in wire.items():
+                    rkey = prefix + encode_key(key)
+                    if kind == MAP:
+                        for user_key, user_value in stored.items():
+                            batch.put(rkey + encode_value(user_key), user_value)
+                    else:
+                        batch.put(rkey, stored)
+                return
             for key, value in wire.items():
                 rkey = prefix + encode_key(key)
                 if kind == MAP:
