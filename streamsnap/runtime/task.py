@@ -36,6 +36,7 @@ from streamsnap.network.channels import InputChannel, OutputChannel
 from streamsnap.network.control import connect_control
 from streamsnap.network.poller import DataServer, TaskNetwork, connect_output
 from streamsnap.runtime.allocator import tune_allocator
+from streamsnap.runtime.collector import freeze_after_setup, unfreeze_at_teardown
 from streamsnap.runtime.barriers import AlignmentMetrics
 from streamsnap.runtime.deployment import Deployment
 from streamsnap.runtime.events import (
@@ -609,6 +610,7 @@ def run_task(deployment: Deployment, task_index: int) -> tuple:
     status = "FINISHED"
     try:
         task.setup()
+        freeze_after_setup()
         task.run()
         task.close_operators()
         task.driver.send({"type": "finished", "metrics": task.metrics()})
@@ -629,6 +631,7 @@ def run_task(deployment: Deployment, task_index: int) -> tuple:
         _close_quietly(task)
     finally:
         task.teardown()
+        unfreeze_at_teardown()
     return (task_index, str(task.vertex), status)
 
 
