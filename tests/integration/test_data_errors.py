@@ -114,16 +114,30 @@ def test_widening_keeps_every_field_in_collect_and_file_sink_alike(spark, tmp_pa
         assert all(r.get("extra") is None for r in rows if r["value"] < DRIFT_AT)
 
 
+class MarkingEvents:
+    """`event`, touching `marker` once row `at` was made: rows before it precede any barrier
+    injected afterwards."""
+
+    def __init__(self, marker: str, at: int):
+        self.marker, self.at = marker, at
+
+    def __call__(self, i):
+        if i == self.at:
+            open(self.marker, "w").close()
+        return event(i)
+
+
 def test_savepoint_target_checked_at_call_time_and_a_resumed_job_continues_its_file_output(spark, tmp_path):
     import pyarrow.dataset as ds
 
     n = 4000
-    out, blocker = tmp_path / "out", tmp_path / "a-file"
+    out, blocker, marker = tmp_path / "out", tmp_path / "a-file", tmp_path / "rows-made"
     blocker.write_text("not a directory")
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
 
     def build(env, rate):
-        (env.from_source(ss.sources.Generator(event, count=n, rate=rate), name="events", uid="events")
+        source = ss.sources.Generator(MarkingEvents(str(marker), 200), count=n, rate=rate)
+        (env.from_source(source, name="events", uid="events")
             .key_by("key").process(RunningSum(), name="sum", uid="sum")
             .sink_to(ss.sinks.FileSink(str(out)), name="files", uid="files"))
 
@@ -135,6 +149,10 @@ def test_savepoint_target_checked_at_call_time_and_a_resumed_job_continues_its_f
         client.trigger_savepoint(str(blocker / "sp"))
     assert time.monotonic() - started < 2 and client.status() in ("CREATED", "RUNNING")
     wait_status(client, "RUNNING")
+    deadline = time.monotonic() + 60
+    while not marker.exists():   # some rows are on their way, so the first run commits output
+        assert time.monotonic() < deadline, "the first run made no rows"
+        time.sleep(0.01)
     savepoint = client.stop_with_savepoint(str(tmp_path / "sp"))
 
     again = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
