@@ -161,7 +161,7 @@ class WindowedStream:
         (rows); min and max also take string columns. Emits the key column(s) (``key`` for a key function), ``window_start``,
         ``window_end`` and the outputs; nulls are skipped (all-null gives None)."""
         from streamsnap.runtime.vectorized_windows import (AGGREGATES, ColumnAggregate,
-                                                           VectorizedWindowOperatorFactory)
+                                                           VectorizedWindowOperatorFactory, is_text)
 
         spec = self._spec
         assigner = spec.assigner
@@ -198,9 +198,8 @@ class WindowedStream:
                         f"aggregate_columns: column {column!r} is not in the stream's schema "
                         f"(columns {schema.names})")
                 kind = schema.field(column).type
-                text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
                 if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                        or pa.types.is_boolean(kind) or (text and function in ("min", "max"))):
+                        or pa.types.is_boolean(kind) or (is_text(kind) and function in ("min", "max"))):
                     raise ConfigurationError(
                         f"aggregate_columns: column {column!r} has type {kind}; {function} "
                         f"takes integer, float or boolean columns"

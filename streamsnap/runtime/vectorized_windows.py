@@ -102,7 +102,8 @@ def _row_values(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return valid, values
 
 
-def _is_text(kind: pa.DataType) -> bool:
+def is_text(kind: pa.DataType) -> bool:
+    """A string column: the only non-numeric type min and max take."""
     return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
@@ -302,7 +303,7 @@ class VectorizedWindowOperator(WindowOperator):
         parts = [np.ones(len(rows), dtype=np.int64)]
         for c in self.columns:
             column = batch.column(batch.schema.get_field_index(c))
-            if c in self.extreme_only and _is_text(column.type):
+            if c in self.extreme_only and is_text(column.type):
                 parts += _text_groups(column, rows[order], bounds)
                 continue
             valid, values = _row_values(column)
