@@ -8,7 +8,11 @@ operator's output — after the batch, so a watermark never overtakes the record
 Which splits exist is asked of the operator at start and before every periodic emission
 (splits start and finish between batches; asking per batch would cost per batch).
 Periodic emission (Flink's auto-watermark interval) runs from the task's timer queue, on the
-mailbox thread, so generators are never touched by two threads.
+mailbox thread, so generators are never touched by two threads. Its ticks fall on multiples of
+the interval on the wall clock: every parallel source ticks at the same moments, so a task
+downstream, whose watermark is the minimum over them, advances once per interval instead of
+waiting for the latest of several unsynchronized ticks (and the period does not drift by the
+time each tick takes).
 
 The emitter also owns "end of time": `end_of_time()` emits the maximum watermark once and
 stops all further emission (bounded input finished, or a draining stop-with-savepoint).
@@ -37,6 +41,13 @@ def generates_watermarks(strategy: WatermarkStrategy | None) -> bool:
     return strategy is not None and strategy.generator_factory is not NoWatermarksGenerator
 
 
+def until_next_tick(wall: float, interval: float) -> float:
+    """Seconds from `wall` to the next multiple of `interval`; a tick that lands a hair early
+    (float rounding, a timer run a little late) skips the multiple it is about to reach."""
+    delay = interval - (wall % interval)
+    return delay + interval if delay < interval * 0.05 else delay
+
+
 class WatermarkEmitter:
     """Watermarks of one operator subtask. `output` is the operator's chain Output.
 
@@ -55,6 +66,7 @@ class WatermarkEmitter:
         self._operator = operator_name
         self._output = output
         self._timers = timers
+        self._clock = clock
         self._interval = interval
         self._active_splits = splits
         self._splits = SplitWatermarks(strategy, clock) if self._enabled else None
@@ -109,7 +121,10 @@ class WatermarkEmitter:
         if self._active_splits is not None:
             self.sync_splits(self._active_splits())
         if self._interval > 0:
-            self._timers.call_later(self._interval, self._on_periodic)
+            self._schedule_periodic()
+
+    def _schedule_periodic(self) -> None:
+        self._timers.call_later(until_next_tick(self._clock.wall(), self._interval), self._on_periodic)
 
     def _on_periodic(self) -> None:
         if not self.enabled:
@@ -117,7 +132,7 @@ class WatermarkEmitter:
         if self._active_splits is not None:
             self.sync_splits(self._active_splits())
         self._emit(self._splits.on_periodic_emit())
-        self._timers.call_later(self._interval, self._on_periodic)
+        self._schedule_periodic()
 
     def end_of_time(self) -> None:
         """Emit the maximum watermark (every event-time timer fires) and stop emitting."""

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 import streamsnap as ss
 from streamsnap.checkpoint.storage import checkpoint_id_of
+
+
+# A test of keyed state, checkpoints, failover, savepoints or rescaling runs on both keyed state
+# backends (RocksDB with its default incremental checkpoints).
+both_backends = pytest.mark.parametrize("state_backend", ["hashmap", "rocksdb"])
 
 
 class RunningSum(ss.KeyedProcessFunction):

@@ -11,7 +11,7 @@ import streamsnap as ss
 from streamsnap.checkpoint.listing import list_checkpoints
 from streamsnap.checkpoint.metadata import read_metadata
 from streamsnap.checkpoint.stats import CheckpointStatus
-from tests.integration.support import checkpoint_dirs, final_by_key, wait_completed, wait_status
+from tests.integration.support import both_backends, checkpoint_dirs, final_by_key, stray_checkpoint_files, wait_completed, wait_status
 
 pytestmark = pytest.mark.spark
 
@@ -122,10 +122,11 @@ def test_at_least_once_never_aligns_and_completes(spark, tmp_path):
     assert stats.counts.failed == 0
 
 
-def test_a_bounded_job_with_checkpoints_commits_everything_exactly_once(spark, tmp_path):
+@both_backends
+def test_a_bounded_job_with_checkpoints_commits_everything_exactly_once(spark, tmp_path, state_backend):
     n = 30000
     config = ss.CheckpointConfig(interval=0.2, directory=str(tmp_path))
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, state_backend=state_backend)
     build(env, rate=30000, count=n)
     result = env.execute("bounded with checkpoints")
     rows = result.rows()
@@ -134,6 +135,7 @@ def test_a_bounded_job_with_checkpoints_commits_everything_exactly_once(spark, t
     assert result.checkpoints.counts.completed >= 2
     # FINISHED with delete_on_cancellation: no checkpoint is left behind.
     assert not [p for p in (tmp_path / result.job_id).iterdir() if p.name.startswith("chk-")]
+    assert stray_checkpoint_files(tmp_path) == []    # incremental shared files went with them
 
 
 class Stall:

@@ -58,10 +58,10 @@ def test_word_count_equals_a_plain_python_reference(spark, parallelism):
     assert result.operators[next(u for u, m in result.operators.items() if m.name == "count")].records_in == sum(expected.values())
 
 
-@pytest.mark.parametrize("parallelism", [1, 2, 3])
-def test_keyed_running_sum_equals_a_plain_python_reference(spark, parallelism):
+@pytest.mark.parametrize("parallelism, state_backend", [(1, "hashmap"), (2, "hashmap"), (3, "hashmap"), (2, "rocksdb")])
+def test_keyed_running_sum_equals_a_plain_python_reference(spark, parallelism, state_backend):
     n = 5000
-    env = ss.StreamEnvironment(parallelism=parallelism, spark=spark)
+    env = ss.StreamEnvironment(parallelism=parallelism, spark=spark, state_backend=state_backend)
     (env.from_source(ss.sources.Generator(event, count=n), name="events")
         .key_by("key").process(RunningSum(), name="sum").sink_to(ss.sinks.Collect(), name="out"))
     rows = env.execute(f"running sum p{parallelism}").rows()

@@ -12,7 +12,7 @@ import pytest
 
 import streamsnap as ss
 from streamsnap.time.watermarks import MAX_WATERMARK
-from tests.integration.support import wait_completed, wait_status
+from tests.integration.support import both_backends, wait_completed, wait_status
 
 pytestmark = pytest.mark.spark
 
@@ -235,10 +235,11 @@ def test_timers_survive_a_sigkill_failover_exactly_once(spark, tmp_path):
     assert_exact_buckets(read_parquet_rows(out), n)
 
 
-def test_a_savepoint_restored_at_another_parallelism_keeps_pending_timers(spark, tmp_path):
+@both_backends
+def test_a_savepoint_restored_at_another_parallelism_keeps_pending_timers(spark, tmp_path, state_backend):
     n = 6000
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, auto_watermark_interval=0.05)
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, state_backend=state_backend, auto_watermark_interval=0.05)
     bucket_pipeline(env, n, rate=1500)
     client = env.execute_async("buckets, first part")
     wait_status(client, "RUNNING")
@@ -247,7 +248,7 @@ def test_a_savepoint_restored_at_another_parallelism_keeps_pending_timers(spark,
     first = client.wait(10).rows()
     assert 0 < len(first) < len(reference_buckets(n))
 
-    env2 = ss.StreamEnvironment(parallelism=3, spark=spark, checkpointing=config, auto_watermark_interval=0.05)
+    env2 = ss.StreamEnvironment(parallelism=3, spark=spark, checkpointing=config, state_backend=state_backend, auto_watermark_interval=0.05)
     bucket_pipeline(env2, n, rate=None)
     second = env2.execute("buckets, restored at parallelism 3", restore_from=savepoint).rows()
     # Buckets half-summed before the savepoint fire after the restore with their whole sums:

@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 
 import streamsnap as ss
-from tests.integration.support import checkpoint_dirs, wait_completed, wait_status
+from tests.integration.support import both_backends, checkpoint_dirs, stray_checkpoint_files, wait_completed, wait_status
 
 pytestmark = pytest.mark.spark
 
@@ -94,8 +94,9 @@ def test_stop_with_savepoint_then_restore_equals_an_uninterrupted_run(spark, tmp
     assert second.checkpoints.latest_restored is not None
 
 
-def test_a_relocated_savepoint_restores(spark, tmp_path):
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+@both_backends
+def test_a_relocated_savepoint_restores(spark, tmp_path, state_backend):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path), state_backend=state_backend)
     build(env)
     client = start(env, "to relocate")
     time.sleep(1.0)
@@ -105,7 +106,7 @@ def test_a_relocated_savepoint_restores(spark, tmp_path):
     moved = str(tmp_path / "elsewhere" / "my-savepoint")
     shutil.copytree(original, moved)
     shutil.rmtree(original)
-    env2 = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
+    env2 = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path), state_backend=state_backend)
     build(env2, rate=None)
     result = env2.execute("from the relocated savepoint", restore_from=moved)
     # The restored run continues every key from its savepoint total up to the full total.
@@ -141,8 +142,9 @@ def test_rescaling_two_to_three_to_one_keeps_per_key_results(spark, tmp_path):
     assert all(sorted(c) == list(range(1, len(c) + 1)) for c in counts.values())
 
 
-def test_a_retained_checkpoint_survives_cancel_and_restores(spark, tmp_path):
-    env = ss.StreamEnvironment(parallelism=2, spark=spark,
+@both_backends
+def test_a_retained_checkpoint_survives_cancel_and_restores(spark, tmp_path, state_backend):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, state_backend=state_backend,
                                checkpointing=config(tmp_path, retention="retain_on_cancellation"))
     build(env)
     client = start(env, "retained")
@@ -152,10 +154,18 @@ def test_a_retained_checkpoint_survives_cancel_and_restores(spark, tmp_path):
     job_dir = tmp_path / "ckpt" / client.job_id
     retained = checkpoint_dirs(job_dir)
     assert len(retained) == 1
-    env2 = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
-    build(env2, rate=None)
+    before = sorted(p.relative_to(job_dir) for p in job_dir.rglob("*") if p.is_file())
+    env2 = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path, interval=0.2),
+                                state_backend=state_backend)
+    build(env2, rate=20_000)
     result = env2.execute("from retained", restore_from=str(retained[0]))
     assert finals_of(result.rows()) == expected_finals()
+    assert result.checkpoints.counts.completed >= 2
+    # The restored job's checkpoints never touch the checkpoint it was restored from: it is the
+    # user's (incremental ones upload its files again into the new job's own shared/, as Flink's
+    # NO_CLAIM restore does, instead of depending on them).
+    assert sorted(p.relative_to(job_dir) for p in job_dir.rglob("*") if p.is_file()) == before
+    assert stray_checkpoint_files(tmp_path / "ckpt") == []
 
 
 def test_restoring_state_of_a_missing_operator_fails_unless_allowed(spark, tmp_path):

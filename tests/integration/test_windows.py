@@ -14,7 +14,7 @@ import pytest
 
 import streamsnap as ss
 from streamsnap.time.watermarks import MAX_WATERMARK
-from tests.integration.support import wait_completed, wait_status
+from tests.integration.support import both_backends, wait_completed, wait_status
 from tests.integration.test_event_time import read_parquet_rows
 
 pytestmark = pytest.mark.spark
@@ -266,10 +266,11 @@ def test_windows_survive_a_sigkill_failover_exactly_once(spark, tmp_path):
     assert_exact_windows(rows, n)
 
 
-def test_a_savepoint_restored_at_another_parallelism_keeps_pending_windows(spark, tmp_path):
+@both_backends
+def test_a_savepoint_restored_at_another_parallelism_keeps_pending_windows(spark, tmp_path, state_backend):
     n = 6000
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, state_backend=state_backend,
                                auto_watermark_interval=0.05)
     tumbling_pipeline(env, n, rate=1500)
     client = env.execute_async("windows, first part")
@@ -279,7 +280,7 @@ def test_a_savepoint_restored_at_another_parallelism_keeps_pending_windows(spark
     first = client.wait(10).rows("out")
     assert 0 < len(first) < len(reference_windows(event(i) for i in range(n)))
 
-    env2 = ss.StreamEnvironment(parallelism=3, spark=spark, checkpointing=config,
+    env2 = ss.StreamEnvironment(parallelism=3, spark=spark, checkpointing=config, state_backend=state_backend,
                                 auto_watermark_interval=0.05)
     tumbling_pipeline(env2, n, rate=None)
     second = env2.execute("windows at parallelism 3", restore_from=savepoint).rows("out")
