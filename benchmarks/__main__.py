@@ -25,16 +25,18 @@ PROFILES = {
                   spark_tws=4_000_000, ceiling=20_000_000, runs=5, state_keys=(10_000, 1_000_000, 10_000_000),
                   state_seconds=8.0, latency_seconds=10.0, backpressure_seconds=8.0, kills=5, keys=1000,
                   nexmark=1_000_000, nexmark_spark=4_000_000, nexmark_runs=3,
-                  per_row=2_000_000, per_row_sentences=400_000, per_row_runs=3, window_events=2_000_000),
+                  per_row=2_000_000, per_row_sentences=400_000, per_row_runs=3, window_events=2_000_000,
+                  large_state_keys=10_000_000),
     "full": dict(row=20_000_000, batch=300_000_000, spark_sql=48_000_000,
                  spark_tws=8_000_000, ceiling=60_000_000, runs=5, state_keys=(10_000, 1_000_000, 10_000_000),
                  state_seconds=20.0, latency_seconds=30.0, backpressure_seconds=20.0, kills=9, keys=1000,
                  nexmark=10_000_000, nexmark_spark=24_000_000, nexmark_runs=5,
-                 per_row=6_000_000, per_row_sentences=1_200_000, per_row_runs=5, window_events=6_000_000),
+                 per_row=6_000_000, per_row_sentences=1_200_000, per_row_runs=5, window_events=6_000_000,
+                 large_state_keys=10_000_000),
 }
 
 BENCHMARKS = ("throughput", "per_row", "spark", "ceiling", "checkpoints", "backpressure", "latency", "recovery",
-              "nexmark", "window_latency")
+              "nexmark", "window_latency", "state_backends")
 
 
 def _spark_session():
@@ -164,9 +166,20 @@ def run_nexmark(spark, p: dict, results: dict) -> None:
     bench.run_all(spark, p["nexmark"], p["nexmark_spark"], p["nexmark_runs"], results)
 
 
+def run_state_backends(spark, p: dict, results: dict) -> None:
+    """Large keyed state on the heap and on RocksDB (incremental): checkpoints with 1 % of the
+    keys changing per interval, and recovery of the whole state (benchmarks/state_backends.py)."""
+    from benchmarks import state_backends
+
+    for backend in ("hashmap", "rocksdb"):
+        print(f"  {p['large_state_keys']:,} keys on {backend} ...", flush=True)
+        results.setdefault("state_backends", {})[backend] = state_backends.large_state(
+            spark, p["large_state_keys"], backend)
+
+
 RUNNERS = {"throughput": run_throughput, "per_row": run_per_row, "spark": run_spark, "ceiling": run_ceiling, "checkpoints": run_checkpoints,
            "backpressure": run_backpressure, "latency": run_latency, "recovery": run_recovery,
-           "nexmark": run_nexmark, "window_latency": run_window_latency}
+           "nexmark": run_nexmark, "window_latency": run_window_latency, "state_backends": run_state_backends}
 
 
 def main(argv=None) -> int:

@@ -8,11 +8,13 @@ operator's output — after the batch, so a watermark never overtakes the record
 Which splits exist is asked of the operator at start and before every periodic emission
 (splits start and finish between batches; asking per batch would cost per batch).
 Periodic emission (Flink's auto-watermark interval) runs from the task's timer queue, on the
-mailbox thread, so generators are never touched by two threads. Its ticks fall on multiples of
-the interval on the wall clock: every parallel source ticks at the same moments, so a task
-downstream, whose watermark is the minimum over them, advances once per interval instead of
-waiting for the latest of several unsynchronized ticks (and the period does not drift by the
-time each tick takes).
+mailbox thread, so generators are never touched by two threads. Its ticks fall at the same
+phase of the wall clock in every subtask — half an interval past its multiples — so a task
+downstream, whose watermark is the minimum over its inputs, advances once per tick instead of
+waiting for the latest of several unsynchronized ones (nor does the period drift by the time a
+tick takes). Half past, not on, the multiples: window ends and out-of-orderness bounds are
+round numbers, so with event time close to the clock the timestamp that completes a window is
+stamped at a multiple, and a tick exactly there would just miss it and wait a whole interval.
 
 The emitter also owns "end of time": `end_of_time()` emits the maximum watermark once and
 stops all further emission (bounded input finished, or a draining stop-with-savepoint).
@@ -42,9 +44,9 @@ def generates_watermarks(strategy: WatermarkStrategy | None) -> bool:
 
 
 def until_next_tick(wall: float, interval: float) -> float:
-    """Seconds from `wall` to the next multiple of `interval`; a tick that lands a hair early
-    (float rounding, a timer run a little late) skips the multiple it is about to reach."""
-    delay = interval - (wall % interval)
+    """Seconds from `wall` to the next tick, half an interval past a multiple of `interval`;
+    a tick that lands a hair early (a timer's rounding) skips the one it is about to reach."""
+    delay = interval - ((wall - interval / 2) % interval)
     return delay + interval if delay < interval * 0.05 else delay
 
 

@@ -149,18 +149,19 @@ def test_row_timestamps_are_vectorized_when_clean_and_name_the_row_when_not():
 
 
 @pytest.mark.parametrize("wall, interval, expected", [
-    (100.0, 0.2, 0.2),          # on a multiple: the next one
-    (100.05, 0.2, 0.15),
-    (100.199, 0.2, 0.201),      # a hair before a multiple: the one after it
-    (1_700_000_000.013, 0.01, 0.007),
+    (100.1, 0.2, 0.2),          # on a tick: the next one
+    (100.0, 0.2, 0.1),          # on a multiple: half an interval later
+    (100.05, 0.2, 0.05),
+    (100.099, 0.2, 0.201),      # a hair before a tick: the one after it
+    (1_700_000_000.013, 0.01, 0.002),
 ])
-def test_periodic_ticks_fall_on_multiples_of_the_interval(wall, interval, expected):
+def test_periodic_ticks_fall_half_an_interval_past_its_multiples(wall, interval, expected):
     from streamsnap.runtime.watermark_emitter import until_next_tick
     assert until_next_tick(wall, interval) == pytest.approx(expected, abs=1e-6)
 
 
 def test_parallel_sources_emit_at_the_same_wall_clock_moments():
-    """Two subtasks opened at different moments tick together, on the interval's multiples."""
+    """Two subtasks opened at different moments tick together, half past the interval's multiples."""
     clock = ManualScheduler(start=1000.0, wall_offset=1_700_000_000.0)
     ticks = {0: [], 1: []}
 
@@ -187,4 +188,4 @@ def test_parallel_sources_emit_at_the_same_wall_clock_moments():
         ts += 1
         clock.advance(0.01)
     assert ticks[0] and ticks[0] == ticks[1]
-    assert all(abs(t / 0.05 - round(t / 0.05)) < 1e-3 for t in ticks[0])
+    assert all(abs((t - 0.025) / 0.05 - round((t - 0.025) / 0.05)) < 1e-3 for t in ticks[0])

@@ -1,0 +1,167 @@
+"""Large keyed state on each backend: checkpoint duration and size with few keys changing, and
+recovery of the whole state after a SIGKILL (issue 13's targets).
+
+The job (parallelism 2, vectorized W1: `process_batches` with one `ValueState` per key, a
+discarding sink, checkpoints every second) runs in two phases over one vectorized `Generator`:
+
+1. **load**: rows 0 .. K-1 carry keys 0 .. K-1 at full speed, so every key is in state;
+2. **steady**: then `changed` x K rows per checkpoint interval (the source's own rate
+   limit, switched on when the load ends), keys spread by a prime stride, so each checkpoint interval touches about that share
+   of the keys (1 % by default) — what an incremental checkpoint should pay for, and nothing else.
+
+Figures, per backend:
+* checkpoint duration p50/p99 (end to end: trigger → `_metadata` written) and the size each
+  checkpoint wrote itself (`incremental_size`: new SST files plus private bundles on RocksDB,
+  everything on the heap) against the state's full size, as the median per checkpoint and as
+  the total over the measured ones (RocksDB's compactions rewrite files every few flushes, so
+  its uploads alternate between small and large) — steady-phase checkpoints only, the first one
+  after the load (it uploads the loaded state) excluded;
+* recovery: one `sum` subtask SIGKILLed in the steady phase; the full restart restores all K
+  keys; seconds from the kill to the first row at the sink after the restore (the JobMaster's
+  recovery log), and from the kill to RUNNING.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+
+import numpy as np
+
+import streamsnap as ss
+from benchmarks import workloads
+from streamsnap.checkpoint.listing import list_checkpoints
+from streamsnap.connectors.sources import Generator, GeneratorReader
+
+PARALLELISM = 2
+_STRIDE = 7919  # prime: consecutive steady-phase rows hit keys far apart (distinct key groups)
+
+
+def _rows(keys: int):
+    """Row i: key i for the first K rows (the load), then keys spread by a prime stride."""
+    def rows(indices: np.ndarray):
+        key = np.where(indices >= keys, ((indices - keys) * _STRIDE) % keys, indices)
+        return {"key": key, "value": np.ones(len(indices), dtype=np.int64), "ts": np.zeros(len(indices))}
+    return rows
+
+
+class _TwoPhaseReader(GeneratorReader):
+    """Reads at full speed while any of its splits is still below row K, then at the
+    Generator's rate (the budget restarting there); stamps the switch in a marker file."""
+
+    def __init__(self, source, ctx):
+        super().__init__(source, ctx)
+        self._steady = False
+
+    def _loading(self) -> bool:
+        return any(j + total * pos < self._source.keys for j, total, pos in self._splits)
+
+    def _allowed(self) -> int:
+        if self._loading():
+            return self._source.batch_size
+        if not self._steady:
+            self._steady = True
+            self._started, self._emitted_since_start = time.monotonic(), 0
+            with open(os.path.join(self._source.marker_dir, f"steady-{os.getpid()}-{id(self)}"), "w") as f:
+                f.write(str(time.time()))
+        return super()._allowed()
+
+    def next_available_in(self) -> float:
+        return 0.0 if self._loading() else super().next_available_in()
+
+
+class TwoPhaseGenerator(Generator):
+    """The benchmark's source: `_rows(keys)`, the load at full speed, then `rate` rows/s."""
+
+    def __init__(self, keys: int, rate: float, marker_dir: str, **kwargs):
+        super().__init__(_rows(keys), rate=rate, vectorized=True, **kwargs)
+        self.keys, self.marker_dir = keys, marker_dir
+
+    def create_reader(self, ctx):
+        return _TwoPhaseReader(self, ctx)
+
+
+def _steady_since(marker_dir: str) -> float | None:
+    """When every source subtask had entered the steady phase (None: not yet)."""
+    stamps = [float(open(os.path.join(marker_dir, f)).read() or 0) for f in os.listdir(marker_dir)
+              if f.startswith("steady-")]
+    return max(stamps) if len(stamps) >= PARALLELISM else None
+
+
+def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, changed: float = 0.01,
+                interval: float = 1.0, timeout: float = 900.0, **env_options) -> dict:
+    """Run the two-phase job on `state_backend`; see the module docstring for the figures."""
+    directory = workloads._checkpoint_dir("state-")
+    markers = tempfile.mkdtemp(prefix="markers-", dir=directory)
+    env = ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark, state_backend=state_backend,
+                               checkpointing=ss.CheckpointConfig(interval=interval, directory=os.path.join(directory, "ckpt")),
+                               restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.0),
+                               network=ss.NetworkConfig(batch_size=65536), **env_options)
+    (env.from_source(TwoPhaseGenerator(keys, changed * keys / interval, markers, batch_size=65536),
+                     name="events", uid="events")
+        .key_by("key").process_batches(workloads.BatchRunningSum(), name="sum", uid="sum")
+        .sink_to(ss.sinks.Discard(), name="sink", uid="sink"))
+    client = env.execute_async(f"large state K={keys} on {state_backend}")
+    seen: dict[int, object] = {}
+    deadline = time.monotonic() + timeout
+    loaded_at = None
+
+    def collect():
+        for summary in list_checkpoints(os.path.join(directory, "ckpt")):
+            if summary.is_completed and summary.checkpoint_id not in seen:
+                seen[summary.checkpoint_id] = summary
+
+    def steady():
+        # Checkpoints triggered after the load ended, except the first (it uploads the load).
+        after = [s for i, s in sorted(seen.items()) if loaded_at is not None and s.triggered_at > loaded_at]
+        return after[1:]
+
+    try:
+        while len(steady()) < steady_checkpoints:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"large state K={keys}: {len(steady())} steady checkpoints within {timeout:.0f} s")
+            if client.status() in ("FAILED", "CANCELED", "FINISHED"):
+                client.wait(10)
+            loaded_at = loaded_at or _steady_since(markers)
+            collect()
+            time.sleep(0.1)
+        stats = {c.checkpoint_id: c for c in client.checkpoint_stats().history}
+        measured = steady()
+        durations = [s.completed_at - s.triggered_at for s in measured]
+        # Recovery of the whole state: kill one subtask of the keyed operator.
+        victim = next(s for s in client.subtasks() if s.vertex.startswith("sum"))
+        killed = time.time()
+        os.kill(victim.pid, signal.SIGKILL)
+        while True:
+            recoveries = client.recoveries()
+            if recoveries and "first_output_at" in recoveries[0]:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"large state K={keys}: no output after the kill within {timeout:.0f} s")
+            time.sleep(0.01)
+        recovery = recoveries[0]
+    finally:
+        client.cancel()
+    full = [s.state_size for s in measured]
+    written = [s.incremental_size if s.incremental_size is not None else s.state_size for s in measured]
+    return {
+        "keys": keys, "backend": str(state_backend), "changed_per_interval": changed, "checkpoints": len(measured),
+        "p50": float(np.percentile(durations, 50)), "p99": float(np.percentile(durations, 99)),
+        "sync_max": max((sub.sync_duration for s in measured if s.checkpoint_id in stats
+                         for sub in stats[s.checkpoint_id].subtasks), default=float("nan")),
+        "full_bytes": int(np.median(full)), "written_bytes": int(np.median(written)),
+        "written_share": float(np.median([w / f for w, f in zip(written, full) if f])),
+        # Over all measured checkpoints: RocksDB's compactions rewrite files every few flushes,
+        # so single checkpoints alternate between small and large uploads; this is the average.
+        "written_share_mean": float(sum(written) / sum(full)) if sum(full) else float("nan"),
+        "recovery_first_output": recovery["first_output_at"] - killed,
+        "recovery_running": recovery["running_at"] - killed,
+        "restored_checkpoint": recovery.get("restored_checkpoint"),
+    }
+
+
+def measure(spark, keys: int, backends=("hashmap", "rocksdb"), **options) -> dict:
+    """`large_state` for each backend, one after the other in the same session."""
+    return {str(b): large_state(spark, keys, b, **options) for b in backends}
