@@ -8,13 +8,7 @@ operator's output — after the batch, so a watermark never overtakes the record
 Which splits exist is asked of the operator at start and before every periodic emission
 (splits start and finish between batches; asking per batch would cost per batch).
 Periodic emission (Flink's auto-watermark interval) runs from the task's timer queue, on the
-mailbox thread, so generators are never touched by two threads. Its ticks fall at the same
-phase of the wall clock in every subtask — half an interval past its multiples — so a task
-downstream, whose watermark is the minimum over its inputs, advances once per tick instead of
-waiting for the latest of several unsynchronized ones (nor does the period drift by the time a
-tick takes). Half past, not on, the multiples: window ends and out-of-orderness bounds are
-round numbers, so with event time close to the clock the timestamp that completes a window is
-stamped at a multiple, and a tick exactly there would just miss it and wait a whole interval.
+mailbox thread, so generators are never touched by two threads.
 
 The emitter also owns "end of time": `end_of_time()` emits the maximum watermark once and
 stops all further emission (bounded input finished, or a draining stop-with-savepoint).
@@ -43,13 +37,6 @@ def generates_watermarks(strategy: WatermarkStrategy | None) -> bool:
     return strategy is not None and strategy.generator_factory is not NoWatermarksGenerator
 
 
-def until_next_tick(wall: float, interval: float) -> float:
-    """Seconds from `wall` to the next tick, half an interval past a multiple of `interval`;
-    a tick that lands a hair early (a timer's rounding) skips the one it is about to reach."""
-    delay = interval - ((wall - interval / 2) % interval)
-    return delay + interval if delay < interval * 0.05 else delay
-
-
 class WatermarkEmitter:
     """Watermarks of one operator subtask. `output` is the operator's chain Output.
 
@@ -68,7 +55,6 @@ class WatermarkEmitter:
         self._operator = operator_name
         self._output = output
         self._timers = timers
-        self._clock = clock
         self._interval = interval
         self._active_splits = splits
         self._splits = SplitWatermarks(strategy, clock) if self._enabled else None
@@ -123,10 +109,7 @@ class WatermarkEmitter:
         if self._active_splits is not None:
             self.sync_splits(self._active_splits())
         if self._interval > 0:
-            self._schedule_periodic()
-
-    def _schedule_periodic(self) -> None:
-        self._timers.call_later(until_next_tick(self._clock.wall(), self._interval), self._on_periodic)
+            self._timers.call_later(self._interval, self._on_periodic)
 
     def _on_periodic(self) -> None:
         if not self.enabled:
@@ -134,7 +117,7 @@ class WatermarkEmitter:
         if self._active_splits is not None:
             self.sync_splits(self._active_splits())
         self._emit(self._splits.on_periodic_emit())
-        self._schedule_periodic()
+        self._timers.call_later(self._interval, self._on_periodic)
 
     def end_of_time(self) -> None:
         """Emit the maximum watermark (every event-time timer fires) and stop emitting."""

@@ -131,7 +131,7 @@ def test_the_assigner_operator_replaces_upstream_watermarks_but_passes_the_end_o
     op.process([{"ts": 10_000}, {"ts": 9_000}])
     op.process_watermark(50_000)                      # upstream's: dropped
     op.process_watermark_status(WatermarkStatus.IDLE)  # upstream's: dropped
-    clock.advance(0.1)                                # past the next tick on the wall clock
+    clock.advance(0.05)
     assert out.events == [2, 10_000 - 2_000 - 1]
     op.process_watermark(MAX_WATERMARK)
     assert out.events[-1] == MAX_WATERMARK
@@ -146,46 +146,3 @@ def test_row_timestamps_are_vectorized_when_clean_and_name_the_row_when_not():
         batch_timestamps([{"ts": 5}, {"ts": 7.5}], "ts", "op")
     with pytest.raises(TimestampError, match=r"operator 'op'.*'ts' is missing from row 1"):
         batch_timestamps([{"ts": 5}, {"x": 1}], "ts", "op")
-
-
-@pytest.mark.parametrize("wall, interval, expected", [
-    (100.1, 0.2, 0.2),          # on a tick: the next one
-    (100.0, 0.2, 0.1),          # on a multiple: half an interval later
-    (100.05, 0.2, 0.05),
-    (100.099, 0.2, 0.201),      # a hair before a tick: the one after it
-    (1_700_000_000.013, 0.01, 0.002),
-])
-def test_periodic_ticks_fall_half_an_interval_past_its_multiples(wall, interval, expected):
-    from streamsnap.runtime.watermark_emitter import until_next_tick
-    assert until_next_tick(wall, interval) == pytest.approx(expected, abs=1e-6)
-
-
-def test_parallel_sources_emit_at_the_same_wall_clock_moments():
-    """Two subtasks opened at different moments tick together, half past the interval's multiples."""
-    clock = ManualScheduler(start=1000.0, wall_offset=1_700_000_000.0)
-    ticks = {0: [], 1: []}
-
-    def emitter(subtask):
-        from streamsnap.runtime.watermark_emitter import WatermarkEmitter
-
-        class Out(Recorder):
-            def emit_watermark(self, timestamp):
-                super().emit_watermark(timestamp)
-                ticks[subtask].append(round(clock.wall(), 6))
-        em = WatermarkEmitter(ss.WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts"),
-                              "src", Out(), clock, clock, 0.05, splits=lambda: ["s"])
-        em.start()
-        return em
-
-    first = emitter(0)
-    clock.advance(0.013)
-    second = emitter(1)
-    ts = 1
-    for _ in range(12):
-        for em in (first, second):
-            batch = pa.RecordBatch.from_pylist([{"ts": ts}])
-            em.on_timestamps("s", em.timestamps(batch))
-        ts += 1
-        clock.advance(0.01)
-    assert ticks[0] and ticks[0] == ticks[1]
-    assert all(abs((t - 0.025) / 0.05 - round((t - 0.025) / 0.05)) < 1e-3 for t in ticks[0])
