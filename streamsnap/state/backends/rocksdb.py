@@ -179,8 +179,18 @@ def _open_db(path: str, config: RocksDBConfig):
     table = rocksdict.BlockBasedOptions()
     cache = rocksdict.Cache(config.block_cache_size)
     table.set_block_cache(cache)
+    # Index and filter blocks live in the block cache, so memory stays bounded by it; they are
+    # partitioned (two-level) because whole ones grow with the file (a 5 M-key file's bloom
+    # filter is ~6 MiB) beyond a cache shard's share (the LRU cache has 64 shards), so each
+    # lookup re-read them: random reads of 5 M keys went from 54 K to 198 K keys/s this way.
+    # The small top levels stay pinned.
     table.set_cache_index_and_filter_blocks(True)
     table.set_bloom_filter(10, False)
+    table.set_index_type(rocksdict.BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
+    table.set_metadata_block_size(4096)
+    table.set_pin_top_level_index_and_filter(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     options.set_block_based_table_factory(table)
     db = rocksdict.Rdict(path, options)
     write_options = rocksdict.WriteOptions()
