@@ -59,7 +59,10 @@ if TYPE_CHECKING:
 BUNDLE_MAGIC = b"SSRDBINC"
 BUNDLE_VERSION = 1
 SST_SUFFIX = ".sst"
-_COPY_CHUNK = 4 << 20
+# Large enough that an SST file is copied with one read and one write: the asynchronous
+# snapshot thread retakes the GIL after each, which can take many switch intervals beside a busy
+# task thread (see hashmap._CoalescedWriter).
+_COPY_CHUNK = 64 << 20
 _BATCH_ENTRIES = 20_000
 
 
