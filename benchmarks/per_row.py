@@ -178,20 +178,40 @@ def _expected_word_count_rows(sentences: int) -> int:
     return sum(c // 1000 for c in counts.values())
 
 
+def bytewax_available() -> bool:
+    """Whether Bytewax (the `bench` extra) is installed, for the W1 comparison."""
+    try:
+        import bytewax  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def measure(spark, n: int, sentences: int, k: int = 1000, runs: int = 3, parallelisms=(1, 2),
-            checkpoint_interval: float | None = 1.0) -> dict:
+            checkpoint_interval: float | None = 1.0, bytewax: bool | None = None) -> dict:
     """Median per-row W1 (events/s) and word count (words/s) at each parallelism, after one
-    small warm-up run of each; runs of the two pipelines interleaved."""
+    small warm-up run of each; runs of the two pipelines interleaved. At parallelism 2, Bytewax's
+    W1 (benchmarks/bytewax_w1.py: 2 processes x 1 worker, 1 s snapshots) runs interleaved with
+    them when it is installed (`bytewax=None`) or asked for."""
     out: dict = {}
+    if bytewax is None:
+        bytewax = bytewax_available()
     for p in parallelisms:
+        with_bytewax = bytewax and p == 2
+        if with_bytewax:
+            from benchmarks import bytewax_w1
         run_w1_readme(spark, max(1, n // 10), k, p, checkpoint_interval)          # warm workers, imports
         run_word_count(spark, max(1, sentences // 10), p, checkpoint_interval)
-        w1, wc = [], []
+        w1, wc, bw = [], [], []
         for _ in range(runs):
             w1.append(run_w1_readme(spark, n, k, p, checkpoint_interval))
             wc.append(run_word_count(spark, sentences, p, checkpoint_interval))
-        for name, measured, unit in ((f"w1_row_readme_p{p}", w1, "events_per_second"),
-                                     (f"word_count_p{p}", wc, "words_per_second")):
+            if with_bytewax:
+                bw.append(bytewax_w1.run(n, k, processes=p))
+        series = [(f"w1_row_readme_p{p}", w1, "events_per_second"), (f"word_count_p{p}", wc, "words_per_second")]
+        if with_bytewax:
+            series.append((f"bytewax_w1_p{p}", bw, "events_per_second"))
+        for name, measured, unit in series:
             rates = [m["per_second"] for m in measured]
             out[name] = {unit: statistics.median(rates), "runs": rates, "parallelism": p,
                          "checkpoint_interval": checkpoint_interval, "details": measured}

@@ -137,6 +137,13 @@ def per_row_rows(results: dict) -> list[tuple]:
                         f"events/s", _fmt_rate(w1["events_per_second"]), "", "",
                         "≥ 1 M/s" if target else "",
                         _verdict(w1["events_per_second"] >= TARGETS["row_readme"]) if target else "–"))
+        bw = results.get(f"bytewax_w1_p{p}")
+        if w1 and bw:
+            ratio = w1["events_per_second"] / bw["events_per_second"]
+            out.append((f"W1 per-row the README way vs Bytewax 0.21 ({p} processes x 1 worker, 1 s snapshots, "
+                        f"same flow), p={p}, events/s", _fmt_rate(w1["events_per_second"]),
+                        f"Bytewax {_fmt_rate(bw['events_per_second'])}", f"{ratio:.1f}×", "≥ 3×",
+                        _verdict(ratio >= 3)))
         wc = results.get(f"word_count_p{p}")
         if wc:
             target = p == 2

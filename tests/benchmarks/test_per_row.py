@@ -36,12 +36,26 @@ def test_word_count_counts_every_word(spark):
 
 
 def test_measure_reports_both_pipelines_per_parallelism(spark):
-    results = per_row.measure(spark, 4_000, 1_000, k=10, runs=1, parallelisms=(2,), checkpoint_interval=None)
+    results = per_row.measure(spark, 4_000, 1_000, k=10, runs=1, parallelisms=(2,), checkpoint_interval=None,
+                              bytewax=False)
     assert set(results) == {"w1_row_readme_p2", "word_count_p2"}
     assert results["w1_row_readme_p2"]["events_per_second"] > 0
     assert results["word_count_p2"]["words_per_second"] > 0
     table = report.render_table({**results, "errors": {}})
     assert "W1 per-row the README way" in table and "word count" in table
+
+
+def test_bytewax_w1_runs_two_processes_and_counts_every_sum():
+    """The comparison flow itself (needs the bench extra: skipped where Bytewax is not installed)."""
+    pytest.importorskip("bytewax")
+    from benchmarks import bytewax_w1
+
+    result = bytewax_w1.run(20_000, k=100)
+    assert result["output_rows"] == 20_000
+    assert result["per_second"] > 0 and math.isfinite(result["per_second"])
+    rendered = report.per_row_rows({"w1_row_readme_p2": {"events_per_second": 3e6},
+                                    "bytewax_w1_p2": {"events_per_second": 1e6}})
+    assert any("Bytewax" in row[2] and row[3] == "3.0×" and row[5] == "met" for row in rendered)
 
 
 def test_sentences_are_the_word_count_examples():
