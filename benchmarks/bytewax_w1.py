@@ -8,7 +8,8 @@ cluster process, on loopback), with recovery on (`-r` with 2 initialised partiti
 The figure is timed like streamsnap's: from the first poll of a source partition to the last
 sink partition's close, so process start-up and cluster formation do not count.
 
-Needs `pip install -e '.[bench]'` (bytewax); `available()` says whether it can run.
+Needs `pip install -e '.[bench]'` (bytewax); `benchmarks.per_row.bytewax_available()` says
+whether it is installed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from bytewax import operators as op  # noqa: F401  (import check: the flow below needs it)
+from bytewax import operators as op
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from bytewax.outputs import DynamicSink, StatelessSinkPartition

@@ -5,9 +5,10 @@ The job (parallelism 2, vectorized W1: `process_batches` with one `ValueState` p
 discarding sink, checkpoints every second) runs in two phases over one vectorized `Generator`:
 
 1. **load**: rows 0 .. K-1 carry keys 0 .. K-1 at full speed, so every key is in state;
-2. **steady**: then `changed` x K rows per checkpoint interval (the source's own rate
-   limit, switched on when the load ends), keys spread by a prime stride, so each checkpoint interval touches about that share
-   of the keys (1 % by default) — what an incremental checkpoint should pay for, and nothing else.
+2. **steady**: then `changed` x K rows per checkpoint interval (the source's own rate limit,
+   switched on when the load ends), keys spread by a prime stride, so each interval touches
+   about that share of the keys (1 % by default) — what an incremental checkpoint should pay
+   for, and nothing else.
 
 Figures, per backend:
 * checkpoint duration p50/p99 (end to end: trigger → `_metadata` written) and the size each
@@ -85,8 +86,11 @@ class TwoPhaseGenerator(Generator):
 
 def _steady_since(marker_dir: str) -> float | None:
     """When every source subtask had entered the steady phase (None: not yet)."""
-    stamps = [float(open(os.path.join(marker_dir, f)).read() or 0) for f in os.listdir(marker_dir)
-              if f.startswith("steady-")]
+    stamps = []
+    for name in os.listdir(marker_dir):
+        if name.startswith("steady-"):
+            with open(os.path.join(marker_dir, name)) as f:
+                stamps.append(float(f.read() or 0))
     return max(stamps) if len(stamps) >= PARALLELISM else None
 
 
@@ -122,8 +126,11 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         while len(steady()) < steady_checkpoints:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"large state K={keys}: {len(steady())} steady checkpoints within {timeout:.0f} s")
-            if client.status() in ("FAILED", "CANCELED", "FINISHED"):
-                client.wait(10)
+            status = client.status()
+            if status in ("FAILED", "CANCELED", "FINISHED"):
+                client.wait(10)         # raises the failure's cause if it FAILED
+                raise RuntimeError(f"large state K={keys}: the job ended ({status}) before "
+                                   f"{steady_checkpoints} steady checkpoints")
             loaded_at = loaded_at or _steady_since(markers)
             collect()
             time.sleep(0.1)
@@ -158,10 +165,4 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         "written_share_mean": float(sum(written) / sum(full)) if sum(full) else float("nan"),
         "recovery_first_output": recovery["first_output_at"] - killed,
         "recovery_running": recovery["running_at"] - killed,
-        "restored_checkpoint": recovery.get("restored_checkpoint"),
     }
-
-
-def measure(spark, keys: int, backends=("hashmap", "rocksdb"), **options) -> dict:
-    """`large_state` for each backend, one after the other in the same session."""
-    return {str(b): large_state(spark, keys, b, **options) for b in backends}
