@@ -321,3 +321,21 @@ def test_directories_of_dead_processes_are_removed(rocks_config):
         assert Path(backend.directory).name.startswith(f"{DIRECTORY_PREFIX}{os.getpid()}-op-kg0-")
     finally:
         backend.dispose()
+
+
+def test_large_state_options_reach_the_database(tmp_path):
+    """Index/filter blocks partitioned inside the block cache (whole ones thrashed a cache shard)
+    and a small, bottom-up sized first level (incremental uploads rewrite a slice, not all):
+    read back from the OPTIONS file RocksDB writes for the open database."""
+    config = RocksDBConfig(local_dir=str(tmp_path / "rocksdb"))
+    backend = RocksDBKeyedStateBackend("op", MAX_P, FULL, config)
+    try:
+        [options_file] = sorted(Path(backend.directory).rglob("OPTIONS-*"))[-1:]
+        settings = {line.strip() for line in options_file.read_text().splitlines()}
+    finally:
+        backend.dispose()
+    level_base = max(4 << 20, config.write_buffer_size // 4)
+    assert {"index_type=kTwoLevelIndexSearch", "partition_filters=true",
+            "cache_index_and_filter_blocks=true", "pin_top_level_index_and_filter=true",
+            "level_compaction_dynamic_level_bytes=true", f"max_bytes_for_level_base={level_base}",
+            f"target_file_size_base={level_base // 4}"} <= settings
