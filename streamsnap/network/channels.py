@@ -5,7 +5,9 @@ sender a fixed number of data-frame credits and returns one each time its task *
 frame; a sender without credit keeps frames queued, and a task whose output queue is full stops
 producing. A channel that is not read — because barrier alignment blocked it, or because its
 consumer is slow — therefore stops its producer without any unbounded buffer (Flink's
-credit-based flow control). Events need no credit, but stay in order behind queued data.
+credit-based flow control). Events need no credit, but stay in order behind queued data —
+except priority events (unaligned barriers): the sender puts them ahead of its queued frames,
+and the receiver announces them on arrival while their stream position stays in the queue.
 
 Both ends are touched only by their task's own thread (see `network.poller`), so they need
 no locks; `InputChannel.connected` is the one thing the acceptor thread sets.
@@ -13,6 +15,7 @@ no locks; `InputChannel.connected` is the one thing the acceptor thread sets.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -50,6 +53,9 @@ class InputChannel:
         self.channel_id = channel_id
         self.credits = credits
         self.frames: deque[tuple[FrameKind, bytes]] = deque()
+        # Priority events arrived and not yet announced to the task, oldest first. Each also
+        # sits in `frames` as an ordinary event at its stream position.
+        self.priority: deque[bytes] = deque()
         self.connected = threading.Event()
         self.buffered_bytes = 0
         self.peak_buffered_bytes = 0
@@ -61,6 +67,9 @@ class InputChannel:
         self.bytes_received += size
         if self.buffered_bytes > self.peak_buffered_bytes:
             self.peak_buffered_bytes = self.buffered_bytes
+        if kind is FrameKind.PRIORITY_EVENT:
+            self.priority.append(payload)
+            kind = FrameKind.EVENT
         self.frames.append((kind, payload))
 
     def pop(self) -> tuple[FrameKind | None, bytes]:
@@ -84,6 +93,8 @@ class OutputChannel:
         self.bytes_sent = 0
         self.max_frame_bytes = 0
         self.closed = False
+        # The head frame was handed to the poller and may be partly on the wire already.
+        self._head_in_flight = False
 
     def enqueue(self, kind: FrameKind, payload) -> None:
         view = memoryview(payload).cast("B")
@@ -96,6 +107,20 @@ class OutputChannel:
         self.queued_bytes += size
         if self.queued_bytes > self.peak_queued_bytes:
             self.peak_queued_bytes = self.queued_bytes
+
+    def enqueue_priority(self, payload) -> list[tuple[FrameKind, bytes]]:
+        """Put a priority event ahead of every queued frame not yet on the wire (a frame the
+        poller is sending stays first); returns the frames it overtook, oldest first, which
+        still go out after it."""
+        view = memoryview(payload).cast("B")
+        at = 1 if self._head_in_flight and self._queue else 0
+        overtaken = [(kind, bytes(buffers[1])) for kind, buffers in itertools.islice(self._queue, at, None)]
+        self._queue.insert(at, (FrameKind.PRIORITY_EVENT,
+                                [memoryview(frame_header(FrameKind.PRIORITY_EVENT, view.nbytes)), view]))
+        self.queued_bytes += view.nbytes
+        if self.queued_bytes > self.peak_queued_bytes:
+            self.peak_queued_bytes = self.queued_bytes
+        return overtaken
 
     def is_available(self) -> bool:
         """False while the queue is full: the task must not produce more for this channel."""
@@ -117,11 +142,13 @@ class OutputChannel:
         kind, buffers = self._queue[0]
         if kind is FrameKind.DATA and self.credit <= 0:
             return None
+        self._head_in_flight = True
         return buffers
 
     def sent_head(self) -> None:
         """The head frame went out completely."""
         kind, buffers = self._queue.popleft()
+        self._head_in_flight = False
         size = buffers[1].nbytes
         self.queued_bytes -= size
         self.bytes_sent += size

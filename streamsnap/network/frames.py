@@ -26,6 +26,9 @@ class FrameKind(enum.IntEnum):
     CREDIT = 3    # receiver grants the sender more data frames (u32)
     HELLO = 4     # first frame on a data connection: which channel this is (msgpack)
     MESSAGE = 5   # control RPC message (msgpack map)
+    # An unaligned checkpoint barrier: it was put ahead of the sender's queued frames, and the
+    # receiver announces it on arrival, ahead of the frames it holds (runtime.unaligned_barriers).
+    PRIORITY_EVENT = 6
 
 
 class FrameError(ValueError):

@@ -223,7 +223,8 @@ class TaskNetwork:
             if conn.input is not None:
                 channel = conn.input
                 for kind, payload in conn.decoder.received(received):
-                    if kind is not FrameKind.DATA and kind is not FrameKind.EVENT:
+                    if kind is not FrameKind.DATA and kind is not FrameKind.EVENT \
+                            and kind is not FrameKind.PRIORITY_EVENT:
                         raise FrameError(f"unexpected {kind.name} frame on input channel {channel.channel_id}")
                     channel.on_frame(kind, payload)
             else:

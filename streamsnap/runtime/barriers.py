@@ -78,6 +78,9 @@ class AlignmentMetrics:
     # Seconds from the coordinator's trigger (barrier timestamp, wall clock) to the arrival
     # of the first barrier here; clamped at 0 because wall clocks of hosts disagree.
     start_delay: float
+    # True when the snapshot was taken before alignment (the barrier overtakes in-flight data,
+    # which the input keeps as channel state; see `runtime/unaligned_barriers.py`).
+    unaligned: bool = False
 
 
 class BarrierHandlerActions(Protocol):
@@ -122,6 +125,10 @@ class CheckpointBarrierHandler(abc.ABC):
         self._closed: set[int] = set()
         # Highest checkpoint id delivered in-band (barrier or cancel marker) on any channel.
         self._latest_id = -1
+        # Channels the input must leave unread (only handlers that align block any).
+        self._blocked: set[int] = set()
+        # Ids newer than anything seen that the coordinator already aborted.
+        self._aborted_ahead: set[int] = set()
 
     # -- public, shared -------------------------------------------------------------------
 
@@ -209,6 +216,36 @@ class CheckpointBarrierHandler(abc.ABC):
         """Barriers received + closed channels (each channel counted once) cover all inputs."""
         return len(channels | self._closed) == self._num_channels
 
+    def _advance_latest(self, checkpoint_id: int) -> None:
+        self._latest_id = checkpoint_id
+        if self._aborted_ahead:
+            self._aborted_ahead = {i for i in self._aborted_ahead if i >= checkpoint_id}
+
+    def _remember_aborted_ahead(self, checkpoint_id: int) -> None:
+        """The coordinator aborted an id not seen yet: its barriers must not start a doomed
+        checkpoint. The latest id is not advanced: an older checkpoint may still be alive."""
+        self._aborted_ahead.add(checkpoint_id)
+        if len(self._aborted_ahead) > _MAX_REMEMBERED_ABORTS:
+            self._aborted_ahead.discard(min(self._aborted_ahead))
+
+    def _check_unblocked(self, channel: int, what: str, blocking_id: int | None) -> None:
+        if channel in self._blocked:
+            # Records behind the barrier could already have been processed: exactly-once is
+            # broken, so the task must fail.
+            raise BarrierProtocolError(
+                f"{self._task_name}: {what} read from input channel {channel} while it is "
+                f"blocked for checkpoint {blocking_id}; the input must not read a blocked "
+                f"channel until it is resumed")
+
+    def _unblock_all(self) -> list[int]:
+        blocked = sorted(self._blocked)
+        self._blocked.clear()
+        return blocked
+
+    def _resume(self, channels: list[int]) -> None:
+        for channel in channels:
+            self._actions.resume_channel(channel)
+
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(task={self._task_name!r}, channels={self._num_channels}, "
                 f"latest={self._latest_id}, closed={sorted(self._closed)})")
@@ -247,10 +284,7 @@ class CheckpointBarrierAligner(CheckpointBarrierHandler):
     def __init__(self, num_channels: int, actions: BarrierHandlerActions, clock: Clock,
                  task_name: str):
         super().__init__(num_channels, actions, clock, task_name)
-        self._blocked: set[int] = set()
         self._alignment: _Alignment | None = None
-        # Ids newer than anything seen that the coordinator already aborted.
-        self._aborted_ahead: set[int] = set()
 
     @property
     def aligning_checkpoint_id(self) -> int | None:
@@ -270,18 +304,13 @@ class CheckpointBarrierAligner(CheckpointBarrierHandler):
         checkpoint_id = barrier.checkpoint_id
         current = self._alignment
         if channel in self._blocked:
-            # The input read a channel we told it to leave alone; records behind the first
-            # barrier could already have been processed, so exactly-once is already broken.
             assert current is not None
             if checkpoint_id == current.checkpoint_id:
                 raise BarrierProtocolError(
                     f"{self._task_name}: duplicate barrier for checkpoint {checkpoint_id} on "
                     f"input channel {channel}, which is blocked waiting for that checkpoint's "
                     f"alignment; a channel delivers each checkpoint's barrier at most once")
-            raise BarrierProtocolError(
-                f"{self._task_name}: barrier {checkpoint_id} read from input channel {channel} "
-                f"while it is blocked for checkpoint {current.checkpoint_id}; the input must "
-                f"not read a blocked channel until it is resumed")
+            self._check_unblocked(channel, f"barrier {checkpoint_id}", current.checkpoint_id)
 
         if current is not None and checkpoint_id == current.checkpoint_id:
             current.channels.add(channel)
@@ -317,12 +346,7 @@ class CheckpointBarrierAligner(CheckpointBarrierHandler):
         self._check_open(channel, f"cancel marker {marker.checkpoint_id}")
         checkpoint_id = marker.checkpoint_id
         current = self._alignment
-        if channel in self._blocked:
-            assert current is not None
-            raise BarrierProtocolError(
-                f"{self._task_name}: cancel marker {checkpoint_id} read from input channel "
-                f"{channel} while it is blocked for checkpoint {current.checkpoint_id}; the "
-                f"input must not read a blocked channel until it is resumed")
+        self._check_unblocked(channel, f"cancel marker {checkpoint_id}", self.aligning_checkpoint_id)
 
         if current is not None and checkpoint_id == current.checkpoint_id:
             log.debug("%s: checkpoint %d cancelled by upstream on channel %d; stopping alignment",
@@ -374,18 +398,9 @@ class CheckpointBarrierAligner(CheckpointBarrierHandler):
             self._alignment = None
             self._release_all()
         elif checkpoint_id > self._latest_id:
-            # Not seen yet; remember it so its barriers do not start a doomed alignment.
-            # The latest id is not advanced: an older checkpoint may still be alive.
-            self._aborted_ahead.add(checkpoint_id)
-            if len(self._aborted_ahead) > _MAX_REMEMBERED_ABORTS:
-                self._aborted_ahead.discard(min(self._aborted_ahead))
+            self._remember_aborted_ahead(checkpoint_id)
 
     # -- internals ----------------------------------------------------------------------------
-
-    def _advance_latest(self, checkpoint_id: int) -> None:
-        self._latest_id = checkpoint_id
-        if self._aborted_ahead:
-            self._aborted_ahead = {i for i in self._aborted_ahead if i >= checkpoint_id}
 
     def _block_or_complete(self, channel: int) -> None:
         """After `channel` delivered the current barrier: trigger if aligned, else block it.
@@ -427,15 +442,6 @@ class CheckpointBarrierAligner(CheckpointBarrierHandler):
     def _release_all(self) -> None:
         self._resume(self._unblock_all())
 
-    def _unblock_all(self) -> list[int]:
-        blocked = sorted(self._blocked)
-        self._blocked.clear()
-        return blocked
-
-    def _resume(self, channels: list[int]) -> None:
-        for channel in channels:
-            self._actions.resume_channel(channel)
-
 
 # ------------------------------------------------------------------------------------------
 # At-least-once
@@ -472,7 +478,6 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
         # Insertion order == increasing id: only ids above the latest one are ever added.
         self._pending: dict[int, _PendingCount] = {}
         self._last_triggered = -1
-        self._aborted_ahead: set[int] = set()
 
     @property
     def pending_checkpoint_ids(self) -> tuple[int, ...]:
@@ -555,16 +560,9 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
             log.debug("%s: checkpoint %d aborted by the coordinator; forgetting it",
                       self._task_name, checkpoint_id)
         elif checkpoint_id > self._latest_id:
-            self._aborted_ahead.add(checkpoint_id)
-            if len(self._aborted_ahead) > _MAX_REMEMBERED_ABORTS:
-                self._aborted_ahead.discard(min(self._aborted_ahead))
+            self._remember_aborted_ahead(checkpoint_id)
 
     # -- internals ----------------------------------------------------------------------------
-
-    def _advance_latest(self, checkpoint_id: int) -> None:
-        self._latest_id = checkpoint_id
-        if self._aborted_ahead:
-            self._aborted_ahead = {i for i in self._aborted_ahead if i >= checkpoint_id}
 
     def _abort_skipped_by(self, channel: int, checkpoint_id: int) -> None:
         """`channel` reached `checkpoint_id`: older pending ones it did not deliver are dead."""

@@ -119,6 +119,14 @@ class RecordWriter:
         for target in self.channels:
             target.enqueue(FrameKind.EVENT, payload)
 
+    def broadcast_priority_event(self, event: Event) -> list[list[tuple[FrameKind, bytes]]]:
+        """Send `event` (an unaligned barrier) ahead of the frames queued on every channel,
+        after flushing pending rows into frames; returns, per channel, the frames it overtook —
+        the output side of the checkpoint's channel state."""
+        self.flush_all()
+        payload = encode_event(event)
+        return [target.enqueue_priority(payload) for target in self.channels]
+
     def is_available(self) -> bool:
         for target in self.channels:
             if not target.is_available():

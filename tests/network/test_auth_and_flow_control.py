@@ -155,6 +155,47 @@ def test_events_need_no_credit_but_keep_their_order():
         receiver.close()
 
 
+def test_a_priority_event_overtakes_queued_data_without_credit_and_is_announced_on_arrival():
+    """Unaligned barriers: under backpressure the event jumps the sender's queue, reaches the
+    receiver at once, and keeps its stream position behind the frames the receiver holds."""
+    receiver, server, channel, sender, output = _pair(credits=2, queue=10)
+    frames = [encode_batches([pa.RecordBatch.from_pylist([{"v": i}])]) for i in range(5)]
+    try:
+        for frame in frames:
+            output.enqueue(FrameKind.DATA, frame)
+        output.enqueue(FrameKind.EVENT, b"\x91\x03")
+        _poll_until(lambda: len(channel.frames) == 2, receiver, sender)   # credit for 2 only
+        overtaken = output.enqueue_priority(b"\x91\x07")
+        assert overtaken == [(FrameKind.DATA, bytes(f)) for f in frames[2:]] + [(FrameKind.EVENT, b"\x91\x03")]
+        _poll_until(lambda: len(channel.frames) == 3, receiver, sender)
+        assert list(channel.priority) == [b"\x91\x07"]
+        assert [k for k, _ in channel.frames] == [FrameKind.DATA, FrameKind.DATA, FrameKind.EVENT]
+        # The overtaken frames still follow, in their order, as credit returns.
+        for _ in range(3):
+            channel.pop()
+            receiver.return_credit(channel)
+        _poll_until(lambda: len(channel.frames) == 4, receiver, sender)
+        assert [decode_batches(p)[0].column("v")[0].as_py() for _, p in list(channel.frames)[:3]] == [2, 3, 4]
+        assert channel.frames[3] == (FrameKind.EVENT, b"\x91\x03")
+    finally:
+        sender.close()
+        server.stop()
+        receiver.close()
+
+
+def test_a_priority_event_never_cuts_into_the_frame_being_sent():
+    output = OutputChannel(0, CHANNEL, max_queued_frames=4)
+    output.add_credit(1)
+    output.enqueue(FrameKind.DATA, b"abc")
+    output.enqueue(FrameKind.DATA, b"def")
+    assert output.next_sendable() is not None     # the poller starts sending "abc"
+    assert output.enqueue_priority(b"P") == [(FrameKind.DATA, b"def")]
+    output.sent_head()
+    assert bytes(output.next_sendable()[1]) == b"P"
+    output.sent_head()
+    assert output.queued_data_frames == 1 and output.queued_bytes == 3
+
+
 def test_a_closed_downstream_with_data_queued_is_an_error_and_a_closed_upstream_a_marker():
     receiver, server, channel, sender, output = _pair(credits=1, queue=5)
     frame = encode_batches([pa.RecordBatch.from_pylist([{"v": 1}])])
