@@ -71,10 +71,6 @@ class StreamEnvironment:
             raise ConfigurationError(
                 "CheckpointConfig.directory is required: where checkpoints are written "
                 "(a local path or fsspec URL such as file:///tmp/ckpt or s3://bucket/ckpt)")
-        if checkpointing is not None and checkpointing.unaligned:
-            raise ConfigurationError(
-                "CheckpointConfig.unaligned=True is not supported yet; use aligned exactly-once "
-                "checkpoints (unaligned=False) or mode='at_least_once' under heavy backpressure")
         state_backend = validate_state_backend(state_backend)
         if state_backend != "hashmap":
             from streamsnap.state.backends.rocksdb import import_rocksdict

@@ -198,29 +198,38 @@ class OperatorSubtaskState:
 
     keyed: tuple[KeyedStateHandle, ...] = ()
     operator: tuple[OperatorStateHandle, ...] = ()
+    # In-flight data of an unaligned checkpoint (runtime.channel_state), kept with the task's
+    # head operator.
+    channel: tuple[FileHandle, ...] = ()
 
     @property
     def state_size(self) -> int:
-        return sum(h.size for h in self.keyed) + sum(h.size for h in self.operator)
+        return (sum(h.size for h in self.keyed) + sum(h.size for h in self.operator)
+                + sum(h.size for h in self.channel))
 
     @property
     def incremental_size(self) -> int:
         """Bytes written for this checkpoint itself (shared files reused from earlier
         checkpoints not counted)."""
-        return sum(incremental_size(h) for h in self.keyed) + sum(h.size for h in self.operator)
+        return (sum(incremental_size(h) for h in self.keyed) + sum(h.size for h in self.operator)
+                + sum(h.size for h in self.channel))
 
     def files(self) -> list[FileHandle]:
         """Files owned exclusively by this snapshot (shared files are reference counted)."""
-        return [h.file for h in self.keyed] + [h.file for h in self.operator]
+        return [h.file for h in self.keyed] + [h.file for h in self.operator] + list(self.channel)
 
     def to_wire(self) -> dict:
-        return {"keyed": [h.to_wire() for h in self.keyed],
+        wire = {"keyed": [h.to_wire() for h in self.keyed],
                 "operator": [h.to_wire() for h in self.operator]}
+        if self.channel:
+            wire["channel"] = [h.to_wire() for h in self.channel]
+        return wire
 
     @classmethod
     def from_wire(cls, data: dict) -> "OperatorSubtaskState":
         return cls(tuple(keyed_handle_from_wire(h) for h in data.get("keyed", ())),
-                   tuple(OperatorStateHandle.from_wire(h) for h in data.get("operator", ())))
+                   tuple(OperatorStateHandle.from_wire(h) for h in data.get("operator", ())),
+                   tuple(FileHandle.from_wire(h) for h in data.get("channel", ())))
 
 
 # What a task acknowledges with: operator uid -> its subtask state.

@@ -24,16 +24,18 @@ class CheckpointMetrics:
     bytes_processed_during_alignment: int = 0
     # Bytes of in-flight data persisted (unaligned checkpoints).
     bytes_persisted_of_in_flight_data: int = 0
+    # The subtask took this checkpoint unaligned (its barrier overtook in-flight data).
+    unaligned: bool = False
 
     def to_wire(self) -> list:
         return [self.sync_duration, self.async_duration, self.alignment_duration,
                 self.start_delay, self.bytes_processed_during_alignment,
-                self.bytes_persisted_of_in_flight_data]
+                self.bytes_persisted_of_in_flight_data, self.unaligned]
 
     @classmethod
     def from_wire(cls, data: list) -> "CheckpointMetrics":
         return cls(float(data[0]), float(data[1]), float(data[2]), float(data[3]),
-                   int(data[4]), int(data[5]))
+                   int(data[4]), int(data[5]), bool(data[6]) if len(data) > 6 else False)
 
 
 @dataclass(frozen=True)

@@ -216,7 +216,8 @@ class PendingCheckpoint:
         return {uid: OperatorSubtaskState(
                     tuple(replace(h, file=rel(h.file), shared_files=tuple(rel(s) for s in h.shared_files))
                           for h in state.keyed),
-                    tuple(replace(h, file=rel(h.file)) for h in state.operator))
+                    tuple(replace(h, file=rel(h.file)) for h in state.operator),
+                    tuple(rel(f) for f in state.channel))
                 for uid, state in snapshot.items()}
 
     def operator_states(self) -> dict[str, OperatorState]:

@@ -33,7 +33,23 @@ class RestorePlan:
 
 
 def _has_state(operator) -> bool:
-    return any(s.keyed or s.operator for s in operator.subtask_states.values())
+    return any(s.keyed or s.operator or s.channel for s in operator.subtask_states.values())
+
+
+def _check_in_flight_data(metadata: CheckpointMetadata, nodes: dict) -> None:
+    """In-flight data belongs to channels between subtasks: at another parallelism of any
+    operator those channels no longer exist, so an unaligned checkpoint restores only as is."""
+    if not any(s.channel for op in metadata.operators.values() for s in op.subtask_states.values()):
+        return
+    changed = sorted(f"{uid} ({op.parallelism} -> {nodes[uid].parallelism})"
+                     for uid, op in metadata.operators.items()
+                     if uid in nodes and op.parallelism != nodes[uid].parallelism)
+    if changed:
+        raise RestoreError(
+            f"checkpoint {metadata.checkpoint_id} is an unaligned checkpoint: it holds in-flight data "
+            f"between subtasks, which cannot be redistributed when the parallelism changes "
+            f"({', '.join(changed)}). Restore it at the same parallelism, or take a savepoint "
+            f"(always aligned) and rescale from that.")
 
 
 def plan_restore(metadata: CheckpointMetadata, base_location: str, job_graph: JobGraph,
@@ -48,6 +64,7 @@ def plan_restore(metadata: CheckpointMetadata, base_location: str, job_graph: Jo
                 f"pass allow_non_restored_state=True to drop that state.")
         log.warning("dropping state of operator(s) %s: not in the job (allow_non_restored_state=True)",
                     ", ".join(orphans))
+    _check_in_flight_data(metadata, nodes)
     states: dict[tuple[str, int], SubtaskRestoreState] = {}
     for uid, node in nodes.items():
         operator = metadata.operators.get(uid)

@@ -42,6 +42,7 @@ class SubtaskCheckpointStats:
     start_delay: float              # trigger → first barrier at this subtask
     bytes_processed_during_alignment: int
     bytes_persisted_of_in_flight_data: int
+    unaligned: bool = False          # the barrier overtook in-flight data at this subtask
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,8 @@ class CheckpointStatsTracker:
             attempt.vertex_id, attempt.index, attempt.attempt, ack_timestamp,
             ack_timestamp - entry.trigger_timestamp, state_size, metrics.sync_duration,
             metrics.async_duration, metrics.alignment_duration, metrics.start_delay,
-            metrics.bytes_processed_during_alignment, metrics.bytes_persisted_of_in_flight_data)
+            metrics.bytes_processed_during_alignment, metrics.bytes_persisted_of_in_flight_data,
+            metrics.unaligned)
 
     def report_completed(self, checkpoint_id: int, completion_timestamp: float, state_size: int,
                          external_path: str | None = None) -> None:

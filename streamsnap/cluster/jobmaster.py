@@ -342,6 +342,7 @@ class JobMaster:
             network=self.settings.network, state_backend=self.settings.state_backend,
             checkpointing=self.settings.checkpoint is not None,
             exactly_once=self.settings.checkpoint is None or self.settings.checkpoint.exactly_once,
+            unaligned_checkpoints=self.settings.checkpoint is not None and self.settings.checkpoint.unaligned,
             restore=plan.states if plan else {}, restore_base=plan.base_location if plan else None,
             restored_operators=plan.restored_operators if plan else frozenset(),
             restored_checkpoint_id=plan.checkpoint_id if plan else None, log_level=self.settings.log_level,

@@ -53,9 +53,20 @@ class InputChannel:
         self.channel_id = channel_id
         self.credits = credits
         self.frames: deque[tuple[FrameKind, bytes]] = deque()
-        # Priority events arrived and not yet announced to the task, oldest first. Each also
-        # sits in `frames` as an ordinary event at its stream position.
-        self.priority: deque[bytes] = deque()
+        # Events to announce to the task on arrival, oldest first, as (payload, priority):
+        # priority events always; with `announce_events` (unaligned checkpoints) every event,
+        # so an in-stream barrier is known before the task works through the queue ahead of
+        # it. Each also sits in `frames` as an ordinary event at its stream position.
+        self.announcements: deque[tuple[bytes, bool]] = deque()
+        self.announce_events = False
+        # Set while an unaligned checkpoint copies this channel's in-flight frames as they
+        # arrive (runtime.channel_state): called with (channel, kind, payload).
+        self.on_arrival = None
+        # Frames at the head of `frames` restored from a checkpoint's channel state: consumed
+        # without returning credit (the sender never sent them). `popped_recovered` tells
+        # whether the frame `pop` returned last was one of them.
+        self.recovered = 0
+        self.popped_recovered = False
         self.connected = threading.Event()
         self.buffered_bytes = 0
         self.peak_buffered_bytes = 0
@@ -68,13 +79,26 @@ class InputChannel:
         if self.buffered_bytes > self.peak_buffered_bytes:
             self.peak_buffered_bytes = self.buffered_bytes
         if kind is FrameKind.PRIORITY_EVENT:
-            self.priority.append(payload)
+            self.announcements.append((payload, True))
             kind = FrameKind.EVENT
+        elif kind is FrameKind.EVENT and self.announce_events:
+            self.announcements.append((payload, False))
         self.frames.append((kind, payload))
+        if self.on_arrival is not None:
+            self.on_arrival(self, kind, payload)
+
+    def prepend_recovered(self, frames: list[tuple[FrameKind, bytes]]) -> None:
+        for kind, payload in reversed(frames):
+            self.frames.appendleft((kind, payload))
+            self.buffered_bytes += len(payload)
+        self.recovered += len(frames)
 
     def pop(self) -> tuple[FrameKind | None, bytes]:
         kind, payload = self.frames.popleft()
         self.buffered_bytes -= len(payload)
+        self.popped_recovered = self.recovered > 0
+        if self.popped_recovered:
+            self.recovered -= 1
         return kind, payload
 
 

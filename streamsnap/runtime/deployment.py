@@ -30,6 +30,7 @@ class Deployment:
     state_backend: str = "hashmap"
     checkpointing: bool = False
     exactly_once: bool = True
+    unaligned_checkpoints: bool = False
     # (operator uid, subtask index) -> state.assignment.SubtaskRestoreState
     restore: dict[tuple[str, int], Any] = field(default_factory=dict)
     restore_base: str | None = None  # directory the restored checkpoint's handle paths are relative to

@@ -35,6 +35,8 @@ from streamsnap.runtime.events import (
     CancelCheckpointMarker, CheckpointBarrier, EndOfData, EndOfPartition, Watermark, WatermarkStatus,
     decode_event,
 )
+from streamsnap.runtime.channel_state import InputChannelStateRecorder
+from streamsnap.runtime.unaligned_barriers import CheckpointBarrierUnaligner
 from streamsnap.time.input_watermarks import InputWatermarks
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,8 @@ class CheckpointedInput:
     """`input_of[i]`: the logical input of channel i (default: all channels are input 0)."""
 
     def __init__(self, channels: list[InputChannel], network: TaskNetwork, task, exactly_once: bool, clock,
-                 task_name: str, input_of: list[int] | None = None, max_rows: int = 8192):
+                 task_name: str, input_of: list[int] | None = None, max_rows: int = 8192,
+                 unaligned: bool = False):
         self.channels = channels
         self.max_rows = max_rows
         self._network = network
@@ -68,7 +71,17 @@ class CheckpointedInput:
         # The logical input of the batches poll_next hands out: all batches queued in
         # `_decoded` come from the one data frame read last, so one value covers them.
         self.last_input = 0
-        self.handler = create_barrier_handler(exactly_once, len(channels), self, clock, task_name)
+        # Unaligned checkpoints (exactly-once only): barriers may announce themselves on
+        # arrival and the in-flight input is recorded (runtime.channel_state).
+        self.unaligned = unaligned and exactly_once
+        if self.unaligned:
+            self.handler = CheckpointBarrierUnaligner(len(channels), self, clock, task_name)
+            self.recorder: InputChannelStateRecorder | None = InputChannelStateRecorder(channels)
+            for channel in channels:
+                channel.announce_events = True
+        else:
+            self.handler = create_barrier_handler(exactly_once, len(channels), self, clock, task_name)
+            self.recorder = None
         self.bytes_consumed = 0
 
     # -------------------------------------------------------- BarrierHandlerActions
@@ -79,7 +92,48 @@ class CheckpointedInput:
         self._blocked[channel] = False
 
     def trigger_checkpoint(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
-        self._task.trigger_checkpoint_on_barrier(barrier, metrics)
+        if metrics.unaligned:
+            recording = self.recorder.prepare(barrier.checkpoint_id)
+            self._task.trigger_checkpoint_on_barrier(barrier, metrics, recording)
+        else:
+            self._task.trigger_checkpoint_on_barrier(barrier, metrics)
+
+    def start_channel_state(self, checkpoint_id: int, channels: tuple[int, ...]) -> None:
+        self.recorder.start(checkpoint_id, channels)
+
+    def stop_channel_state(self, checkpoint_id: int, channel: int) -> None:
+        self.recorder.check_stopped(checkpoint_id, channel)
+
+    def complete_channel_state(self, checkpoint_id: int) -> None:
+        self.recorder.completed(checkpoint_id)
+
+    def discard_channel_state(self, checkpoint_id: int) -> None:
+        self.recorder.discard(checkpoint_id)
+
+    def poll_priority(self) -> None:
+        """Announce unaligned barriers that arrived (whatever is queued before them, and even
+        while the task's outputs are full), and switch a timed-out alignment to unaligned.
+        Waits while decoded batches of a read frame are still to be processed: the snapshot
+        point must lie between frames."""
+        if self._decoded:
+            return
+        self._announce_priority()
+        self.handler.check_alignment_timeout()
+
+    def _announce_priority(self) -> None:
+        for i, channel in enumerate(self.channels):
+            while channel.announcements:
+                payload, priority = channel.announcements.popleft()
+                event = decode_event(payload)
+                if not isinstance(event, CheckpointBarrier) or self.handler.is_closed(i):
+                    continue
+                if priority:
+                    self.handler.process_priority_barrier(event, i)
+                else:
+                    self.handler.process_barrier_announcement(event, i)
+
+    def alignment_deadline(self) -> float | None:
+        return self.handler.alignment_deadline() if self.unaligned else None
 
     def abort_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
         self._task.abort_checkpoint_on_barrier(checkpoint_id, reason)
@@ -101,6 +155,10 @@ class CheckpointedInput:
         when no unblocked channel has anything now."""
         if self._decoded:
             return self._decoded.popleft()
+        if self.unaligned:
+            self._announce_priority()   # a barrier's announcement precedes its stream position
+            if self._decoded:
+                return self._decoded.popleft()
         channels = self.channels
         n = len(channels)
         scanned = 0
@@ -138,10 +196,12 @@ class CheckpointedInput:
         return None
 
     def _consumed(self, channel: InputChannel, payload) -> list[pa.RecordBatch]:
-        """A data frame taken off `channel`: credit back, bytes counted, batches decoded."""
+        """A data frame taken off `channel`: credit back (unless it was restored from channel
+        state, which the sender never sent), bytes counted, batches decoded."""
         self.handler.add_processed_bytes(len(payload))
         self.bytes_consumed += len(payload)
-        self._network.return_credit(channel)
+        if not channel.popped_recovered:
+            self._network.return_credit(channel)
         return decode_batches(payload)
 
     def _merge_queued(self, batches: list[pa.RecordBatch], logical_input: int) -> list[pa.RecordBatch]:

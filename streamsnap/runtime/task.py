@@ -19,6 +19,7 @@ and the task exits. Without checkpointing it finishes right away.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -27,6 +28,7 @@ import socket
 import time
 import traceback
 
+from streamsnap.checkpoint.handles import OperatorSubtaskState
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, CheckpointMetrics, DeclineCheckpoint
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import SystemClock, TimerQueue
@@ -43,6 +45,7 @@ from streamsnap.runtime.events import (
     CancelCheckpointMarker, CheckpointBarrier, CheckpointOptions, CheckpointType, EndOfData, EndOfPartition,
     Watermark, WatermarkStatus,
 )
+from streamsnap.runtime.channel_state import ChannelStateSnapshot, restore_channel_state
 from streamsnap.runtime.input import CheckpointedInput
 from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators import OperatorContext, Output
@@ -185,6 +188,7 @@ class StreamTask:
         self._await_peers()
         self._connect_outputs()
         self._await_inputs()
+        self._restore_channel_state()
         self._build_chain()
         for op in self.operators:
             op.initialize_state()
@@ -237,7 +241,19 @@ class StreamTask:
         if self._inputs:
             self._input = CheckpointedInput(self._inputs, self.network, self, self.deployment.exactly_once,
                                             self.clock, self.name, self.vertex.input_of,
-                                            max_rows=self.deployment.network.batch_size)
+                                            max_rows=self.deployment.network.batch_size,
+                                            unaligned=self.deployment.unaligned_checkpoints)
+
+    def _restore_channel_state(self) -> None:
+        """In-flight data of the unaligned checkpoint restored: in front of the channels,
+        before any operator runs."""
+        d = self.deployment
+        head_uid = d.execution_graph.job_graph.node(self.job_vertex.head).uid
+        restore = d.restore.get((head_uid, self.vertex.index))
+        if restore is not None and restore.channel:
+            restored = restore_channel_state(restore.channel, d.restore_base, d.restored_checkpoint_id,
+                                             self.name, self._inputs, self._outputs)
+            log.info("%s: restored %d bytes of in-flight data", self.name, restored)
 
     def _build_chain(self) -> None:
         d = self.deployment
@@ -279,6 +295,8 @@ class StreamTask:
                 raise TaskCancelled("cancelled")
             if self._background_error is not None:
                 raise self._background_error
+            if self._input is not None and self._input.unaligned:
+                self._input.poll_priority()
             outputs_available = self._outputs_available()
             worked = self._step() if outputs_available else False
             now = time.monotonic()
@@ -297,6 +315,9 @@ class StreamTask:
                 timeout = min(timeout, max(0.0, deadline - now))
             if self._source_wait:
                 timeout = min(timeout, self._source_wait)
+            align_due = self._input.alignment_deadline() if self._input is not None else None
+            if align_due is not None:
+                timeout = min(timeout, max(0.0, align_due - now))
             # A due timer runs in _step, which waits for output capacity: while backpressured,
             # waiting for the timer would spin on poll(0); credit or a sent frame wakes the poll.
             timer_due = self.timers.next_due() if outputs_available and self._timers_may_run() else None
@@ -450,8 +471,9 @@ class StreamTask:
             os.unlink(path)
 
     # ================================================================== checkpoints
-    def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
-        self.perform_checkpoint(barrier.checkpoint_id, barrier.timestamp, barrier.options, metrics)
+    def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics,
+                                      recording=None) -> None:
+        self.perform_checkpoint(barrier.checkpoint_id, barrier.timestamp, barrier.options, metrics, recording)
         self._quiesce_if_terminating(barrier.checkpoint_id, barrier.options)
 
     def _quiesce_if_terminating(self, checkpoint_id: int, options: CheckpointOptions) -> None:
@@ -459,6 +481,7 @@ class StreamTask:
             self._quiesced_by = checkpoint_id
 
     def abort_checkpoint_on_barrier(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
+        self._discard_in_flight(checkpoint_id)   # an unaligned snapshot given up after it was taken
         self._decline(checkpoint_id, reason, "")
         for writer in self.writers:
             writer.broadcast_event(CancelCheckpointMarker(checkpoint_id))
@@ -468,7 +491,7 @@ class StreamTask:
         self.driver.send({"type": "decline", **decline.to_wire()})
 
     def perform_checkpoint(self, checkpoint_id: int, timestamp: float, options: CheckpointOptions,
-                           metrics: AlignmentMetrics) -> None:
+                           metrics: AlignmentMetrics, recording=None) -> None:
         if self._eop_sent:
             self._decline(checkpoint_id, CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_CLOSING,
                           f"{self.name} is finishing")
@@ -482,8 +505,20 @@ class StreamTask:
         for op in self.operators:
             op.prepare_snapshot_pre_barrier(checkpoint_id)
         barrier = CheckpointBarrier(checkpoint_id, timestamp, options)
-        for writer in self.writers:
-            writer.broadcast_event(barrier)
+        # Unaligned: the barrier overtakes the queued output, which becomes channel state. A
+        # source goes unaligned at once unless the checkpoint starts aligned (aligned_timeout).
+        unaligned = metrics.unaligned or (self.is_source and options.unaligned and not options.aligned_timeout)
+        channel_snapshot = None
+        if unaligned:
+            outputs = [(channel.channel_id, frames) for writer in self.writers
+                       for channel, frames in zip(writer.channels, writer.broadcast_priority_event(barrier))]
+            head_uid = self.deployment.execution_graph.job_graph.node(self.job_vertex.head).uid
+            channel_snapshot = ChannelStateSnapshot(checkpoint_id, options.target_location, head_uid,
+                                                    outputs, recording)
+            channel_snapshot.bind_inputs({c.index: c.channel_id for c in self._inputs})
+        else:
+            for writer in self.writers:
+                writer.broadcast_event(barrier)
         snapshots = []
         try:
             for op in self.operators:
@@ -491,7 +526,7 @@ class StreamTask:
         except UserFunctionError:
             raise
         except Exception as exc:
-            for snapshot in snapshots:
+            for snapshot in snapshots + ([channel_snapshot] if channel_snapshot else []):
                 snapshot.discard()
             log.warning("%s: synchronous snapshot of checkpoint %d failed", self.name, checkpoint_id, exc_info=True)
             self._decline(checkpoint_id, CheckpointFailureReason.TASK_CHECKPOINT_FAILURE, repr(exc))
@@ -500,9 +535,9 @@ class StreamTask:
         if options.checkpoint_type is CheckpointType.TERMINATING_SAVEPOINT and self.is_source:
             self._suspended_by = checkpoint_id
         with self._in_flight_lock:
-            self._in_flight[checkpoint_id] = snapshots
+            self._in_flight[checkpoint_id] = snapshots + ([channel_snapshot] if channel_snapshot else [])
         self._async.submit(self._complete_async, checkpoint_id, snapshots, sync_duration, metrics,
-                           options.target_location)
+                           options.target_location, channel_snapshot)
 
     def _discard_in_flight(self, checkpoint_id: int | None = None) -> None:
         """Discard the snapshots of one checkpoint (or all): each deletes whatever it wrote,
@@ -517,7 +552,7 @@ class StreamTask:
                 snapshot.discard()
 
     def _complete_async(self, checkpoint_id: int, snapshots: list, sync_duration: float,
-                        metrics: AlignmentMetrics, location: str) -> None:
+                        metrics: AlignmentMetrics, location: str, channel_snapshot=None) -> None:
         """The asynchronous part (Flink's AsyncCheckpointRunnable): write state, acknowledge."""
         started = time.monotonic()
         marker = self._phase("async", checkpoint_id)
@@ -526,8 +561,15 @@ class StreamTask:
             if delay:
                 time.sleep(float(delay))
             states = {snapshot.uid: snapshot.run() for snapshot in snapshots}
+            if channel_snapshot is not None:
+                handle = channel_snapshot.run()   # waits for the input's last barrier to arrive
+                if handle is not None:
+                    head = states.get(channel_snapshot.task_uid) or OperatorSubtaskState()
+                    states[channel_snapshot.task_uid] = dataclasses.replace(head, channel=(handle,))
         except SnapshotDiscardedError:
             log.debug("%s: checkpoint %d was aborted while its state was written", self.name, checkpoint_id)
+            for snapshot in snapshots:   # what already finished must not stay behind
+                snapshot.discard()
             self._phase_done(marker)
             return
         except Exception as exc:
@@ -545,7 +587,9 @@ class StreamTask:
         ack = AcknowledgeCheckpoint(self.attempt_id, checkpoint_id, states, CheckpointMetrics(
             sync_duration=sync_duration, async_duration=time.monotonic() - started,
             alignment_duration=metrics.alignment_duration, start_delay=metrics.start_delay,
-            bytes_processed_during_alignment=metrics.bytes_processed_during_alignment), location)
+            bytes_processed_during_alignment=metrics.bytes_processed_during_alignment,
+            bytes_persisted_of_in_flight_data=channel_snapshot.persisted_bytes if channel_snapshot else 0,
+            unaligned=channel_snapshot is not None), location)
         try:
             self.driver.send({"type": "ack", **ack.to_wire()})
         except TaskCancelled:

@@ -58,11 +58,12 @@ class UnalignedBarrierHandlerActions(BarrierHandlerActions, Protocol):
     """The input side's part in unaligned checkpoints, beside blocking and triggering."""
 
     def start_channel_state(self, checkpoint_id: int, channels: tuple[int, ...]) -> None:
-        """From now on, keep a copy of every frame consumed from `channels` (in order, events
-        included) as the channel state of `checkpoint_id`, until `stop_channel_state`."""
+        """The snapshot was taken: every frame of `channels` not consumed before it, up to
+        that channel's barrier of `checkpoint_id`, is the checkpoint's channel state."""
 
     def stop_channel_state(self, checkpoint_id: int, channel: int) -> None:
-        """`channel` reached its barrier (or its end): its channel state is complete."""
+        """`channel`'s barrier arrived (or its end): its channel state is complete — what was
+        consumed since the snapshot plus what is still queued ahead of that barrier."""
 
     def complete_channel_state(self, checkpoint_id: int) -> None:
         """Every channel's state of `checkpoint_id` is complete; it may be persisted."""
@@ -142,15 +143,29 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
     # -- events ---------------------------------------------------------------------------------
 
     def process_priority_barrier(self, barrier: CheckpointBarrier, channel: int) -> None:
-        """`barrier` arrived on `channel` ahead of the frames queued before it; its stream
-        position (`process_barrier`) comes once those are consumed."""
-        self._check_open(channel, f"priority barrier {barrier.checkpoint_id}")
+        """`barrier` arrived on `channel` ahead of the frames queued before it (its sender
+        forwarded it unaligned); its stream position (`process_barrier`) comes once those are
+        consumed."""
+        self._arrived(barrier, channel, priority=True)
+
+    def process_barrier_announcement(self, barrier: CheckpointBarrier, channel: int) -> None:
+        """An in-stream barrier arrived on `channel` behind frames still queued. For a
+        checkpoint with an aligned timeout this starts the clock (the timeout counts from the
+        first arrival, not from when the task has worked through its queue); once unaligned,
+        the arrival fixes that channel's channel state. Aligned-only checkpoints ignore it."""
+        self._arrived(barrier, channel, priority=False)
+
+    def _arrived(self, barrier: CheckpointBarrier, channel: int, priority: bool) -> None:
+        self._check_open(channel, f"barrier {barrier.checkpoint_id} arriving")
         checkpoint_id = barrier.checkpoint_id
         if not barrier.options.unaligned:
-            raise BarrierProtocolError(
-                f"{self._task_name}: barrier {checkpoint_id} arrived with priority on input "
-                f"channel {channel}, but its checkpoint is aligned (a savepoint or unaligned=False); "
-                f"only unaligned barriers may overtake data")
+            if priority:
+                raise BarrierProtocolError(
+                    f"{self._task_name}: barrier {checkpoint_id} arrived with priority on input "
+                    f"channel {channel}, but its checkpoint is aligned (a savepoint or "
+                    f"unaligned=False); only unaligned barriers may overtake data")
+            return
+        switch = priority or _unaligned_at_once(barrier)
         current = self._current
         if current is not None and checkpoint_id == current.checkpoint_id:
             if channel in current.announced or channel in current.passed:
@@ -158,18 +173,19 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
                     f"{self._task_name}: barrier {checkpoint_id} announced twice on input channel "
                     f"{channel}; a channel delivers each checkpoint's barrier once")
             current.announced.add(channel)
-            if not current.unaligned:
-                log.debug("%s: upstream forwarded checkpoint %d unaligned on channel %d; "
-                          "switching from alignment", self._task_name, checkpoint_id, channel)
+            if not current.unaligned and switch:
+                log.debug("%s: checkpoint %d arrived unaligned on channel %d; switching from "
+                          "alignment", self._task_name, checkpoint_id, channel)
                 self._go_unaligned()
+            else:
+                self._on_announced(current, channel)
             return
-        if checkpoint_id <= self._latest_id:
-            return
-        if not self._begin(barrier):
+        if checkpoint_id <= self._latest_id or not self._begin(barrier):
             return
         assert self._current is not None
         self._current.announced.add(channel)
-        self._go_unaligned()
+        if switch:
+            self._go_unaligned()
 
     def process_barrier(self, barrier: CheckpointBarrier, channel: int) -> None:
         """`channel` reached `barrier` in stream order (everything before it was consumed)."""
@@ -274,6 +290,13 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
                                     start_delay=self._start_delay(barrier))
         return True
 
+    def _on_announced(self, current: _Checkpoint, channel: int) -> None:
+        """A channel's barrier arrived: the extent of its channel state is known (everything
+        queued ahead of the barrier), so its recording ends here, not when the task has worked
+        through that queue. The checkpoint is done here once every barrier arrived."""
+        if self._current is current and channel in current.recording:
+            self._stop_recording(channel)
+
     def _on_passed(self, channel: int) -> None:
         """After `channel` consumed the current barrier in stream order."""
         current = self._current
@@ -316,10 +339,15 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
         self._actions.trigger_checkpoint(current.barrier, self._metrics(current, unaligned=True))
         if self._current is not current:
             return  # the trigger gave the checkpoint up (its actions may do so)
-        if current.recording:
-            self._actions.start_channel_state(current.checkpoint_id, tuple(sorted(current.recording)))
-        else:
+        if not current.recording:
             self._finish_recording()
+            return
+        self._actions.start_channel_state(current.checkpoint_id, tuple(sorted(current.recording)))
+        # Channels whose barrier already arrived: their state is known up to it.
+        for channel in sorted(current.announced & current.recording):
+            if self._current is not current:
+                break
+            self._stop_recording(channel)
 
     def _stop_recording(self, channel: int) -> None:
         current = self._current

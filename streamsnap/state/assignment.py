@@ -64,6 +64,8 @@ class SubtaskRestoreState:
     keyed: tuple[KeyGroupsStateHandle, ...] = ()
     operator: tuple[OperatorStateRestore, ...] = ()
     is_restored: bool = True
+    # In-flight data of an unaligned checkpoint (only at unchanged parallelism).
+    channel: tuple[FileHandle, ...] = ()
 
     @classmethod
     def fresh(cls, subtask_index: int, parallelism: int, max_parallelism: int) -> "SubtaskRestoreState":
@@ -86,6 +88,7 @@ class SubtaskRestoreState:
             "operator": [[s.name, s.mode, [[e.file.to_wire(), e.offset, e.length] for e in s.elements]]
                          for s in self.operator],
             "restored": self.is_restored,
+            "channel": [h.to_wire() for h in self.channel],
         }
 
     @classmethod
@@ -99,6 +102,7 @@ class SubtaskRestoreState:
                 StateElementRef(FileHandle.from_wire(f), int(off), int(length))
                 for f, off, length in elements)) for name, mode, elements in data["operator"]),
             bool(data["restored"]),
+            tuple(FileHandle.from_wire(h) for h in data.get("channel", ())),
         )
 
 
@@ -153,6 +157,11 @@ def assign_operator_state(subtask_states: Mapping[int, OperatorSubtaskState],
                 per_subtask.setdefault(old_index, []).extend(
                     StateElementRef(handle.file, off, length) for off, length in offsets)
 
+    if old_parallelism != new_parallelism and any(s.channel for s in subtask_states.values()):
+        raise RestoreError(
+            f"the checkpoint holds in-flight data (an unaligned checkpoint) of {old_parallelism} "
+            f"subtasks, which cannot be redistributed to {new_parallelism}; rescale from a "
+            f"savepoint (always aligned) instead")
     result = []
     for index in range(new_parallelism):
         kg_range = key_group_range_for_subtask(max_parallelism, new_parallelism, index)
@@ -170,6 +179,7 @@ def assign_operator_state(subtask_states: Mapping[int, OperatorSubtaskState],
                 assert mode == BROADCAST
                 elements = per_subtask[min(per_subtask)]
             restores.append(OperatorStateRestore(name, mode, tuple(elements)))
+        channel = subtask_states[index].channel if old_parallelism == new_parallelism else ()
         result.append(SubtaskRestoreState(index, new_parallelism, max_parallelism, kg_range,
-                                          mine, tuple(restores), True))
+                                          mine, tuple(restores), True, channel))
     return result

@@ -56,3 +56,29 @@ def test_state_of_a_missing_operator_is_refused_unless_allowed():
 def test_keyed_state_cannot_move_to_another_max_parallelism():
     with pytest.raises(ss.RestoreError, match="max_parallelism 16, but the job uses max_parallelism 32"):
         plan_restore(metadata(), "file:///c", job(max_parallelism=32))
+
+
+def _unaligned_metadata():
+    """The checkpoint of `metadata()` taken unaligned: the keyed task kept in-flight data."""
+    base = metadata()
+    sum_state = base.operators["sum"]
+    states = {i: OperatorSubtaskState(s.keyed, s.operator, (FileHandle(f"sum-channels-{i}", 40),))
+              for i, s in sum_state.subtask_states.items()}
+    operators = dict(base.operators)
+    operators["sum"] = OperatorState("sum", 2, sum_state.max_parallelism, states)
+    return CheckpointMetadata("old-job", 7, CheckpointType.CHECKPOINT, 1.0, 2.0, operators)
+
+
+def test_in_flight_data_of_an_unaligned_checkpoint_goes_back_to_the_same_subtask():
+    plan = plan_restore(_unaligned_metadata(), "file:///c", job(parallelism=2))
+    assert [plan.states[("sum", i)].channel for i in range(2)] == [
+        (FileHandle("sum-channels-0", 40),), (FileHandle("sum-channels-1", 40),)]
+    assert plan.states[("src", 0)].channel == ()
+    wire = plan.states[("sum", 1)].to_wire()
+    assert type(plan.states[("sum", 1)]).from_wire(wire) == plan.states[("sum", 1)]
+
+
+def test_an_unaligned_checkpoint_refuses_another_parallelism_and_names_the_way_out():
+    with pytest.raises(ss.RestoreError, match=r"checkpoint 7 is an unaligned checkpoint.*sum \(2 -> 3\)"
+                                              r".*take a savepoint"):
+        plan_restore(_unaligned_metadata(), "file:///c", job(parallelism=3))

@@ -109,7 +109,8 @@ def kill_in_phase(phase_dir, phase: str, vertex_prefix: str = "", timeout=30) ->
     raise AssertionError(f"no task entered the {phase} phase within {timeout} s")
 
 
-def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend: str = "hashmap"):
+def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend: str = "hashmap",
+              checkpointing: dict | None = None):
     """Three SIGKILLs, each on a running attempt, with a budget of exactly three restarts: the job
     must finish (a kill charged twice would exhaust it)."""
     rng = random.Random(seed)
@@ -117,7 +118,8 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend:
     phases.mkdir()
     monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({
         "phase_dir": str(phases), "async_delay": 0.2, "notify_delay": 0.2}))
-    config = ss.CheckpointConfig(interval=0.5, directory=str(ckpt), mode=mode, num_retained=2)
+    config = ss.CheckpointConfig(interval=0.5, directory=str(ckpt), mode=mode, num_retained=2,
+                                 **(checkpointing or {}))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, state_backend=state_backend,
                                restart=ss.RestartStrategy.fixed_delay(attempts=3, delay=0.1))
     (env.from_source(ss.sources.Generator(event, count=N, rate=RATE), name="events", uid="events")
@@ -145,9 +147,14 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend:
     return result, read_output(out), out
 
 
-@pytest.mark.parametrize("seed, state_backend", [(1, "hashmap"), (2, "rocksdb")])
-def test_chaos_exactly_once_output_equals_a_failure_free_run(spark, tmp_path, monkeypatch, seed, state_backend):
-    result, rows, out = run_chaos(spark, tmp_path, monkeypatch, seed, "exactly_once", state_backend)
+@pytest.mark.parametrize("seed, state_backend, checkpointing", [
+    (1, "hashmap", None), (2, "rocksdb", None),
+    (4, "hashmap", {"unaligned": True}), (5, "rocksdb", {"unaligned": True, "aligned_timeout": 0.05}),
+], ids=["hashmap", "rocksdb", "hashmap-unaligned", "rocksdb-aligned-timeout"])
+def test_chaos_exactly_once_output_equals_a_failure_free_run(spark, tmp_path, monkeypatch, seed, state_backend,
+                                                             checkpointing):
+    result, rows, out = run_chaos(spark, tmp_path, monkeypatch, seed, "exactly_once", state_backend,
+                                  checkpointing)
     expected = expected_rows(N)
     assert len(rows) == len(set(rows)), "duplicates in the committed output"
     assert set(rows) == expected, (f"missing {len(expected - set(rows))}, "

@@ -168,7 +168,7 @@ def test_a_priority_event_overtakes_queued_data_without_credit_and_is_announced_
         overtaken = output.enqueue_priority(b"\x91\x07")
         assert overtaken == [(FrameKind.DATA, bytes(f)) for f in frames[2:]] + [(FrameKind.EVENT, b"\x91\x03")]
         _poll_until(lambda: len(channel.frames) == 3, receiver, sender)
-        assert list(channel.priority) == [b"\x91\x07"]
+        assert list(channel.announcements) == [(b"\x91\x07", True)]
         assert [k for k, _ in channel.frames] == [FrameKind.DATA, FrameKind.DATA, FrameKind.EVENT]
         # The overtaken frames still follow, in their order, as credit returns.
         for _ in range(3):

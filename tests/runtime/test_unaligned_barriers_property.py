@@ -169,6 +169,15 @@ class Driver:
     def stop_channel_state(self, checkpoint_id: int, channel: int) -> None:
         assert channel in self.recording[checkpoint_id]
         self.recording[checkpoint_id].discard(channel)
+        # Stopped on arrival: what is still queued ahead of the barrier belongs to the state.
+        items = self.channels[channel]
+        for index in range(self.pos[channel], len(items)):
+            item = items[index]
+            if isinstance(item, Barrier) and item.barrier.checkpoint_id == checkpoint_id:
+                assert (channel, index) in self.announced, "stopped before the barrier arrived"
+                self.channel_state[checkpoint_id].update(
+                    r for r in items[self.pos[channel]:index] if isinstance(r, Record))
+                break
 
     def complete_channel_state(self, checkpoint_id: int) -> None:
         assert self.triggered[checkpoint_id][0]
@@ -218,14 +227,19 @@ class Driver:
         self.max_seen = max(self.max_seen, cid)
 
     def arrive(self, channel: int) -> bool:
-        """The next priority barrier not yet announced on `channel` arrives."""
+        """The next barrier of an unaligned-capable checkpoint not yet announced on `channel`
+        arrives (the input announces those on arrival, priority or in-stream)."""
         items = self.channels[channel]
         for index in range(self.pos[channel], len(items)):
             item = items[index]
-            if isinstance(item, Barrier) and item.priority and (channel, index) not in self.announced:
+            if isinstance(item, Barrier) and item.barrier.options.unaligned \
+                    and (channel, index) not in self.announced:
                 self.announced.add((channel, index))
                 self.note(channel, item.barrier.checkpoint_id)
-                self.handler.process_priority_barrier(item.barrier, channel)
+                if item.priority:
+                    self.handler.process_priority_barrier(item.barrier, channel)
+                else:
+                    self.handler.process_barrier_announcement(item.barrier, channel)
                 return True
         return False
 
@@ -243,11 +257,11 @@ class Driver:
                     self.channel_state[cid].add(item)
             self.handler.add_processed_bytes(1)
         elif isinstance(item, Barrier):
-            if item.priority and (channel, index) not in self.announced:
+            if item.barrier.options.unaligned and (channel, index) not in self.announced:
                 self.pos[channel] -= 1      # it arrived before its position is consumed
                 self.arrive(channel)
                 self.pos[channel] += 1
-            elif not item.priority:
+            elif not item.barrier.options.unaligned:
                 self.note(channel, item.barrier.checkpoint_id)
             self.handler.process_barrier(item.barrier, channel)
         elif isinstance(item, CancelCheckpointMarker):
@@ -339,12 +353,16 @@ def test_first_priority_barrier_snapshots_at_once_and_records_every_channel_unti
     handler, actions, _ = _handler()
     barrier = CheckpointBarrier(1, 0.0, MODES["unaligned"])
     handler.process_priority_barrier(barrier, 0)
-    assert actions.calls == [("trigger_checkpoint", 1, "unaligned"), ("start_channel_state", 1, (0, 1, 2))]
+    # Channel 0's barrier arrived: its state is what is queued ahead of it, known already.
+    assert actions.calls == [("trigger_checkpoint", 1, "unaligned"), ("start_channel_state", 1, (0, 1, 2)),
+                             ("stop_channel_state", 1, 0)]
     handler.process_barrier(barrier, 2)
     handler.process_end_of_partition(1)
-    handler.process_barrier(barrier, 0)
-    assert actions.calls[2:] == [("stop_channel_state", 1, 2), ("stop_channel_state", 1, 1),
-                                 ("stop_channel_state", 1, 0), ("complete_channel_state", 1)]
+    assert actions.calls[3:] == [("stop_channel_state", 1, 2), ("stop_channel_state", 1, 1),
+                                 ("complete_channel_state", 1)]
+    assert handler.current_checkpoint_id is None
+    handler.process_barrier(barrier, 0)     # its stream position, reached later: nothing to do
+    assert len(actions.calls) == 6
     assert not any(handler.is_blocked(ch) for ch in range(3))
 
 
@@ -377,8 +395,9 @@ def test_newer_barrier_while_recording_discards_and_declines_the_older_checkpoin
     handler, actions, _ = _handler(2)
     handler.process_priority_barrier(CheckpointBarrier(1, 0.0, MODES["unaligned"]), 0)
     handler.process_priority_barrier(CheckpointBarrier(2, 0.0, MODES["unaligned"]), 1)
-    assert actions.calls[2:] == [("discard_channel_state", 1), ("abort_checkpoint", 1, SUBSUMED),
-                                 ("trigger_checkpoint", 2, "unaligned"), ("start_channel_state", 2, (0, 1))]
+    assert actions.calls[3:] == [("discard_channel_state", 1), ("abort_checkpoint", 1, SUBSUMED),
+                                 ("trigger_checkpoint", 2, "unaligned"), ("start_channel_state", 2, (0, 1)),
+                                 ("stop_channel_state", 2, 1)]
 
 
 def test_coordinator_abort_while_recording_discards_without_declining():
