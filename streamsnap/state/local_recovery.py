@@ -142,7 +142,7 @@ class LocalRecoveryStore:
         target = self.local_path(url)
         if target is None:
             return None
-        if not os.path.exists(target):
+        if not _same_size(target, source):
             temp = f"{target}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
             try:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -191,7 +191,7 @@ class LocalRecoveryStore:
         if actual != size:
             log.warning("local copy %s has %d bytes, the checkpoint recorded %d; reading %s",
                         path, actual, size, url)
-            self.count_rejected()
+            self.reject(path)
             return None
         return path
 
@@ -199,9 +199,12 @@ class LocalRecoveryStore:
         with self._lock:
             self.restored.local_missing += 1
 
-    def count_rejected(self) -> None:
+    def reject(self, path: str) -> None:
+        """A local copy failed verification: count it and delete it, so that the next snapshot
+        referencing the file makes a good copy again."""
         with self._lock:
             self.restored.local_rejected += 1
+        _remove_file(path)
 
     def count_local(self, size: int) -> None:
         with self._lock:
@@ -341,6 +344,14 @@ class DuplicatingWriter:
 def open_write(url: str, store: LocalRecoveryStore | None):
     """Open the checkpoint file `url` for writing, with a local copy when `store` is given."""
     return filesystem.open_write(url) if store is None else store.open_write(url)
+
+
+def _same_size(path: str, source: str) -> bool:
+    """Whether `path` exists with the size of `source` (an existing copy to keep)."""
+    try:
+        return os.path.getsize(path) == os.path.getsize(source)
+    except FileNotFoundError:
+        return False
 
 
 def _remove_file(path: str) -> None:

@@ -197,18 +197,25 @@ def test_a_deleted_local_copy_is_read_from_checkpoint_storage(backends, store, t
     assert counts.local_files == 0 and counts.remote_files >= 1 and counts.local_missing >= 1
 
 
-def test_a_corrupted_local_copy_is_read_from_checkpoint_storage(backends, store, taken):
+def test_a_corrupted_local_copy_is_read_from_checkpoint_storage_and_replaced(backends, store, storage, taken):
     expected, handle, location = taken
     for relative in local_files(store):
         path = Path(store.job_directory, relative)
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0xFF                # same size, different bytes
-        path.unlink()                               # (a hard link shares the remote's inode)
+        path.unlink()                               # (an SST copy is a hard link)
         path.write_bytes(bytes(data))
     again = fresh(store)
-    assert restored(backends, again, handle, location) == expected
+    backend = backends(again)
+    backend.restore([handle], location)
+    assert dump(backend) == expected
     counts = again.restored
     assert counts.local_rejected >= 1 and counts.remote_files >= 1
+    assert local_files(again) == []                 # rejected copies are deleted ...
+    second, _ = checkpoint(backend, storage, 2)     # ... and the next checkpoint copies again
+    third = fresh(store)
+    assert restored(backends, third, second, url_in(storage, "chk-2")) == expected
+    assert third.restored.remote_files == 0 and third.restored.local_rejected == 0
 
 
 def test_a_truncated_local_copy_is_read_from_checkpoint_storage(backends, store, taken):
@@ -260,3 +267,13 @@ def test_savepoints_keep_no_local_copy(backends, store, tmp_path):
     savepoint.mkdir(parents=True)
     backend.snapshot(1, filesystem.normalize(str(savepoint))).run()
     assert local_files(store) == [] and store.written_files == 0
+
+
+def test_the_cli_says_where_a_recovery_read_its_state():
+    from streamsnap.cli import _restore_sources
+
+    restore = {"local_files": 3, "local_bytes": 3 << 20, "remote_files": 1, "remote_bytes": 2048,
+               "local_missing": 0, "local_rejected": 1, "subtasks": {}}
+    assert _restore_sources(restore) == (
+        "keyed state from local copies 3 file(s), 3.0 MiB; from checkpoint storage 1 file(s), "
+        "2.0 KiB (0 local copies missing, 1 rejected as corrupt)")

@@ -251,7 +251,7 @@ def read_key_group_blocks(handle: KeyGroupsStateHandle, base_location: str, key_
         except (RestoreError, OSError) as e:
             log.warning("operator '%s': the local copy %s is unusable (%s); reading the rest "
                         "from %s", operator_uid, path, e, url)
-            local.count_rejected()
+            local.reject(path)
             wanted = wanted[done:]
         else:
             local.count_local(len(data))

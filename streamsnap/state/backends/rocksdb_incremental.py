@@ -334,7 +334,7 @@ def _bundle(handle: IncrementalKeyGroupsStateHandle, url: str, operator_uid: str
             bundle = _read_bundle(handle, filesystem.normalize(path), operator_uid)
         except RestoreError as e:
             log.warning("%s; reading %s instead", e, url)
-            local.count_rejected()
+            local.reject(path)
         else:
             local.count_local(handle.file.size)
             return bundle
@@ -359,7 +359,7 @@ def _take_local_copy(local: LocalRecoveryStore, url: str, size: int, checksum: s
         if digest.hexdigest() != checksum:
             log.warning("the local copy %s of %s is corrupt (checksum mismatch); reading the "
                         "remote file", path, url)
-            local.count_rejected()
+            local.reject(path)
             return False
         try:
             os.link(path, target)
@@ -368,7 +368,7 @@ def _take_local_copy(local: LocalRecoveryStore, url: str, size: int, checksum: s
     except OSError as e:
         log.warning("cannot use the local copy %s of %s (%r); reading the remote file", path,
                     url, e)
-        local.count_rejected()
+        local.reject(path)
         return False
     local.count_local(size)
     return True
