@@ -31,6 +31,9 @@ truncated file into a clear `RestoreError` instead of garbage state.
 State restored for a name that the job never asks for again is kept in its wire form and
 written into later snapshots unchanged, so it is not lost.
 
+With task-local recovery (`streamsnap.state.local_recovery`) the file is written to checkpoint
+storage and to a local copy in one pass, and a restore reads the local copy first.
+
 TTL states (`streamsnap.state.ttl`) are written under the serializer tag plus "+ttl", each wire
 element as ``[timestamp, element]``; entries expired at the snapshot's time (taken in the
 synchronous part) are left out. Restored TTL state nobody asked for yet is written back as it

@@ -32,6 +32,11 @@ uploads for its next checkpoint). When rescaling, the handle overlapping most be
 database, the key groups the subtask does not own are deleted (`delete_range`), and the entries
 of the subtask's key groups in the other handles are copied in (state ids remapped by name).
 
+Task-local recovery (`streamsnap.state.local_recovery`): each uploaded SST file is also
+hard-linked into the task's local store and the bundle written there too; a restore takes every
+SST file whose local copy has the handle's size and xxh64 (as a hard link), and the bundle when
+its local copy's checksum holds, and downloads the rest.
+
 Bundle file format: ``b"SSRDBINC" msgpack([version, checkpoint_id, [kg start, kg end],
 [[state id, name, kind, tag], ...], {file name: bytes}]) xxh64(msgpack)``.
 """
