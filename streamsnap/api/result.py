@@ -52,6 +52,9 @@ class JobResult:
     # it were processed by earlier attempts/jobs and are in the output, not in these counts.
     attempt: int = 0
     restored_checkpoint: int | None = None
+    # With local recovery, over the last attempt's subtasks: local copies written (files,
+    # bytes, failures to write one) and what their restore read locally and remotely.
+    local_recovery: dict | None = None
 
     def rows(self, sink: str | None = None) -> list[dict]:
         """Rows of the Collect sink `sink` (the only one when omitted)."""

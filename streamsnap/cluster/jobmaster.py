@@ -829,7 +829,21 @@ class JobMaster:
         return JobResult(self.job_id, self.settings.job_name, JobStatus.FINISHED.value,
                          time.monotonic() - self._started_at, operators, collected, stats,
                          self._backoff.restarts, network, tuple(dict(r) for r in self.recovery_log),
-                         attempt=self._attempt, restored_checkpoint=self._restored_checkpoint_id)
+                         attempt=self._attempt, restored_checkpoint=self._restored_checkpoint_id,
+                         local_recovery=self._local_recovery_totals())
+
+    def _local_recovery_totals(self) -> dict | None:
+        """The finished subtasks' local stores summed: copies written, and the restore's reads."""
+        if not self.settings.local_recovery:
+            return None
+        totals = {"written_files": 0, "written_bytes": 0, "write_failures": 0}
+        for subtask in self._subtasks.values():
+            store = (subtask.metrics or {}).get("local_recovery") or {}
+            for name in totals:
+                totals[name] += store.get(name, 0)
+        restore = self._restore_sources()
+        restore.pop("subtasks")
+        return {**totals, "restored": restore}
 
 
 def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future, transform) -> None:

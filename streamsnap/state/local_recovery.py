@@ -28,7 +28,8 @@ Retention: when checkpoint n completes, the local `chk-<m>` directories with m <
 (every subtask restores the latest completed checkpoint, so none is read again), and the local
 shared files this task's snapshots referenced for older checkpoints but not for n. When a task
 finishes with its job, the job's local directory goes; after a cancelled or failed job the
-driver deletes it in local mode, and Spark's scratch directory cleanup does on a cluster.
+driver deletes it in local mode, and on a cluster Spark deletes its scratch directory when the
+application ends (a `local_recovery_dir` of the user's keeps such leftovers until deleted).
 """
 
 from __future__ import annotations

@@ -94,3 +94,6 @@ def test_a_killed_job_restores_from_local_copies_then_from_storage_when_they_are
     assert len(rows) == len(set(rows)), "duplicates in the exactly-once output"
     assert set(rows) == expected_rows(N)
     assert not local_job.exists()       # the finished tasks deleted the job's local copies
+    totals = result.local_recovery
+    assert totals["written_files"] >= 2 and totals["written_bytes"] > 0, totals
+    assert totals["write_failures"] == 0 and totals["restored"]["remote_files"] >= 2, totals
