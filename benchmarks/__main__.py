@@ -176,6 +176,11 @@ def run_state_backends(spark, p: dict, results: dict) -> None:
         print(f"  {p['large_state_keys']:,} keys on {backend} ...", flush=True)
         results.setdefault("state_backends", {})[backend] = state_backends.large_state(
             spark, p["large_state_keys"], backend)
+    # The same job with task-local recovery: its recovery reads the local copies.
+    for backend in ("hashmap", "rocksdb"):
+        print(f"  {p['large_state_keys']:,} keys on {backend} with local recovery ...", flush=True)
+        results["state_backends"][f"{backend}+local"] = state_backends.large_state(
+            spark, p["large_state_keys"], backend, steady_checkpoints=2, local_recovery=True)
 
 
 RUNNERS = {"throughput": run_throughput, "per_row": run_per_row, "spark": run_spark, "ceiling": run_ceiling, "checkpoints": run_checkpoints,

@@ -204,9 +204,14 @@ def state_backend_rows(results: dict) -> list[tuple]:
                     f"p50 {_fmt_s(r['p50'])} / p99 {_fmt_s(r['p99'])}",
                     f"writes {r['written_bytes'] / 1e6:.1f} of {r['full_bytes'] / 1e6:.1f} MB (median)",
                     f"{share:.1%} written on average over {r['checkpoints']}", text, _verdict(ok)))
+        restore = r.get("restore")
+        read = "" if not restore else (f"read {restore['local_bytes'] / 1e6:.1f} MB locally, "
+                                       f"{restore['remote_bytes'] / 1e6:.1f} MB from storage")
+        local = r.get("local_recovery", False)
         out.append((f"recovery of {r['keys']:,} keys on {backend}, SIGKILL → first output",
-                    _fmt_s(r["recovery_first_output"]), f"running after {_fmt_s(r['recovery_running'])}", "",
-                    "≤ 3 s (with local recovery)", "–"))
+                    _fmt_s(r["recovery_first_output"]), f"running after {_fmt_s(r['recovery_running'])}", read,
+                    "≤ 3 s (with local recovery)",
+                    _verdict(r["recovery_first_output"] <= 3.0) if local else "–"))
     return out
 
 

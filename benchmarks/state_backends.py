@@ -19,7 +19,9 @@ Figures, per backend:
   after the load (it uploads the loaded state) excluded;
 * recovery: one `sum` subtask SIGKILLed in the steady phase; the full restart restores all K
   keys; seconds from the kill to the first row at the sink after the restore (the JobMaster's
-  recovery log), and from the kill to RUNNING.
+  recovery log), and from the kill to RUNNING. With `local_recovery=True` (passed through to
+  the StreamEnvironment) also what the restore read from task-local copies and from checkpoint
+  storage (`restore`).
 """
 
 from __future__ import annotations
@@ -165,4 +167,6 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         "written_share_mean": float(sum(written) / sum(full)) if sum(full) else float("nan"),
         "recovery_first_output": recovery["first_output_at"] - killed,
         "recovery_running": recovery["running_at"] - killed,
+        "local_recovery": bool(env_options.get("local_recovery", False)),
+        "restore": recovery.get("restore"),
     }

@@ -51,6 +51,9 @@ def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline
         console.print(f"[bold]{result.job_name}[/bold]: {result.status}, {records:,} source records in "
                       f"{result.duration:.2f} s ({rate:,.0f} records/s)"
                       + (f", {result.restarts} restart(s)" if result.restarts else ""))
+        for number, recovery in enumerate(result.recoveries, 1):
+            if "restore" in recovery:
+                console.print(f"  recovery {number}: {_restore_sources(recovery['restore'])}")
     if not results:
         console.print(f"[yellow]{job} ran for {time.monotonic() - started:.1f} s but executed no job "
                       f"(does it call env.execute()?)[/yellow]")
@@ -99,6 +102,18 @@ def savepoint_inspect(path: str = typer.Argument(..., help="Savepoint or checkpo
     for uid, op in sorted(metadata.operators.items()):
         table.add_row(uid, str(op.parallelism), str(op.max_parallelism), _size(op.state_size))
     console.print(table)
+
+
+def _restore_sources(restore: dict) -> str:
+    """Where a recovery's keyed state came from (task-local recovery)."""
+    text = (f"keyed state from local copies {restore['local_files']} file(s), "
+            f"{_size(restore['local_bytes'])}; from checkpoint storage {restore['remote_files']} "
+            f"file(s), {_size(restore['remote_bytes'])}")
+    unusable = restore["local_missing"] + restore["local_rejected"]
+    if unusable:
+        text += (f" ({restore['local_missing']} local copies missing, {restore['local_rejected']} "
+                 f"rejected as corrupt)")
+    return text
 
 
 def _size(n: int) -> str:

@@ -30,6 +30,22 @@ TEST_HOOKS_ENV = "STREAMSNAP_TEST_HOOKS"
 CLI_DEFAULTS: dict = {"restore_from": None, "allow_non_restored_state": False}
 
 
+def _check_local_recovery(enabled, directory, checkpointing) -> tuple[bool, str | None]:
+    from streamsnap.state.local_recovery import check_directory_option
+
+    if not isinstance(enabled, bool):
+        raise ConfigurationError(f"StreamEnvironment.local_recovery must be True or False, got {enabled!r}")
+    directory = check_directory_option(directory)
+    if enabled and checkpointing is None:
+        raise ConfigurationError("StreamEnvironment.local_recovery=True needs checkpointing: the local "
+                                 "copies are of checkpoints; pass checkpointing=CheckpointConfig(...) or "
+                                 "leave local_recovery=False")
+    if directory is not None and not enabled:
+        raise ConfigurationError("StreamEnvironment.local_recovery_dir is set but local_recovery is False; "
+                                 "pass local_recovery=True to keep local copies there")
+    return enabled, directory
+
+
 class StreamEnvironment:
     """Defines a streaming job and runs it on Spark.
 
@@ -46,13 +62,20 @@ class StreamEnvironment:
     auto_watermark_interval: seconds (or timedelta) between periodic watermark emissions of
       sources and timestamp assigners (Flink's auto-watermark interval); 0 disables periodic
       emission (only generators that emit per event then advance event time).
+    local_recovery: task-local recovery — every keyed snapshot of a checkpoint is also kept on
+      the task's local disk, and a restarted subtask restores from those copies, reading from
+      checkpoint storage only what is missing or corrupt (see `streamsnap.state.local_recovery`).
+      Needs checkpointing.
+    local_recovery_dir: the local directory for those copies; None: under the executor's
+      scratch directory (SPARK_LOCAL_DIRS), else the system temp directory.
     """
 
     def __init__(self, parallelism: int = 2, *, max_parallelism: int = 128,
                  checkpointing: CheckpointConfig | None = None, state_backend="hashmap",
                  restart: RestartStrategy | None = None, spark=None, network: NetworkConfig | None = None,
                  buffer_timeout: float | None = None, log_level: str = "WARNING",
-                 auto_watermark_interval=0.2):
+                 auto_watermark_interval=0.2, local_recovery: bool = False,
+                 local_recovery_dir: str | None = None):
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise ConfigurationError(f"StreamEnvironment.parallelism must be an integer >= 1, got {parallelism!r}")
         if (isinstance(max_parallelism, bool) or not isinstance(max_parallelism, int)
@@ -71,6 +94,8 @@ class StreamEnvironment:
             raise ConfigurationError(
                 "CheckpointConfig.directory is required: where checkpoints are written "
                 "(a local path or fsspec URL such as file:///tmp/ckpt or s3://bucket/ckpt)")
+        self.local_recovery, self.local_recovery_dir = _check_local_recovery(
+            local_recovery, local_recovery_dir, checkpointing)
         state_backend = validate_state_backend(state_backend)
         if state_backend != "hashmap":
             from streamsnap.state.backends.rocksdb import import_rocksdict
@@ -226,7 +251,9 @@ class StreamEnvironment:
             preflight.check_executors(spark.sparkContext)   # a user's session: can executors import us?
         hooks = json.loads(os.environ.get(TEST_HOOKS_ENV, "{}"))
         settings = JobSettings(job_name, self.checkpointing, self.restart, self.network, self.state_backend,
-                               restore_from, allow_non_restored_state, self.log_level, hooks, job_id=job_id)
+                               restore_from, allow_non_restored_state, self.log_level, hooks, job_id=job_id,
+                               local_recovery=self.local_recovery,
+                               local_recovery_dir=self.local_recovery_dir)
         master = JobMaster(spark, execution_graph, settings)
         master.start()
         return master

@@ -41,7 +41,10 @@ class JobResult:
     restarts: int = 0
     network: dict = field(default_factory=dict)
     # One entry per failover: failed_at (noticed), running_at (all subtasks running again),
-    # first_output_at (first row reached a sink after the restore); wall-clock seconds.
+    # first_output_at (first row reached a sink after the restore); wall-clock seconds. With
+    # local recovery also `restore`: files and bytes the subtasks restored from task-local
+    # copies (local_files, local_bytes) and from checkpoint storage (remote_files,
+    # remote_bytes), copies missing or rejected, in total and per subtask ("subtasks").
     recoveries: tuple[dict, ...] = ()
     # Record counts (`operators`, `records_in`) are those of the last deployment attempt
     # (`attempt`, 0 = the first): after a restart or a restore they count the rows processed
@@ -49,6 +52,9 @@ class JobResult:
     # it were processed by earlier attempts/jobs and are in the output, not in these counts.
     attempt: int = 0
     restored_checkpoint: int | None = None
+    # With local recovery, over the last attempt's subtasks: local copies written (files,
+    # bytes, failures to write one) and what their restore read locally and remotely.
+    local_recovery: dict | None = None
 
     def rows(self, sink: str | None = None) -> list[dict]:
         """Rows of the Collect sink `sink` (the only one when omitted)."""

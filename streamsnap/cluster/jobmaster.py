@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import queue
 import threading
 import time
@@ -67,6 +68,8 @@ class JobSettings:
     log_level: str = "WARNING"
     test_hooks: dict = field(default_factory=dict)
     job_id: str | None = None  # stable across runs (names the checkpoint directory); None: from the name
+    local_recovery: bool = False
+    local_recovery_dir: str | None = None  # None: the executors' scratch directory
 
 
 @dataclass
@@ -80,6 +83,7 @@ class _Subtask:
     data_address: tuple | None = None
     end_of_data: bool = False
     metrics: dict | None = None
+    local_recovery: dict | None = None   # the task-local store's metrics when it ran (restore)
 
 
 class _LoopScheduler:
@@ -164,6 +168,8 @@ class JobMaster:
         # Per failure: when it was noticed, when the job ran again, when the first row reached a
         # driver-side sink after the restore (wall-clock seconds) — the recovery-time figures.
         self.recovery_log: list[dict] = []
+        # Task-local recovery: (host, root) of the subtasks' local stores, cleaned at the end.
+        self._local_roots: set[tuple[str | None, str]] = set()
         # The checkpoint the current attempt restored (None: a fresh start); the result's record
         # counts are this attempt's, i.e. rows after that checkpoint.
         self._restored_checkpoint_id: int | None = None
@@ -346,7 +352,8 @@ class JobMaster:
             restore=plan.states if plan else {}, restore_base=plan.base_location if plan else None,
             restored_operators=plan.restored_operators if plan else frozenset(),
             restored_checkpoint_id=plan.checkpoint_id if plan else None, log_level=self.settings.log_level,
-            test_hooks=self.settings.test_hooks)
+            test_hooks=self.settings.test_hooks, local_recovery=self.settings.local_recovery,
+            local_recovery_dir=self.settings.local_recovery_dir)
         with self._lock:
             self._subtasks = {v.task_index: _Subtask(deployment.attempt_id(v.task_index), v.task_index)
                               for v in eg.vertices}
@@ -422,6 +429,31 @@ class JobMaster:
                  self._attempt, metadata.checkpoint_id, base)
         return plan
 
+    def _restore_sources(self) -> dict:
+        """Where this attempt's subtasks restored their keyed state from: files and bytes read
+        from task-local copies and from checkpoint storage, in total and per subtask."""
+        from streamsnap.state.local_recovery import RestoreCounters
+
+        total, per_subtask = RestoreCounters(), {}
+        for s in self._subtasks.values():
+            counts = (s.local_recovery or {}).get("restored")
+            if counts is None:
+                continue
+            per_subtask[f"{s.attempt_id.vertex_id}#{s.attempt_id.index}"] = dict(counts)
+            for name, value in counts.items():
+                setattr(total, name, getattr(total, name) + value)
+        return {**total.to_wire(), "subtasks": per_subtask}
+
+    def _release_local_state(self) -> None:
+        """Delete the job's task-local copies on this host: in local mode the tasks ran here;
+        on a cluster finished tasks delete their own, Spark's scratch cleanup the rest."""
+        from streamsnap.state.local_recovery import remove_tree
+
+        if not is_local(self._spark):
+            return
+        for _, root in sorted(self._local_roots):
+            remove_tree(os.path.join(root, self.job_id))
+
     # ================================================================ control messages
     def _on_control_message(self, conn: ControlConnection, message: dict) -> None:
         self._post(lambda: self._handle_message(conn, message))
@@ -461,6 +493,9 @@ class JobMaster:
         elif kind == "running":
             with self._lock:
                 subtask.state = ExecutionState.RUNNING
+                subtask.local_recovery = message.get("local_recovery")
+            if subtask.local_recovery is not None:
+                self._local_roots.add((subtask.host, subtask.local_recovery["root"]))
             if self.coordinator is not None:
                 self.coordinator.execution_state_changed(subtask.attempt_id, ExecutionState.RUNNING)
             if all(s.state is ExecutionState.RUNNING for s in self._subtasks.values()):
@@ -468,6 +503,8 @@ class JobMaster:
                     self._deploy_timer.cancel()
                 if self.recovery_log and "running_at" not in self.recovery_log[-1]:
                     self.recovery_log[-1]["running_at"] = time.time()
+                    if self.settings.local_recovery:
+                        self.recovery_log[-1]["restore"] = self._restore_sources()
                 self._set_status(JobStatus.RUNNING)
         elif kind == "end_of_data":
             subtask.end_of_data = True
@@ -764,6 +801,7 @@ class JobMaster:
         for attempt, thread in self._spark_threads.items():
             if attempt not in self._abandoned_spark_jobs:
                 thread.join(30)
+        self._release_local_state()
 
     def _build_result(self, stats) -> JobResult:
         operators: dict[str, OperatorMetrics] = {}
@@ -792,7 +830,21 @@ class JobMaster:
         return JobResult(self.job_id, self.settings.job_name, JobStatus.FINISHED.value,
                          time.monotonic() - self._started_at, operators, collected, stats,
                          self._backoff.restarts, network, tuple(dict(r) for r in self.recovery_log),
-                         attempt=self._attempt, restored_checkpoint=self._restored_checkpoint_id)
+                         attempt=self._attempt, restored_checkpoint=self._restored_checkpoint_id,
+                         local_recovery=self._local_recovery_totals())
+
+    def _local_recovery_totals(self) -> dict | None:
+        """The finished subtasks' local stores summed: copies written, and the restore's reads."""
+        if not self.settings.local_recovery:
+            return None
+        totals = {"written_files": 0, "written_bytes": 0, "write_failures": 0}
+        for subtask in self._subtasks.values():
+            store = (subtask.metrics or {}).get("local_recovery") or {}
+            for name in totals:
+                totals[name] += store.get(name, 0)
+        restore = self._restore_sources()
+        restore.pop("subtasks")
+        return {**totals, "restored": restore}
 
 
 def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future, transform) -> None:

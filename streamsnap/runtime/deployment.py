@@ -37,6 +37,9 @@ class Deployment:
     restored_operators: frozenset[str] = frozenset()  # uids the restored checkpoint had
     restored_checkpoint_id: int | None = None
     log_level: str = "WARNING"
+    # Task-local recovery (state.local_recovery): keep keyed snapshots on the task's disk too.
+    local_recovery: bool = False
+    local_recovery_dir: str | None = None
     # Test hooks: environment flags the task honours (e.g. slow down a subtask); never set by users.
     test_hooks: dict = field(default_factory=dict)
 

@@ -65,6 +65,8 @@ class OperatorContext:
     # outside a task (unit tests of readers and writers).
     timers: Any = None
     clock: Any = None
+    # The task's state.local_recovery.LocalRecoveryStore (None: local recovery is off).
+    local_store: Any = None
 
 
 class OperatorFactory(ABC):
@@ -189,10 +191,11 @@ class StreamOperator:
         # State TTL counts processing time on the task's clock (the wall clock in a task).
         if self.ctx.state_backend == "hashmap":
             return HashMapKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups,
-                                            clock=self.ctx.clock)
+                                            clock=self.ctx.clock, local_store=self.ctx.local_store)
         from streamsnap.state.backends.rocksdb import RocksDBKeyedStateBackend
         return RocksDBKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups,
-                                        self.ctx.state_backend, clock=self.ctx.clock)
+                                        self.ctx.state_backend, clock=self.ctx.clock,
+                                        local_store=self.ctx.local_store)
 
     # ---------------------------------------------------------------- lifecycle
     def initialize_state(self) -> None:

@@ -51,6 +51,7 @@ from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators import OperatorContext, Output
 from streamsnap.runtime import schemas
 from streamsnap.runtime.output import RecordWriter
+from streamsnap.state.local_recovery import LocalRecoveryStore, default_root
 from streamsnap.state.snapshot import SnapshotDiscardedError
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,11 @@ class StreamTask:
         self._in_flight_lock = threading.Lock()
         self._source_wait = 0.0
         self._hooks = deployment.test_hooks or {}
+        # Task-local recovery: the local copies of this subtask's keyed snapshots.
+        self.local_store = None
+        if deployment.local_recovery:
+            self.local_store = LocalRecoveryStore(deployment.local_recovery_dir or default_root(),
+                                                  deployment.job_id)
 
     # ================================================================== set-up
     def _on_control_message(self, _conn, message: dict) -> None:
@@ -195,7 +201,11 @@ class StreamTask:
         for op in reversed(self.operators):
             op.open()
         self._async = AsyncCheckpointRunner(self.name, self._on_background_error)
-        self.driver.send({"type": "running"})
+        running = {"type": "running"}
+        if self.local_store is not None:
+            # What the restore read from local copies and from checkpoint storage.
+            running["local_recovery"] = self.local_store.metrics()
+        self.driver.send(running)
 
     def _await_peers(self) -> None:
         deadline = time.monotonic() + SETUP_TIMEOUT
@@ -268,7 +278,8 @@ class StreamTask:
                 state_backend=d.state_backend, restore=d.restore.get((node.uid, self.vertex.index)),
                 restore_base=d.restore_base, restored_operator=node.uid in d.restored_operators,
                 restored_checkpoint_id=d.restored_checkpoint_id, driver=self.driver,
-                extra={"checkpointing": d.checkpointing}, timers=self.timers, clock=self.clock)
+                extra={"checkpointing": d.checkpointing}, timers=self.timers, clock=self.clock,
+                local_store=self.local_store)
             op = node.operator.create(ctx)
             targets, side = [], {}
             tags = self.job_vertex.chained_tags
@@ -609,6 +620,7 @@ class StreamTask:
             "bytes_sent": sum(c.bytes_sent for c in self._outputs),
             "max_frame_bytes": max((c.max_frame_bytes for c in self._outputs), default=0),
             "refused_connections": self._server.refused if self._server else 0,
+            "local_recovery": self.local_store.metrics() if self.local_store is not None else None,
         }
 
     def close_operators(self) -> None:
@@ -658,6 +670,9 @@ def run_task(deployment: Deployment, task_index: int) -> tuple:
         task.run()
         task.close_operators()
         task.driver.send({"type": "finished", "metrics": task.metrics()})
+        if task.local_store is not None:
+            # The job ended: its last checkpoint will not be restored here.
+            task.local_store.release_job()
     except TaskCancelled as exc:
         status = "CANCELED"
         log.info("%s cancelled: %s", task.name, exc)

@@ -41,6 +41,8 @@ class StateSnapshot(ABC, Generic[H]):
         self._status = CREATED
         self._discard_requested = False
         self._url: str | None = None   # set by `_write` before it creates the file
+        # Task-local recovery: where the local copies of the written files are (deleted with them).
+        self._local_store = None
 
     @property
     def status(self) -> str:
@@ -58,8 +60,16 @@ class StateSnapshot(ABC, Generic[H]):
         default; a snapshot writing several files (incremental) overrides this."""
         return [self._url] if self._url is not None else []
 
+    def _urls_to_delete(self) -> list[str]:
+        """The written files and their task-local copies (`streamsnap.state.local_recovery`)."""
+        urls = self._written_urls()
+        if self._local_store is None:
+            return urls
+        local = (self._local_store.local_path(url) for url in urls)
+        return [*urls, *(filesystem.normalize(path) for path in local if path is not None)]
+
     def _delete_written(self) -> None:
-        for url in self._written_urls():
+        for url in self._urls_to_delete():
             filesystem.delete(url)
 
     def _check_not_discarded(self) -> None:
@@ -110,7 +120,7 @@ class StateSnapshot(ABC, Generic[H]):
             self._delete_written()
 
     def _delete_after_failure(self, error: BaseException) -> None:
-        for url in self._written_urls():
+        for url in self._urls_to_delete():
             try:
                 filesystem.delete(url)
             except Exception as cleanup_error:

@@ -19,6 +19,13 @@ def gen():
     ({"checkpointing": ss.CheckpointConfig(interval=1.0)}, "CheckpointConfig.directory is required"),
     ({"checkpointing": "yes"}, "StreamEnvironment.checkpointing must be a CheckpointConfig"),
     ({"restart": 3}, "StreamEnvironment.restart must be a RestartStrategy"),
+    ({"local_recovery": "yes"}, "StreamEnvironment.local_recovery must be True or False, got 'yes'"),
+    ({"local_recovery": True}, "StreamEnvironment.local_recovery=True needs checkpointing"),
+    ({"local_recovery_dir": "/tmp/local", "checkpointing": ss.CheckpointConfig(directory="/tmp/c")},
+     "StreamEnvironment.local_recovery_dir is set but local_recovery is False"),
+    ({"local_recovery": True, "local_recovery_dir": "s3://bucket/local",
+      "checkpointing": ss.CheckpointConfig(directory="/tmp/c")},
+     "StreamEnvironment.local_recovery_dir must be a path on the task's local disk, not a URL"),
 ])
 def test_environment_settings(kwargs, message):
     with pytest.raises(ss.ConfigurationError) as info:

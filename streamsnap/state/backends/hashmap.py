@@ -31,6 +31,9 @@ truncated file into a clear `RestoreError` instead of garbage state.
 State restored for a name that the job never asks for again is kept in its wire form and
 written into later snapshots unchanged, so it is not lost.
 
+With task-local recovery (`streamsnap.state.local_recovery`) the file is written to checkpoint
+storage and to a local copy in one pass, and a restore reads the local copy first.
+
 TTL states (`streamsnap.state.ttl`) are written under the serializer tag plus "+ttl", each wire
 element as ``[timestamp, element]``; entries expired at the snapshot's time (taken in the
 synchronous part) are left out. Restored TTL state nobody asked for yet is written back as it
@@ -39,6 +42,7 @@ is, expired entries included: its time-to-live is only known once a descriptor a
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -59,10 +63,14 @@ from streamsnap.state.keyed_state import (STATE_CLASSES, KeyedState, StateTable,
                                           entries_from_wire, entries_to_wire, native_default,
                                           unwrap)
 from streamsnap.state.keyed_state_ttl import TTL_STATE_CLASSES, drop_expired
+from streamsnap.state import local_recovery
+from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.ttl import check_same_ttl, clock_millis, is_ttl_tag, tag_mismatch
 from streamsnap.state.serialization import (Serializer, find_unencodable, key_error, pack_keys,
                                             pack_value, unpack_keys, unpack_value, value_error)
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"SSKEYED\x01"
 FORMAT_VERSION = 1
@@ -171,6 +179,7 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
         self._backend = backend
         self._token = token
         self._parts: list[_CapturedState] | None = parts
+        self._local_store = backend.local_store
 
     def _release(self) -> None:
         self._parts = None
@@ -192,7 +201,7 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
         name = filesystem.unique_name(f"{safe_file_prefix(backend.operator_uid)}-keyed")
         self._url = filesystem.join(self.location, name)
         offsets: dict[int, tuple[int, int]] = {}
-        with filesystem.open_write(self._url) as out:
+        with local_recovery.open_write(self._url, backend.local_store) as out:
             pending = _CoalescedWriter(out)
             pending.write(MAGIC)
             position = len(MAGIC)
@@ -213,9 +222,15 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
 
 
 def read_key_group_blocks(handle: KeyGroupsStateHandle, base_location: str, key_group_range: KeyGroupRange,
-                          max_parallelism: int, operator_uid: str):
+                          max_parallelism: int, operator_uid: str,
+                          local: LocalRecoveryStore | None = None):
     """(key group, decoded states) of each key group of `handle` in `key_group_range`, read with
-    one ranged read — the canonical format's restore, for every backend."""
+    one ranged read — the canonical format's restore, for every backend.
+
+    With task-local recovery (`local`), the range is read from the file's local copy when there
+    is one of the recorded size. Every block is checksummed, so a block that decodes is the
+    block that was written; from the first one that does not, the remaining blocks are read
+    from checkpoint storage instead (the blocks already yielded stay valid)."""
     if handle.key_group_end >= max_parallelism:
         raise RestoreError(
             f"operator '{operator_uid}': keyed state handle covers key groups up to "
@@ -225,8 +240,39 @@ def read_key_group_blocks(handle: KeyGroupsStateHandle, base_location: str, key_
     if not wanted:
         return
     url = filesystem.join(base_location, handle.file.path)
-    low = min(handle.offsets[kg][0] for kg in wanted)
-    high = max(handle.offsets[kg][0] + handle.offsets[kg][1] for kg in wanted)
+    path = local.find(url, handle.file.size) if local is not None else None
+    if path is not None:
+        done = 0
+        try:
+            low, data = _read_blocks(filesystem.normalize(path), handle, wanted, operator_uid)
+            view = memoryview(data)
+            for kg in wanted:
+                offset, length = handle.offsets[kg]
+                decoded = decode_block(view[offset - low: offset - low + length], kg, path)
+                yield kg, decoded
+                done += 1
+        except (RestoreError, OSError) as e:
+            log.warning("operator '%s': the local copy %s is unusable (%s); reading the rest "
+                        "from %s", operator_uid, path, e, url)
+            local.reject(path)
+            wanted = wanted[done:]
+        else:
+            local.count_local(len(data))
+            return
+    low, data = _read_blocks(url, handle, wanted, operator_uid)
+    if local is not None:
+        local.count_remote(len(data))
+    view = memoryview(data)
+    for kg in wanted:
+        offset, length = handle.offsets[kg]
+        yield kg, decode_block(view[offset - low: offset - low + length], kg, url)
+
+
+def _read_blocks(url: str, handle: KeyGroupsStateHandle, key_groups: list[int],
+                 operator_uid: str) -> tuple[int, bytes]:
+    """(offset, bytes) of the one range of `url` that holds the blocks of `key_groups`."""
+    low = min(handle.offsets[kg][0] for kg in key_groups)
+    high = max(handle.offsets[kg][0] + handle.offsets[kg][1] for kg in key_groups)
     try:
         data = filesystem.read_range(url, low, high - low)
     except FileNotFoundError as e:
@@ -235,10 +281,7 @@ def read_key_group_blocks(handle: KeyGroupsStateHandle, base_location: str, key_
     if len(data) != high - low:
         raise RestoreError(f"keyed state file {url} is truncated: expected {high - low} "
                            f"bytes at offset {low}, read {len(data)}")
-    view = memoryview(data)
-    for kg in wanted:
-        offset, length = handle.offsets[kg]
-        yield kg, decode_block(view[offset - low: offset - low + length], kg, url)
+    return low, data
 
 
 def decode_block(block: bytes | memoryview, key_group: int, where: str
@@ -277,7 +320,7 @@ class HashMapKeyedStateBackend:
     """Keyed state of one operator subtask on the heap, for the key groups it owns."""
 
     def __init__(self, operator_uid: str, max_parallelism: int, key_group_range: KeyGroupRange,
-                 *, clock: Clock | None = None):
+                 *, clock: Clock | None = None, local_store: LocalRecoveryStore | None = None):
         check_max_parallelism(max_parallelism)
         if not isinstance(key_group_range, KeyGroupRange) or key_group_range.is_empty \
                 or key_group_range.end >= max_parallelism:
@@ -303,6 +346,8 @@ class HashMapKeyedStateBackend:
         self.last_completed_checkpoint_id: int | None = None
         # Processing time of state TTL (wall clock); injectable for deterministic tests.
         self.ttl_clock: Clock = clock if clock is not None else SystemClock()
+        # Task-local recovery: snapshots keep a local copy, restores read it first.
+        self.local_store = local_store
 
     def _ttl_now(self) -> int:
         return clock_millis(self.ttl_clock)
@@ -441,9 +486,11 @@ class HashMapKeyedStateBackend:
             self._required_epoch = max(self._live_snapshots.values(), default=-1)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        """Nothing to clean up for full snapshots; remembered for metrics."""
+        """Remembered for metrics; local copies of older checkpoints are deleted."""
         if self.last_completed_checkpoint_id is None or checkpoint_id > self.last_completed_checkpoint_id:
             self.last_completed_checkpoint_id = checkpoint_id
+        if self.local_store is not None:
+            self.local_store.checkpoint_complete(checkpoint_id)
 
     # -- restore ---------------------------------------------------------------------------
 
@@ -475,7 +522,8 @@ class HashMapKeyedStateBackend:
 
     def _restore_handle(self, handle: KeyGroupsStateHandle, base_location: str) -> None:
         for kg, states in read_key_group_blocks(handle, base_location, self.key_group_range,
-                                                self.max_parallelism, self.operator_uid):
+                                                self.max_parallelism, self.operator_uid,
+                                                self.local_store):
             for name, kind, tag, wire in states:
                 self._merge(kg, name, kind, tag, wire)
 

@@ -67,8 +67,9 @@ the synchronous part). rocksdict exposes no compaction filter, so RocksDB compac
 expired entries, and incremental checkpoints carry them until an access or a full snapshot
 drops them; they are never returned, since a restored entry keeps its timestamp.
 
-What comes next (issue 13): task-local recovery (keep each snapshot's files on the task's
-disk, restore from them when the subtask lands where its state is).
+Task-local recovery (`streamsnap.state.local_recovery`): with a store, full snapshots and
+incremental bundles are written to a local copy as well, new SST files are hard-linked into it,
+and restores take each file from its verified local copy before checkpoint storage.
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ from streamsnap.state.keyed_state import PLAIN_TYPES, check_map_key, put_many_va
 from streamsnap.state.serialization import (Serializer, key_error, unpack_keys, unpack_value,
                                             value_default, value_error)
 from streamsnap.state.backends import rocksdb_incremental
+from streamsnap.state import local_recovery
+from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 from streamsnap.state.ttl import (check_same_ttl, clock_millis, is_ttl_tag, state_tag,
                                  tag_mismatch)
@@ -729,6 +732,7 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
         self._token = token
         self._iterator = iterator
         self._states = states
+        self._local_store = backend.local_store
         # state id -> the snapshot time minus the state's ttl: entries stamped at or before it
         # are expired and left out.
         self._ttl_cutoffs = ttl_cutoffs or {}
@@ -814,7 +818,7 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
         name = filesystem.unique_name(f"{safe_file_prefix(backend.operator_uid)}-keyed")
         self._url = filesystem.join(self.location, name)
         offsets: dict[int, tuple[int, int]] = {}
-        with filesystem.open_write(self._url) as out:
+        with local_recovery.open_write(self._url, backend.local_store) as out:
             out.write(MAGIC)
             position = len(MAGIC)
             for kg, states in self._blocks():
@@ -838,7 +842,8 @@ class RocksDBKeyedStateBackend:
     """Keyed state of one operator subtask in an embedded RocksDB, for the key groups it owns."""
 
     def __init__(self, operator_uid: str, max_parallelism: int, key_group_range: KeyGroupRange,
-                 config: RocksDBConfig | str | None = None, *, clock: Clock | None = None):
+                 config: RocksDBConfig | str | None = None, *, clock: Clock | None = None,
+                 local_store: LocalRecoveryStore | None = None):
         check_max_parallelism(max_parallelism)
         if not isinstance(key_group_range, KeyGroupRange) or key_group_range.is_empty \
                 or key_group_range.end >= max_parallelism:
@@ -886,6 +891,8 @@ class RocksDBKeyedStateBackend:
         self.is_restored = False
         self.last_completed_checkpoint_id: int | None = None
         self._uploads = rocksdb_incremental.UploadTracker()
+        # Task-local recovery: snapshots keep a local copy, restores read it first.
+        self.local_store = local_store
         # Processing time of state TTL (wall clock); injectable for deterministic tests.
         self.ttl_clock: Clock = clock if clock is not None else SystemClock()
 
@@ -1124,6 +1131,8 @@ class RocksDBKeyedStateBackend:
         if self.last_completed_checkpoint_id is None or checkpoint_id > self.last_completed_checkpoint_id:
             self.last_completed_checkpoint_id = checkpoint_id
         self._uploads.notify_complete(checkpoint_id)
+        if self.local_store is not None:
+            self.local_store.checkpoint_complete(checkpoint_id)
 
     # -- restore ---------------------------------------------------------------------------
 
@@ -1200,7 +1209,8 @@ class RocksDBKeyedStateBackend:
 
     def _restore_handle(self, handle: KeyGroupsStateHandle, base_location: str) -> None:
         for kg, states in read_key_group_blocks(handle, base_location, self.key_group_range,
-                                                self.max_parallelism, self.operator_uid):
+                                                self.max_parallelism, self.operator_uid,
+                                                self.local_store):
             batch = self._rocksdict.WriteBatch(raw_mode=True)
             for name, kind, tag, wire in states:
                 self._merge(batch, kg, name, kind, tag, wire)

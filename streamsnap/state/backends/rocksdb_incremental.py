@@ -32,12 +32,18 @@ uploads for its next checkpoint). When rescaling, the handle overlapping most be
 database, the key groups the subtask does not own are deleted (`delete_range`), and the entries
 of the subtask's key groups in the other handles are copied in (state ids remapped by name).
 
+Task-local recovery (`streamsnap.state.local_recovery`): each uploaded SST file is also
+hard-linked into the task's local store and the bundle written there too; a restore takes every
+SST file whose local copy has the handle's size and xxh64 (as a hard link), and the bundle when
+its local copy's checksum holds, and downloads the rest.
+
 Bundle file format: ``b"SSRDBINC" msgpack([version, checkpoint_id, [kg start, kg end],
 [[state id, name, kind, tag], ...], {file name: bytes}]) xxh64(msgpack)``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
@@ -51,10 +57,14 @@ from streamsnap.checkpoint.handles import FileHandle, IncrementalKeyGroupsStateH
 from streamsnap.checkpoint.storage import SHARED_DIR, checkpoint_id_of, is_directory
 from streamsnap.errors import RestoreError
 from streamsnap.state.backends.hashmap import _checksum, _CHECKSUM_BYTES
+from streamsnap.state import local_recovery
+from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 
 if TYPE_CHECKING:
     from streamsnap.state.backends.rocksdb import RocksDBKeyedStateBackend
+
+log = logging.getLogger(__name__)
 
 BUNDLE_MAGIC = b"SSRDBINC"
 BUNDLE_VERSION = 1
@@ -181,6 +191,7 @@ class IncrementalSnapshot(StateSnapshot[IncrementalKeyGroupsStateHandle]):
         self._states = states
         self._reusable = reusable
         self._new_urls: list[str] = []
+        self._local_store = backend.local_store
         self.uploaded_bytes = 0         # new SST bytes + the bundle (for tests and metrics)
         self.reused_bytes = 0
 
@@ -222,6 +233,10 @@ class IncrementalSnapshot(StateSnapshot[IncrementalKeyGroupsStateHandle]):
                 new = True
                 self.uploaded_bytes += size
             uploads[name] = Upload(url, size, checksum)
+            if self._local_store is not None:
+                # The SST file is immutable: its local copy is a hard link (an existing copy of
+                # a reused upload is kept; a missing one, e.g. after a remote restore, is made).
+                self._local_store.keep_file(path, url, referenced_by=self.checkpoint_id)
             handles.append(FileHandle(f"../{SHARED_DIR}/{url.rsplit('/', 1)[-1]}", size))
             sst_names.append(name)
             new_flags.append(new)
@@ -235,7 +250,7 @@ class IncrementalSnapshot(StateSnapshot[IncrementalKeyGroupsStateHandle]):
         data = BUNDLE_MAGIC + payload + _checksum(payload)
         bundle = filesystem.unique_name(f"{prefix}-keyed-incremental")
         self._url = filesystem.join(self.location, bundle)
-        with filesystem.open_write(self._url) as out:
+        with local_recovery.open_write(self._url, self._local_store) as out:
             out.write(data)
         self.uploaded_bytes += len(data)
         backend._uploads.record(self.checkpoint_id, uploads)
@@ -273,12 +288,14 @@ def _read_bundle(handle: IncrementalKeyGroupsStateHandle, url: str, operator_uid
 
 
 def download(handle: IncrementalKeyGroupsStateHandle, base_location: str, target: str,
-             operator_uid: str) -> list[list]:
+             operator_uid: str, local: LocalRecoveryStore | None = None) -> list[list]:
     """Download a handle's database into the new directory `target`; returns its state-id
-    table. A missing or truncated file raises RestoreError naming the checkpoint and file."""
+    table. A missing or truncated file raises RestoreError naming the checkpoint and file.
+    With task-local recovery (`local`), each file whose local copy verifies (size and
+    checksum) is taken from it instead — SST files as hard links — and counted."""
     where = f"operator '{operator_uid}': checkpoint {handle.checkpoint_id}"
-    states, files = _read_bundle(handle, filesystem.join(base_location, handle.file.path),
-                                 operator_uid)
+    states, files = _bundle(handle, filesystem.join(base_location, handle.file.path),
+                            operator_uid, local)
     os.makedirs(target)
     for name, content in files.items():
         if "/" in name or name in ("", ".", ".."):
@@ -288,6 +305,8 @@ def download(handle: IncrementalKeyGroupsStateHandle, base_location: str, target
     for name, f, checksum in zip(handle.sst_names, handle.shared_files, handle.checksums):
         url = filesystem.join(base_location, f.path)
         path = os.path.join(target, name)
+        if local is not None and _take_local_copy(local, url, f.size, checksum, path):
+            continue
         digest = xxhash.xxh64()
         try:
             with filesystem.open_read(url) as source, open(path, "wb") as out:
@@ -306,7 +325,58 @@ def download(handle: IncrementalKeyGroupsStateHandle, base_location: str, target
             raise RestoreError(f"{where}: the shared state file {url} (SST file {name}) is "
                                f"corrupt: its checksum does not match the one recorded when it "
                                f"was uploaded")
+        if local is not None:
+            local.count_remote(size)
     return states
+
+
+def _bundle(handle: IncrementalKeyGroupsStateHandle, url: str, operator_uid: str,
+            local: LocalRecoveryStore | None) -> tuple:
+    """The handle's bundle, from its local copy when that one is intact."""
+    path = local.find(url, handle.file.size) if local is not None else None
+    if path is not None:
+        try:
+            bundle = _read_bundle(handle, filesystem.normalize(path), operator_uid)
+        except RestoreError as e:
+            log.warning("%s; reading %s instead", e, url)
+            local.reject(path)
+        else:
+            local.count_local(handle.file.size)
+            return bundle
+    bundle = _read_bundle(handle, url, operator_uid)
+    if local is not None:
+        local.count_remote(handle.file.size)
+    return bundle
+
+
+def _take_local_copy(local: LocalRecoveryStore, url: str, size: int, checksum: str,
+                     target: str) -> bool:
+    """Put the local copy of the SST file `url` at `target` (a hard link, or a copy across
+    file systems) when it has `size` bytes and the xxh64 `checksum`; False otherwise."""
+    path = local.find(url, size)
+    if path is None:
+        return False
+    digest = xxhash.xxh64()
+    try:
+        with open(path, "rb") as source:
+            while chunk := source.read(_COPY_CHUNK):
+                digest.update(chunk)
+        if digest.hexdigest() != checksum:
+            log.warning("the local copy %s of %s is corrupt (checksum mismatch); reading the "
+                        "remote file", path, url)
+            local.reject(path)
+            return False
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copyfile(path, target)
+    except OSError as e:
+        log.warning("cannot use the local copy %s of %s (%r); reading the remote file", path,
+                    url, e)
+        local.reject(path)
+        return False
+    local.count_local(size)
+    return True
 
 
 def restore(backend: "RocksDBKeyedStateBackend",
@@ -332,7 +402,7 @@ def restore(backend: "RocksDBKeyedStateBackend",
     if backend._is_empty():
         base = rest.pop(0)
         path = os.path.join(backend.directory, f"restore-{base.checkpoint_id}")
-        states = download(base, base_location, path, backend.operator_uid)
+        states = download(base, base_location, path, backend.operator_uid, backend.local_store)
         backend._replace_database(path)
         backend._adopt_states(states, f"checkpoint {base.checkpoint_id}")
         foreign = []          # key groups of the snapshot this subtask does not own
@@ -343,9 +413,14 @@ def restore(backend: "RocksDBKeyedStateBackend",
         for low, high in foreign:
             backend._db.delete_range(low, high)
         if not foreign and not rest:
-            backend._uploads.restored(base.checkpoint_id, {
-                name: Upload(filesystem.join(base_location, f.path), f.size, checksum)
-                for name, f, checksum in zip(base.sst_names, base.shared_files, base.checksums)})
+            uploads = {name: Upload(filesystem.join(base_location, f.path), f.size, checksum)
+                       for name, f, checksum in zip(base.sst_names, base.shared_files,
+                                                    base.checksums)}
+            backend._uploads.restored(base.checkpoint_id, uploads)
+            if backend.local_store is not None:
+                # The next checkpoint builds on these files: retention keeps their local copies.
+                paths = (backend.local_store.local_path(u.url) for u in uploads.values())
+                backend.local_store.reference(base.checkpoint_id, [p for p in paths if p])
     for h in rest:
         _copy_from(backend, h, base_location)
 
@@ -356,7 +431,7 @@ def _copy_from(backend: "RocksDBKeyedStateBackend", handle: IncrementalKeyGroups
     from streamsnap.state.backends.rocksdb import _kg_bytes, _open_db
 
     path = os.path.join(backend.directory, f"merge-{handle.checkpoint_id}-{handle.key_group_start}")
-    states = download(handle, base_location, path, backend.operator_uid)
+    states = download(handle, base_location, path, backend.operator_uid, backend.local_store)
     try:
         sid_map = {int(sid).to_bytes(2, "big"): backend._state_id(name, kind, tag)
                    for sid, name, kind, tag in states}
