@@ -115,10 +115,12 @@ class _Throttle:
         return batch
 
 
-def _environment(spark, form: str, checkpoint_interval: float | None, network: ss.NetworkConfig | None = None):
+def _environment(spark, form: str, checkpoint_interval: float | None, network: ss.NetworkConfig | None = None,
+                 unaligned: bool = False):
     checkpointing = None
     if checkpoint_interval is not None:
-        checkpointing = ss.CheckpointConfig(interval=checkpoint_interval, directory=_checkpoint_dir("ckpt-"))
+        checkpointing = ss.CheckpointConfig(interval=checkpoint_interval, directory=_checkpoint_dir("ckpt-"),
+                                            unaligned=unaligned)
     return ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark, checkpointing=checkpointing,
                                 network=network or ss.NetworkConfig(batch_size=_batch_size(form)))
 
@@ -369,14 +371,16 @@ def checkpoint_cost(spark, k: int, seconds: float, interval: float = 1.0) -> dic
 
 
 def backpressure(spark, seconds: float, k: int = 1000) -> dict:
-    """Alignment and checkpoint duration with a slow sink, against the same job unthrottled.
+    """Alignment and checkpoint duration with a slow sink, against the same job unthrottled,
+    and the backpressured job again with unaligned checkpoints.
 
     The throttled sink takes 15 µs a row: ~130 K rows/s over both subtasks against 200 K/s of
-    input, so buffers fill, sources are held back by credits, and barriers queue behind the
-    buffered data (what unaligned checkpoints would skip)."""
+    input, so buffers fill, sources are held back by credits, and aligned barriers queue behind
+    the buffered data; unaligned ones overtake it and persist it instead."""
     out = {}
-    for label, throttle in (("free", 0.0), ("backpressured", 1.5e-5)):
-        env = _environment(spark, "row", 1.0, network=ss.NetworkConfig(batch_size=8192))
+    for label, throttle, unaligned in (("free", 0.0, False), ("backpressured", 1.5e-5, False),
+                                       ("unaligned", 1.5e-5, True)):
+        env = _environment(spark, "row", 1.0, network=ss.NetworkConfig(batch_size=8192), unaligned=unaligned)
         rate = 200_000
         build_w1(env, int(rate * seconds), k, "row", ss.sinks.Discard(), rate=rate, slow_sink=throttle)
         checkpoints = _run_collecting_checkpoints(env, f"backpressure {label}")
@@ -385,7 +389,10 @@ def backpressure(spark, seconds: float, k: int = 1000) -> dict:
         alignment = [s.alignment_duration for s in keyed]
         start_delay = [s.start_delay for s in keyed]
         durations = [c.end_to_end_duration for c in checkpoints]
+        persisted = [sum(s.bytes_persisted_of_in_flight_data for s in c.subtasks) for c in checkpoints]
         out[label] = {"checkpoints": len(checkpoints),
+                      "persisted_in_flight_bytes_p50": _median_or_nan(persisted),
+                      "persisted_in_flight_bytes_max": max(persisted, default=0),
                       "start_delay_p50": _median_or_nan(start_delay),
                       "alignment_p50": _median_or_nan(alignment),
                       "alignment_max": max(alignment, default=float("nan")),

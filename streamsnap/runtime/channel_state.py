@@ -80,10 +80,12 @@ class InputChannelStateRecorder:
         for channel in channels:
             channel.on_arrival = None
 
-    def prepare(self, checkpoint_id: int) -> _Recording:
-        """The snapshot of `checkpoint_id` is being taken unaligned: its recording, empty
-        until `start` names the channels (or `completed` says there are none)."""
-        recording = _Recording(checkpoint_id, set())
+    def prepare(self, checkpoint_id: int, leftovers: dict[int, list[Frame]] | None = None) -> _Recording:
+        """The snapshot of `checkpoint_id` is being taken unaligned: its recording, holding
+        only `leftovers` (data read off a channel but not processed yet) until `start` names
+        the channels (or `completed` says there are none)."""
+        recording = _Recording(checkpoint_id, set(), {i: list(f) for i, f in (leftovers or {}).items()})
+        recording.bytes = sum(len(p) for frames in recording.frames.values() for _, p in frames)
         self._recordings[checkpoint_id] = recording
         self._current = recording
         return recording
@@ -91,7 +93,7 @@ class InputChannelStateRecorder:
     def start(self, checkpoint_id: int, channels: tuple[int, ...]) -> None:
         recording = self._recordings[checkpoint_id]
         for index in channels:
-            recording.frames[index] = []
+            recording.frames.setdefault(index, [])
         recording.open_channels.update(channels)   # all of them before any can close
         for index in channels:
             channel = self._channels[index]

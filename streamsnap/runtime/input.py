@@ -22,13 +22,14 @@ a channel are taken, so each channel's order against its own events is kept.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 
 import pyarrow as pa
 
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.network.channels import InputChannel
-from streamsnap.network.frames import FrameKind, decode_batches
+from streamsnap.network.frames import FrameKind, decode_batches, encode_batches
 from streamsnap.network.poller import CONNECTION_CLOSED, TaskNetwork
 from streamsnap.runtime.barriers import AlignmentMetrics, create_barrier_handler
 from streamsnap.runtime.events import (
@@ -40,6 +41,11 @@ from streamsnap.runtime.unaligned_barriers import CheckpointBarrierUnaligner
 from streamsnap.time.input_watermarks import InputWatermarks
 
 log = logging.getLogger(__name__)
+
+# Unaligned checkpoints: a snapshot can be taken only between the batches the task processes,
+# so batches are handed out in slices of about this much work (at least MIN_SLICE_ROWS rows).
+SLICE_SECONDS = 0.010
+MIN_SLICE_ROWS = 64
 
 
 class UpstreamLostError(ConnectionError):
@@ -83,6 +89,12 @@ class CheckpointedInput:
             self.handler = create_barrier_handler(exactly_once, len(channels), self, clock, task_name)
             self.recorder = None
         self.bytes_consumed = 0
+        # Unaligned: the channel the batches queued in `_decoded` came from (merging stays
+        # within one channel), and the slicing that bounds the time between two chances to
+        # take a snapshot: batches are handed out in slices of about SLICE_SECONDS of work.
+        self._decoded_channel: int | None = None
+        self._slice_rows = max_rows
+        self._handed: tuple[float, int] | None = None
 
     # -------------------------------------------------------- BarrierHandlerActions
     def block_channel(self, channel: int) -> None:
@@ -93,7 +105,7 @@ class CheckpointedInput:
 
     def trigger_checkpoint(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
         if metrics.unaligned:
-            recording = self.recorder.prepare(barrier.checkpoint_id)
+            recording = self.recorder.prepare(barrier.checkpoint_id, self._leftovers())
             self._task.trigger_checkpoint_on_barrier(barrier, metrics, recording)
         else:
             self._task.trigger_checkpoint_on_barrier(barrier, metrics)
@@ -113,12 +125,38 @@ class CheckpointedInput:
     def poll_priority(self) -> None:
         """Announce unaligned barriers that arrived (whatever is queued before them, and even
         while the task's outputs are full), and switch a timed-out alignment to unaligned.
-        Waits while decoded batches of a read frame are still to be processed: the snapshot
-        point must lie between frames."""
-        if self._decoded:
+        A snapshot may fall between the slices of a read frame (their rest is recorded as the
+        head of that channel's in-flight data), but not before a pending watermark decision."""
+        if not self._snapshot_point():
             return
         self._announce_priority()
         self.handler.check_alignment_timeout()
+
+    def _snapshot_point(self) -> bool:
+        return all(type(item) is pa.RecordBatch for item in self._decoded)
+
+    def _leftovers(self) -> dict[int, list[tuple[FrameKind, bytes]]]:
+        """Batches read but not processed yet, as one data frame of their channel."""
+        if not self._decoded:
+            return {}
+        frame = encode_batches(list(self._decoded))
+        return {self._decoded_channel: [(FrameKind.DATA, bytes(memoryview(frame)))]}
+
+    def _hand_out(self):
+        """The next decoded item; in unaligned mode a long batch is handed out in slices."""
+        item = self._decoded.popleft()
+        if self.unaligned and type(item) is pa.RecordBatch:
+            now = time.monotonic()
+            if self._handed is not None:
+                # Adapt the slice to the rows the chain processed per second last time.
+                rows, since = self._handed[1], now - self._handed[0]
+                if since > 0:
+                    self._slice_rows = max(MIN_SLICE_ROWS, min(self.max_rows, int(rows / since * SLICE_SECONDS)))
+            if item.num_rows > self._slice_rows:
+                self._decoded.appendleft(item.slice(self._slice_rows))
+                item = item.slice(0, self._slice_rows)
+            self._handed = (now, item.num_rows)
+        return item
 
     def _announce_priority(self) -> None:
         for i, channel in enumerate(self.channels):
@@ -153,12 +191,12 @@ class CheckpointedInput:
     def poll_next(self) -> pa.RecordBatch | Watermark | WatermarkStatus | None:
         """The next batch of records or change of the input's watermark / status, or None
         when no unblocked channel has anything now."""
-        if self._decoded:
-            return self._decoded.popleft()
         if self.unaligned:
-            self._announce_priority()   # a barrier's announcement precedes its stream position
-            if self._decoded:
-                return self._decoded.popleft()
+            if self._snapshot_point():
+                self._announce_priority()   # a barrier's announcement precedes its stream position
+            self._handed = None if not self._decoded else self._handed
+        if self._decoded:
+            return self._hand_out()
         channels = self.channels
         n = len(channels)
         scanned = 0
@@ -174,11 +212,12 @@ class CheckpointedInput:
                 self._next = (i + 1) % n
                 self.last_input = self._input_of[i]
                 batches = self._consumed(channel, payload)
-                batches = self._merge_queued(batches, self.last_input)
+                batches = self._merge_queued(batches, self.last_input, i if self.unaligned else None)
                 if not batches:
                     continue
-                self._decoded.extend(batches[1:])
-                return batches[0]
+                self._decoded.extend(batches)
+                self._decoded_channel = i
+                return self._hand_out()
             if kind is FrameKind.EVENT:
                 self._on_event(i, decode_event(payload))
                 if self._decoded:   # the valve advanced the input's watermark or status
@@ -204,7 +243,8 @@ class CheckpointedInput:
             self._network.return_credit(channel)
         return decode_batches(payload)
 
-    def _merge_queued(self, batches: list[pa.RecordBatch], logical_input: int) -> list[pa.RecordBatch]:
+    def _merge_queued(self, batches: list[pa.RecordBatch], logical_input: int,
+                      only_channel: int | None = None) -> list[pa.RecordBatch]:
         """`batches` plus the data frames queued at the head of the input's unblocked channels,
         as one batch per run of equal schemas, while the total stays under `max_rows`."""
         rows = sum(b.num_rows for b in batches)
@@ -216,7 +256,8 @@ class CheckpointedInput:
                 i = (self._next + step) % n
                 channel = channels[i]
                 if (self._blocked[i] or self._input_of[i] != logical_input or not channel.frames
-                        or channel.frames[0][0] is not FrameKind.DATA):
+                        or channel.frames[0][0] is not FrameKind.DATA
+                        or (only_channel is not None and i != only_channel)):
                     continue
                 more = self._consumed(channel, channel.pop()[1])
                 batches.extend(more)

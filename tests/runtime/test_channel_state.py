@@ -8,7 +8,7 @@ import pytest
 from streamsnap.checkpoint.handles import FileHandle
 from streamsnap.errors import RestoreError
 from streamsnap.network.channels import ChannelId, InputChannel, OutputChannel
-from streamsnap.network.frames import FrameKind, encode_batches
+from streamsnap.network.frames import FrameKind, decode_batches, encode_batches
 from streamsnap.runtime.channel_state import (
     ChannelStateSnapshot, InputChannelStateRecorder, read_channel_state, restore_channel_state,
 )
@@ -127,3 +127,60 @@ def test_in_flight_data_of_a_channel_the_job_does_not_have_is_refused(tmp_path):
     other = [InputChannel(0, ChannelId(5, "else", 0, "down", 0), 4)]
     with pytest.raises(RestoreError, match="which this job does not have.*savepoint"):
         restore_channel_state([handle], str(tmp_path), 7, "op (1/1)", other, [])
+
+
+class _Network:
+    def __init__(self):
+        self.credits = 0
+
+    def return_credit(self, channel):
+        self.credits += 1
+
+    def close_input(self, channel):
+        pass
+
+
+class _Task:
+    def __init__(self):
+        self.recordings = {}
+
+    def trigger_checkpoint_on_barrier(self, barrier, metrics, recording=None):
+        assert metrics.unaligned
+        self.recordings[barrier.checkpoint_id] = recording
+
+    def abort_checkpoint_on_barrier(self, checkpoint_id, reason):
+        raise AssertionError(f"unexpected abort of {checkpoint_id}: {reason}")
+
+
+def test_a_snapshot_between_slices_of_a_frame_records_the_rest_first_and_restored_frames_take_no_credit():
+    from streamsnap.clock import ManualScheduler
+    from streamsnap.runtime.input import CheckpointedInput
+
+    ins = channels()
+    network, task = _Network(), _Task()
+    gate = CheckpointedInput(ins, network, task, True, ManualScheduler(), "down (1/1)", unaligned=True)
+    gate._slice_rows = 4                       # as if the chain were slow: slices of 4 rows
+    big = bytes(memoryview(encode_batches([pa.RecordBatch.from_pydict({"v": list(range(10))})])))
+    ins[0].on_frame(FrameKind.DATA, big)
+    first = gate.poll_next()
+    assert first.column("v").to_pylist() == [0, 1, 2, 3]
+    ins[1].on_frame(FrameKind.PRIORITY_EVENT, barrier(9))   # arrives while rows 4..9 wait
+    gate.poll_priority()
+    recording = task.recordings[9]
+    assert recording is not None and not recording.done.is_set()
+    leftover = recording.frames[0][0]
+    assert leftover[0] is FrameKind.DATA
+    assert [r["v"] for b in decode_batches(leftover[1]) for r in b.to_pylist()] == [4, 5, 6, 7, 8, 9]
+    # The task itself still processes them, after the snapshot.
+    rest = []
+    while (item := gate.poll_next()) is not None:
+        rest += item.column("v").to_pylist() if isinstance(item, pa.RecordBatch) else []
+    assert rest[:6] == [4, 5, 6, 7, 8, 9]
+    # A restored frame is consumed without returning credit; a received one returns it.
+    fresh = channels(1)
+    gate2 = CheckpointedInput(fresh, network, _Task(), True, ManualScheduler(), "d (1/1)", unaligned=True)
+    fresh[0].prepend_recovered([(FrameKind.DATA, data(1))])
+    fresh[0].on_frame(FrameKind.DATA, data(2))
+    before = network.credits
+    assert gate2.poll_next().column("v").to_pylist() == [1, 2]   # merged, restored one first
+    assert network.credits == before + 1
