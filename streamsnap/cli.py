@@ -71,7 +71,8 @@ def checkpoints(directory: str = typer.Argument(..., help="Checkpoint directory 
     table = Table(title=f"checkpoints under {directory}")
     # "full size": every file the checkpoint consists of; "new": what it uploaded itself
     # (smaller for incremental RocksDB checkpoints, which reuse earlier checkpoints' SST files).
-    for column in ("job", "checkpoint", "status", "completed at", "full size", "new", "operators"):
+    # "in flight": data an unaligned checkpoint saved between subtasks ("-": none, aligned).
+    for column in ("job", "checkpoint", "status", "completed at", "full size", "new", "in flight", "operators"):
         table.add_column(column, no_wrap=True)
     table.add_column("path", overflow="fold")
     for s in summaries:
@@ -79,6 +80,7 @@ def checkpoints(directory: str = typer.Argument(..., help="Checkpoint directory 
                       time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.completed_at)) if s.completed_at else "-",
                       _size(s.state_size) if s.state_size is not None else "-",
                       _size(s.incremental_size) if s.incremental_size is not None else "-",
+                      _size(s.in_flight_size) if s.in_flight_size else "-",
                       str(s.num_operators) if s.num_operators is not None else "-", s.path)
     console.print(table)
     bad = [s for s in summaries if s.status != "COMPLETED"]

@@ -41,6 +41,7 @@ class CheckpointSummary:
     num_operators: int | None = None
     problem: str | None = None          # why it is not COMPLETED
     incremental_size: int | None = None  # bytes written for this checkpoint itself (new files)
+    in_flight_size: int | None = None    # in-flight data saved by an unaligned checkpoint
 
     @property
     def is_completed(self) -> bool:
@@ -62,7 +63,8 @@ def _summarize(job_id: str, checkpoint_id: int, url: str) -> CheckpointSummary:
     return CheckpointSummary(url, job_id, checkpoint_id, CheckpointCondition.COMPLETED,
                              metadata.checkpoint_type, metadata.trigger_timestamp,
                              metadata.completion_timestamp, metadata.state_size, len(metadata.operators),
-                             incremental_size=metadata.incremental_size)
+                             incremental_size=metadata.incremental_size,
+                             in_flight_size=metadata.in_flight_size)
 
 
 def _checkpoints_in(job_id: str, job_url: str) -> list[CheckpointSummary]:

@@ -84,6 +84,12 @@ class CheckpointMetadata:
         return sum(op.state_size for op in self.operators.values())
 
     @property
+    def in_flight_size(self) -> int:
+        """Bytes of in-flight data an unaligned checkpoint saved (0 when aligned)."""
+        return sum(h.size for op in self.operators.values() for s in op.subtask_states.values()
+                   for h in s.channel)
+
+    @property
     def incremental_size(self) -> int:
         """Bytes written for this checkpoint itself: shared files of incremental snapshots
         that earlier checkpoints uploaded are not counted (equals `state_size` when no

@@ -85,3 +85,24 @@ def test_cli_lists_completed_and_flags_unusable(job):
     assert result.output.count("COMPLETED") == 3
     assert "INCOMPLETE" in result.output and "CORRUPT" in result.output
     assert "3 incomplete or corrupt checkpoint(s) are not usable for restore" in result.output
+
+
+def test_an_unaligned_checkpoint_lists_its_in_flight_data(tmp_path):
+    from streamsnap.checkpoint.handles import FileHandle, OperatorSubtaskState
+
+    storage = CheckpointStorage(str(tmp_path / "ckpt"), "jobU")
+    location = storage.initialize_location(2)
+    state = {0: OperatorSubtaskState(channel=(FileHandle("sum-channels-a", 1500),)),
+             1: OperatorSubtaskState(channel=(FileHandle("sum-channels-b", 500),))}
+    write_metadata(location.url, CheckpointMetadata("jobU", 2, CheckpointType.CHECKPOINT, 1.0, 2.0,
+                                                    {"sum": OperatorState("sum", 2, 8, state)}))
+    aligned = completed(storage, 3)
+    [unaligned, plain] = list_checkpoints(storage.job_directory)
+    assert (unaligned.checkpoint_id, unaligned.in_flight_size, unaligned.state_size) == (2, 2000, 2000)
+    assert plain.in_flight_size == 0 and aligned is not None
+    typer_testing = pytest.importorskip("typer.testing")
+    from streamsnap.cli import _size, app
+
+    out = typer_testing.CliRunner().invoke(app, ["checkpoints", storage.job_directory], env={"COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    assert "in flight" in out.output and _size(2000) in out.output
