@@ -167,6 +167,20 @@ def pack_keys(keys: list) -> bytes:
     return msgpack.packb(keys, use_bin_type=True, default=_key_default)
 
 
+def array_header(length: int) -> bytes:
+    """The msgpack header of an array of `length` elements (its elements follow it packed)."""
+    if length < 16:
+        return bytes((0x90 | length,))
+    if length < 1 << 16:
+        return b"\xdc" + length.to_bytes(2, "big")
+    return b"\xdd" + length.to_bytes(4, "big")
+
+
+def pack_keys_body(keys: list) -> bytes:
+    """`pack_keys` without the array header: bodies concatenate into one array."""
+    return pack_keys(keys)[len(array_header(len(keys))):]
+
+
 def unpack_keys(data: bytes | memoryview) -> tuple:
     """Decode `pack_keys` output; arrays come back as tuples, so keys are hashable."""
     return msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
