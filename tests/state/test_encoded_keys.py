@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamsnap.state import HashMapKeyedStateBackend, KeyGroupRange, assign_to_key_group
+from streamsnap.state.serialization import array_header, pack_array_body, pack_keys, pack_value
 
 from .test_hashmap_backend import FULL, MAX_P, Model, fill, use_key
 
@@ -127,3 +128,11 @@ def test_a_removal_the_table_did_not_count_is_still_caught(location):
     back = HashMapKeyedStateBackend("op", MAX_P, FULL)
     back.restore([handle], location)
     assert Model(back).dump() == model.dump()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(VALUES, max_size=1300), st.lists(KEYS, max_size=1300))
+def test_packing_in_chunks_gives_the_bytes_of_one_pack(values, keys):
+    assert pack_array_body(iter(values), pack_value, array_header(len(values))) == pack_value(values)
+    assert pack_array_body(keys, header=array_header(len(keys))) == pack_keys(keys)
+    assert array_header(len(keys)) + pack_array_body(keys) == pack_keys(keys)

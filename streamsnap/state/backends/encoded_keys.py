@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from streamsnap.state.serialization import array_header, pack_keys_body
+from streamsnap.state.serialization import array_header, pack_array_body
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,9 @@ def pack_keys_reusing(cache: dict[int, EncodedKeys], key_group: int, removals: i
         newest = list(islice(reversed(entries), count - known.count + 1))
         if newest[-1] is known.last:
             added = newest[-2::-1]   # oldest first, without the last known key
-            body = known.body + pack_keys_body(added) if added else known.body
+            body = pack_array_body(added, header=known.body) if added else known.body
             last = newest[0]
     if body is None:
-        keys = list(entries)
-        body, last = pack_keys_body(keys), keys[-1]
+        body, last = pack_array_body(entries), next(reversed(entries))
     cache[key_group] = EncodedKeys(count, last, removals, body)
     return array_header(count) + body

@@ -64,8 +64,9 @@ from streamsnap.state.keyed_state import (STATE_CLASSES, KeyedState, StateTable,
                                           unwrap)
 from streamsnap.state.keyed_state_ttl import TTL_STATE_CLASSES, drop_expired
 from streamsnap.state.ttl import check_same_ttl, clock_millis, is_ttl_tag, tag_mismatch
-from streamsnap.state.serialization import (Serializer, find_unencodable, key_error, pack_keys,
-                                            pack_value, unpack_keys, unpack_value, value_error)
+from streamsnap.state.serialization import (Serializer, array_header, find_unencodable,
+                                            key_error, pack_array_body, pack_value, unpack_keys,
+                                            unpack_value, value_error)
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 
 MAGIC = b"SSKEYED\x01"
@@ -75,6 +76,11 @@ _CHECKSUM_BYTES = 8
 
 def _checksum(data: bytes | memoryview) -> bytes:
     return xxhash.xxh64_digest(data)
+
+
+def _pack_native(values: list) -> bytes:
+    """msgpack of stored values of a native-serializer state (wrappers unwrapped)."""
+    return pack_value(values, default=native_default)
 
 
 @dataclass
@@ -109,9 +115,10 @@ class _CapturedState:
 
     def encode(self, key_group: int, entries: dict) -> tuple[bytes, bytes]:
         """(keys, values): two parallel msgpack arrays of one key group's entries."""
+        header = array_header(len(entries))
         try:
             if self.key_cache is None:
-                keys = pack_keys(list(entries))
+                keys = pack_array_body(entries, header=header)
             else:
                 keys = pack_keys_reusing(self.key_cache, key_group, self.removals[key_group],
                                          entries)
@@ -120,9 +127,9 @@ class _CapturedState:
         serializer = self.serializer
         try:
             if serializer is None:
-                return keys, pack_value(list(entries.values()))
+                return keys, pack_array_body(entries.values(), pack_value, header)
             if serializer.native:
-                return keys, pack_value(list(entries.values()), default=native_default)
+                return keys, pack_array_body(entries.values(), _pack_native, header)
         except (TypeError, ValueError, OverflowError) as e:
             raise self._diagnose(entries, serializer) from e
         try:
