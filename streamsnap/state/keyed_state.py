@@ -92,7 +92,8 @@ class _MapEntry:
 class StateTable:
     """Storage of one named keyed state: key group -> {key: stored value}, copy-on-write."""
 
-    __slots__ = ("name", "kind", "descriptor", "serializer", "tag", "maps", "stamps", "backend")
+    __slots__ = ("name", "kind", "descriptor", "serializer", "tag", "maps", "stamps", "backend",
+                 "removals", "key_cache")
 
     def __init__(self, backend: "HashMapKeyedStateBackend", descriptor: StateDescriptor,
                  key_groups: KeyGroupRange):
@@ -105,6 +106,18 @@ class StateTable:
         self.tag = state_tag(self.serializer.tag, descriptor.ttl)
         self.maps: dict[int, dict] = {kg: {} for kg in key_groups}
         self.stamps: dict[int, int] = dict.fromkeys(key_groups, backend._epoch)
+        # Keys removed per key group, ever: while it stays put, a key group's dict only gained
+        # keys at its end (an update keeps a key's place), which lets a snapshot reuse the keys
+        # the previous one encoded (`key_cache`, owned by the heap backend's snapshots).
+        self.removals: dict[int, int] = dict.fromkeys(key_groups, 0)
+        self.key_cache: dict[int, Any] = {}
+
+    def remove(self, key_group: int, key: Any) -> None:
+        """Drop `key` from `key_group` (copy-on-write), counted in `removals`. Every removal of
+        a key from a key group's dict must come through here."""
+        m = self.own(key_group)
+        if m.pop(key, _MISSING) is not _MISSING:
+            self.removals[key_group] += 1
 
     def own(self, key_group: int) -> dict:
         """The dict of `key_group`, copied first if a running snapshot may be reading it."""
@@ -198,7 +211,7 @@ class KeyedState:
         """Remove the current key's entry."""
         key = self._backend._current_key
         if key in self._read_map():
-            del self._write_map()[key]
+            self._table.remove(self._backend._current_key_group, key)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -240,7 +253,7 @@ class ValueState(KeyedState):
         if value.__class__ in PLAIN_TYPES:
             m[backend._current_key] = value
         elif value is None:
-            m.pop(backend._current_key, None)
+            self._table.remove(kg, backend._current_key)
         else:
             self._check(value)
             m[backend._current_key] = _Cell(backend._epoch, value)
@@ -287,7 +300,7 @@ class ValueState(KeyedState):
             if value.__class__ in PLAIN_TYPES:
                 m[key] = value
             elif value is None:
-                m.pop(key, None)
+                table.remove(kg, key)
             else:
                 self._check(value)
                 m[key] = _Cell(epoch, value)
@@ -395,7 +408,7 @@ class MapState(KeyedState):
         data = self._writable_data()
         del data[key]
         if not data:
-            del self._write_map()[self._backend._current_key]
+            self.clear()
 
     def contains(self, key: Any) -> bool:
         entry = self._entry()
@@ -442,7 +455,7 @@ class ReducingState(KeyedState):
         if result.__class__ in PLAIN_TYPES:
             m[backend._current_key] = result
         elif result is None:
-            m.pop(backend._current_key, None)
+            self._table.remove(backend._current_key_group, backend._current_key)
         else:
             self._check(result)
             m[backend._current_key] = _Cell(backend._epoch, result)

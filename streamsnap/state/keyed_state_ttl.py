@@ -55,7 +55,7 @@ class _Ttl:
             return default
         now = backend._ttl_now()
         if entry.ts + self._ttl_ms <= now:
-            del self._write_map()[key]
+            self.clear()
             return entry.value if self._return_expired else default
         fresh = self._fresh(entry)
         if self._on_read:
@@ -152,7 +152,7 @@ class TtlReducingState(_Ttl, ReducingState):
             result = self._reduce(self._fresh(entry).value, value)
         if result is None:
             if entry is not None:
-                del self._write_map()[key]
+                self.clear()
             return
         self._check(result)
         self._write_map()[key] = self._stamp(result, now)
@@ -184,7 +184,7 @@ class TtlListState(_Ttl, ListState):
         if live:
             self._write_map()[key] = _ListEntry(backend._epoch, live)
         else:
-            del self._write_map()[key]
+            self.clear()
         return values
 
     def _stamped(self, values: Iterable[Any]) -> list[_Stamped]:
@@ -258,7 +258,7 @@ class TtlMapState(_Ttl, MapState):
                 for k, s in writable.items():
                     writable[k] = _Stamped(epoch, now, s.value)
             if not writable:
-                del self._write_map()[self._backend._current_key]
+                self.clear()
         return returned
 
     def get(self, key: Any, default: Any = None) -> Any:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import pickle
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import islice
 from typing import Any, ClassVar
 
 import msgpack
@@ -165,6 +166,36 @@ def _key_default(obj: Any) -> Any:
 def pack_keys(keys: list) -> bytes:
     """msgpack of a list of keys: composite keys become arrays (fast, no Python callback)."""
     return msgpack.packb(keys, use_bin_type=True, default=_key_default)
+
+
+def array_header(length: int) -> bytes:
+    """The msgpack header of an array of `length` elements (its elements follow it packed)."""
+    if length < 16:
+        return bytes((0x90 | length,))
+    if length < 1 << 16:
+        return b"\xdc" + length.to_bytes(2, "big")
+    return b"\xdd" + length.to_bytes(4, "big")
+
+
+PACK_CHUNK = 512
+
+
+def pack_array_body(items: Iterable, pack: Callable[[list], bytes] = pack_keys,
+                    header: bytes = b"") -> bytes:
+    """`header` then the packed elements of `items` (no array header of their own), packed
+    `PACK_CHUNK` at a time by `pack` (`pack_keys`, or `pack_value` with its default).
+
+    Why chunks: in a large state, keys and values are objects scattered over the heap, and
+    reading each costs a cache miss. `pack(list(items))` reads every object twice (the list
+    takes a reference, the packer reads it), far apart in time; a short list is packed while
+    its objects are still in the CPU cache. 5 M scattered int values: 0.72-1.1 s in chunks of
+    512 against 1.1-1.9 s at once, in the same runs."""
+    parts: list = [header]
+    it = iter(items)
+    while chunk := list(islice(it, PACK_CHUNK)):
+        packed = pack(chunk)
+        parts.append(memoryview(packed)[len(array_header(len(chunk))):])
+    return b"".join(parts)
 
 
 def unpack_keys(data: bytes | memoryview) -> tuple:

@@ -8,7 +8,10 @@ State lives in Python dicts: per state name, per key group, ``key -> value`` (se
   epoch, so copy-on-write protects what was captured. Cost: O(states × key groups), no
   serialization, no I/O.
 * `Snapshot.run()` — the asynchronous part, on any thread, while the mailbox thread keeps
-  processing records: serializes the captured dicts and writes one file.
+  processing records: serializes the captured dicts and writes one file. The keys of a key
+  group that only gained keys since the previous snapshot are not encoded again: that
+  snapshot's encoding is reused and extended (`streamsnap.state.backends.encoded_keys`), the
+  bytes being the same.
 
 File format (one file per snapshot, in the checkpoint directory)::
 
@@ -56,6 +59,7 @@ from streamsnap.clock import Clock, SystemClock
 from streamsnap.checkpoint.handles import FileHandle, KeyGroupsStateHandle
 from streamsnap.errors import ConfigurationError, RestoreError
 from streamsnap.state.assignment import SubtaskRestoreState
+from streamsnap.state.backends.encoded_keys import EncodedKeys, pack_keys_reusing
 from streamsnap.state.descriptors import STATE_KINDS, StateDescriptor
 from streamsnap.state.errors import StateError, StateSerializationError
 from streamsnap.state.key_groups import KeyGroupRange, check_max_parallelism
@@ -66,8 +70,9 @@ from streamsnap.state.keyed_state_ttl import TTL_STATE_CLASSES, drop_expired
 from streamsnap.state import local_recovery
 from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.ttl import check_same_ttl, clock_millis, is_ttl_tag, tag_mismatch
-from streamsnap.state.serialization import (Serializer, find_unencodable, key_error, pack_keys,
-                                            pack_value, unpack_keys, unpack_value, value_error)
+from streamsnap.state.serialization import (Serializer, array_header, find_unencodable,
+                                            key_error, pack_array_body, pack_value, unpack_keys,
+                                            unpack_value, value_error)
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 
 log = logging.getLogger(__name__)
@@ -79,6 +84,11 @@ _CHECKSUM_BYTES = 8
 
 def _checksum(data: bytes | memoryview) -> bytes:
     return xxhash.xxh64_digest(data)
+
+
+def _pack_native(values: list) -> bytes:
+    """msgpack of stored values of a native-serializer state (wrappers unwrapped)."""
+    return pack_value(values, default=native_default)
 
 
 @dataclass
@@ -101,6 +111,9 @@ class _CapturedState:
     serializer: Serializer | None   # None: the dicts already hold wire values
     key_groups: list[tuple[int, dict]]
     ttl_cutoff: int | None = None   # TTL states: entries stamped at or before it are expired
+    # Live non-TTL states: the table's cache of encoded keys and its removal counts at capture.
+    key_cache: dict[int, EncodedKeys] | None = None
+    removals: dict[int, int] | None = None
 
     def live(self, entries: dict) -> dict:
         """The entries to write: all, or for a TTL state those not expired."""
@@ -108,18 +121,23 @@ class _CapturedState:
             return entries
         return drop_expired(self.kind, entries, self.ttl_cutoff)
 
-    def encode(self, entries: dict) -> tuple[bytes, bytes]:
+    def encode(self, key_group: int, entries: dict) -> tuple[bytes, bytes]:
         """(keys, values): two parallel msgpack arrays of one key group's entries."""
+        header = array_header(len(entries))
         try:
-            keys = pack_keys(list(entries))
+            if self.key_cache is None:
+                keys = pack_array_body(entries, header=header)
+            else:
+                keys = pack_keys_reusing(self.key_cache, key_group, self.removals[key_group],
+                                         entries)
         except (TypeError, ValueError, OverflowError) as e:
             raise self._diagnose(entries, None) from e
         serializer = self.serializer
         try:
             if serializer is None:
-                return keys, pack_value(list(entries.values()))
+                return keys, pack_array_body(entries.values(), pack_value, header)
             if serializer.native:
-                return keys, pack_value(list(entries.values()), default=native_default)
+                return keys, pack_array_body(entries.values(), _pack_native, header)
         except (TypeError, ValueError, OverflowError) as e:
             raise self._diagnose(entries, serializer) from e
         try:
@@ -207,7 +225,7 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
             position = len(MAGIC)
             for kg in sorted(by_key_group):
                 self._check_not_discarded()
-                states = [[part.name, part.kind, part.tag, *part.encode(entries)]
+                states = [[part.name, part.kind, part.tag, *part.encode(kg, entries)]
                           for part, entries in by_key_group[kg]]
                 payload = msgpack.packb([FORMAT_VERSION, kg, states], use_bin_type=True)
                 pending.write(payload)
@@ -461,10 +479,15 @@ class HashMapKeyedStateBackend:
         for table in self._tables.values():
             captured = table.capture()
             if captured:
-                ttl = table.descriptor.ttl
-                parts.append(_CapturedState(table.name, table.kind, table.tag,
-                                            table.serializer, captured,
-                                            None if ttl is None else now - ttl.ttl_ms))
+                if table.descriptor.ttl is None:
+                    parts.append(_CapturedState(table.name, table.kind, table.tag,
+                                                table.serializer, captured,
+                                                key_cache=table.key_cache,
+                                                removals=dict(table.removals)))
+                else:
+                    parts.append(_CapturedState(table.name, table.kind, table.tag,
+                                                table.serializer, captured,
+                                                now - table.descriptor.ttl.ttl_ms))
         for restored in self._restored.values():
             captured = [(kg, m) for kg, m in restored.maps.items() if m]
             if captured:
