@@ -170,6 +170,10 @@ class SnapshotInProgress:
 class StreamOperator:
     """Base operator: state backends, user-function hooks and the checkpoint callbacks."""
 
+    #: The operator loops over rows in Python (its cost is per row): as a task's head it gets
+    #: its input in chunks (runtime/input.py), so its results leave a chunk at a time.
+    row_input = False
+
     def __init__(self, ctx: OperatorContext, function: Any = None, keyed: bool = False):
         self.ctx = ctx
         self.function = function
@@ -257,6 +261,8 @@ class StreamOperator:
 
 # ==================================================================== per-row operators
 class MapOperator(StreamOperator):
+    row_input = True
+
     def process(self, batch: Batch) -> None:
         rows = to_rows(batch)
         self.records_in += len(rows)
@@ -276,6 +282,8 @@ class MapOperator(StreamOperator):
 
 
 class FilterOperator(StreamOperator):
+    row_input = True
+
     def process(self, batch: Batch) -> None:
         rows = to_rows(batch)
         self.records_in += len(rows)
@@ -305,6 +313,8 @@ def _extend_results(out: list, result) -> None:
 
 
 class FlatMapOperator(StreamOperator):
+    row_input = True
+
     def process(self, batch: Batch) -> None:
         rows = to_rows(batch)
         self.records_in += len(rows)
@@ -352,6 +362,8 @@ class ProcessOperator(StreamOperator):
     `runtime/timestamps_operator.py`); `ctx.timestamp()` evaluates it on the current row only
     when asked, so rows carry no extra column and unused timestamps cost nothing.
     """
+
+    row_input = True
 
     def __init__(self, ctx: OperatorContext, function, timestamps=None, keyed: bool = False):
         super().__init__(ctx, function, keyed=keyed)
