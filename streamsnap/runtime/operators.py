@@ -33,7 +33,7 @@ from streamsnap.api.functions import (
 from streamsnap.checkpoint.handles import OperatorSubtaskState
 from streamsnap.errors import UserFunctionError
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.batches import Batch, as_record_batch, num_rows, rows_and_columns, to_record_batch, to_rows
+from streamsnap.runtime.batches import Batch, as_record_batch, num_rows, rows_of, to_record_batch, to_rows
 from streamsnap.runtime.schemas import RowSchema
 from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
 from streamsnap.state.key_groups import KeyGroupRange, assign_key_groups, key_group_range_for_subtask
@@ -414,7 +414,7 @@ def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | N
     """The keys and key groups of a batch's rows for a keyed operator (`key`, default `op.key`):
     column-wise for Arrow batches (one to_pylist, key groups hashed vectorized), per row for row
     lists. columns: the batch's columns as Python lists, when the caller has them already
-    (`batches.rows_and_columns`), so a key column is not converted twice."""
+    (`batches.rows_of`), so a key column is not converted twice."""
     key, max_parallelism = key or op.key, op.ctx.max_parallelism
     try:
         if isinstance(batch, pa.RecordBatch):
@@ -496,11 +496,7 @@ class KeyedProcessOperator(ProcessingTimeWakeups, ProcessOperator):
         self._schedule_wakeup(self.timer_service.next_processing_time())
 
     def process(self, batch: Batch) -> None:
-        columns = None
-        if isinstance(batch, pa.RecordBatch):
-            rows, columns = rows_and_columns(batch)
-        else:
-            rows = batch
+        rows, columns = rows_of(batch)
         n = len(rows)
         self.records_in += n
         if not n:
