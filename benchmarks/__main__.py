@@ -115,14 +115,16 @@ def run_backpressure(spark, p: dict, results: dict) -> None:
 
 
 def run_latency(spark, p: dict, results: dict) -> None:
+    """Per-row W1 (vectorized source, per-row `process`): event creation -> sink at half and a
+    quarter of the max rate of the same job with the same settings (buffer timeout 5 ms, 1 s
+    checkpoints), measured warm just before (workloads.w1_latency_max_rate); at the same rate
+    with a 100 ms timeout; and Spark's micro-batch latency at that rate."""
     from benchmarks import spark_baselines as sb
 
-    max_rate = results.get("w1_row_no_checkpoints", {}).get("events_per_second")
-    if max_rate is None:
-        print("  (latency: measuring the per-row maximum first)", flush=True)
-        max_rate = workloads.w1_throughput(spark, p["row"], p["keys"], "row", None, 1)["events_per_second"]
-    rate = max_rate / 2
-    results["latency"] = {"rate": rate}
+    print(f"  latency: the job's max rate (buffer timeout 5 ms, checkpoints 1 s, {p['row']:,} rows) ...", flush=True)
+    max_rate = workloads.w1_latency_max_rate(spark, p["row"], p["keys"], "row", 0.005, 1.0)
+    rate = max_rate["events_per_second"] / 2
+    results["latency"] = {"rate": rate, "max_rate": max_rate}
     for timeout in (0.1, 0.005):
         print(f"  latency at {rate:,.0f} events/s, buffer timeout {timeout * 1000:g} ms ...", flush=True)
         results["latency"][f"streamsnap_{timeout * 1000:g}ms"] = workloads.w1_latency(

@@ -171,10 +171,16 @@ class TimingSink(Sink):
         return {**self.__dict__, "timings": None}  # driver-side only
 
     def events_per_second(self) -> float:
-        reports = [r for r in self.timings.reports if r["first"] is not None]
-        rows = sum(r["rows"] for r in reports)
-        span = max(r["last"] for r in reports) - min(r["first"] for r in reports)
-        return rows / span
+        return rows_per_second(self.timings.reports)
+
+
+def rows_per_second(reports: list[dict]) -> float:
+    """Rows over all sink subtasks / (last arrival at any - first arrival at any); each report
+    holds one subtask's `first`, `last` (epoch seconds, None without rows) and `rows`."""
+    reports = [r for r in reports if r["first"] is not None]
+    rows = sum(r["rows"] for r in reports)
+    span = max(r["last"] for r in reports) - min(r["first"] for r in reports)
+    return rows / span
 
 
 def run_w1(spark, n: int, k: int, form: str, checkpoint_interval: float | None) -> dict:
@@ -271,42 +277,62 @@ class _LatencyWriter(SinkWriter):
         self._samples: list[np.ndarray] = []
         self._start = time.time() + warmup
         self._measure = measure
+        # Throughput of the same rows (the max-rate run): first and last arrival, rows.
+        self._first = self._last = None
+        self._rows = 0
 
     def write(self, batch) -> None:
         now = time.time()
+        if self._first is None:
+            self._first = now
+        self._last = now
+        self._rows += batch.num_rows if hasattr(batch, "num_rows") else len(batch)
         if now < self._start:
             return
         self._samples.append(self._measure(batch, now))
 
-    def _flush(self) -> None:
-        if self._samples:
-            lat = np.concatenate(self._samples)
-            if lat.size > 200_000:
-                lat = np.random.default_rng(0).choice(lat, 200_000, replace=False)
-            self._ctx.driver.send({"type": "sink", "uid": self._ctx.uid, "op": "latency",
-                                   "subtask": self._ctx.subtask_index, "values": lat.tobytes()})
-            self._samples = []
+    def _flush(self, final: bool) -> None:
+        if not self._samples and not final:
+            return
+        lat = np.concatenate(self._samples) if self._samples else np.array([], dtype=np.float64)
+        if lat.size > 200_000:
+            lat = np.random.default_rng(0).choice(lat, 200_000, replace=False)
+        message = {"type": "sink", "uid": self._ctx.uid, "op": "latency",
+                   "subtask": self._ctx.subtask_index, "values": lat.tobytes()}
+        if final:
+            message.update(first=self._first, last=self._last, rows=self._rows)
+        self._ctx.driver.send(message)
+        self._samples = []
 
     def end_input(self) -> None:
-        self._flush()
+        self._flush(final=True)
 
     def close(self) -> None:
-        self._flush()
+        self._flush(final=False)
 
 
 class _LatencyCollector:
     def __init__(self):
         self.samples: list[np.ndarray] = []
+        self.timings: list[dict] = []
         self._lock = threading.Lock()
 
     def on_message(self, subtask: int, message: dict) -> None:
         with self._lock:
-            self.samples.append(np.frombuffer(message["values"], dtype=np.float64))
+            values = np.frombuffer(message["values"], dtype=np.float64)
+            if values.size:
+                self.samples.append(values)
+            if "rows" in message:
+                self.timings.append({k: message[k] for k in ("first", "last", "rows")})
 
 
 class LatencySink(Sink):
     """Records a latency per row after a warm-up (samples to the driver): `measure(batch, now)`,
-    a module-level function, gives them; by default event creation → sink."""
+    a module-level function, gives them; by default event creation → sink. Each subtask also
+    reports its first and last arrival and its rows (`events_per_second`). Rows are read where
+    they are (a per-row operator's dicts are not converted to Arrow, like `sinks.Discard`)."""
+
+    checks_schema = False
 
     def __init__(self, warmup: float = 2.0, measure=since_event_creation):
         self.warmup = warmup
@@ -324,19 +350,61 @@ class LatencySink(Sink):
         # The collector lives on the driver (it holds a lock); tasks get the sink without it.
         return {**self.__dict__, "collector": None}
 
+    def events_per_second(self) -> float:
+        return rows_per_second(self.collector.timings)
+
+
+# The per-row latency job (W1, per-row `process`) and the rate it is run at. Its source is the
+# vectorized Generator stamping each batch with the wall clock (one stamp per batch, so the
+# latency of a row counts from its batch's creation); a source batch holds at most
+# LATENCY_SOURCE_BATCH rows (rate-limited, a subtask emits what its rate allowed since its last
+# batch, ~1 ms of rows at 1 M/s). "Half the max rate" is half of what this very job sustains
+# unthrottled with the same settings — buffer timeout, network batch size, source batch size,
+# checkpoint interval, sink — measured warm (`w1_latency_max_rate`); a max taken from another
+# configuration (8192-row source batches, 100 ms timeout, no checkpoints) is not the ceiling of
+# the job whose latency is measured, so half of it may be more than half its load.
+LATENCY_SOURCE_BATCH = 1024
+LATENCY_NETWORK_BATCH = 8192
+
+
+def _w1_latency_job(spark, n: int, k: int, form: str, rate: float | None, buffer_timeout: float,
+                    checkpoint_interval: float | None, sink: LatencySink):
+    network = ss.NetworkConfig(buffer_timeout=buffer_timeout, batch_size=LATENCY_NETWORK_BATCH)
+    env = _environment(spark, form, checkpoint_interval, network=network)
+    build_w1(env, n, k, form, sink, rate=rate, batch_size=LATENCY_SOURCE_BATCH, stamp=True)
+    return env
+
+
+def w1_latency_max_rate(spark, n: int, k: int, form: str = "row", buffer_timeout: float = 0.005,
+                        checkpoint_interval: float | None = 1.0, runs: int = 3) -> dict:
+    """Events/s the latency job (`w1_latency`, same settings) sustains unthrottled: first to
+    last row at its sink, median over `runs` runs of n rows after a warm-up run of n / 4 (a
+    cold first run of fresh Python workers measures low)."""
+    def one(rows: int) -> float:
+        sink = LatencySink(warmup=0.0)
+        env = _w1_latency_job(spark, rows, k, form, None, buffer_timeout, checkpoint_interval, sink)
+        env.execute(f"W1 latency max rate {form} n={rows} timeout={buffer_timeout}")
+        return sink.events_per_second()
+
+    one(max(1, n // 4))
+    rates = [one(n) for _ in range(runs)]
+    return {"events_per_second": statistics.median(rates), "runs": rates, "rows": n, "form": form,
+            "buffer_timeout": buffer_timeout, "checkpoint_interval": checkpoint_interval,
+            "source_batch": LATENCY_SOURCE_BATCH, "network_batch": LATENCY_NETWORK_BATCH}
+
 
 def w1_latency(spark, rate: float, seconds: float, k: int, form: str, buffer_timeout: float,
                checkpoint_interval: float | None = 1.0, warmup: float = 2.0) -> dict:
-    """p50/p99 of event creation → sink, at a fixed rate (events/s over both subtasks)."""
-    network = ss.NetworkConfig(buffer_timeout=buffer_timeout, batch_size=8192)
-    env = _environment(spark, form, checkpoint_interval, network=network)
+    """p50/p99 of event creation → sink, at a fixed rate (events/s over both subtasks); the
+    benchmark runs it at half and a quarter of `w1_latency_max_rate` with the same settings."""
     sink = LatencySink(warmup=warmup)
-    n = int(rate * seconds)
-    build_w1(env, n, k, form, sink, rate=rate, batch_size=max(1, min(8192, int(rate * 0.001))), stamp=True)
+    env = _w1_latency_job(spark, int(rate * seconds), k, form, rate, buffer_timeout, checkpoint_interval, sink)
     env.execute(f"W1 latency {form} rate={rate} timeout={buffer_timeout}")
     lat = np.concatenate(sink.collector.samples) if sink.collector.samples else np.array([np.nan])
-    p50, p99 = np.percentile(lat, [50, 99])
-    return {"p50": float(p50), "p99": float(p99), "samples": int(lat.size)}
+    p50, p99, p999 = np.percentile(lat, [50, 99, 99.9])
+    return {"p50": float(p50), "p99": float(p99), "p999": float(p999), "max": float(np.max(lat)),
+            "samples": int(lat.size), "rate": rate, "buffer_timeout": buffer_timeout,
+            "checkpoint_interval": checkpoint_interval}
 
 
 # ------------------------------------------------------------------------------- checkpoints

@@ -32,6 +32,14 @@ def to_rows(batch: Batch) -> list:
     return rows_and_columns(batch)[0]
 
 
+def rows_of(batch: Batch) -> tuple[list, list | None]:
+    """`batch`'s rows and, for an Arrow batch, its columns as Python lists when the rows were
+    built from them (see `rows_and_columns`): a keyed operator reads its key column from them."""
+    if isinstance(batch, pa.RecordBatch):
+        return rows_and_columns(batch)
+    return batch, None
+
+
 def rows_and_columns(batch: pa.RecordBatch) -> tuple[list, list | None]:
     """An Arrow batch's rows as dicts — equal to `batch.to_pylist()` — and, when they were built
     from them, its columns as Python lists (callers reuse a key column instead of converting it

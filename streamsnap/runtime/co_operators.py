@@ -14,7 +14,7 @@ from typing import Any
 
 
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.batches import Batch, to_rows
+from streamsnap.runtime.batches import Batch, rows_of, to_rows
 from streamsnap.runtime.operators import (
     KeyedProcessOperator, OperatorFactory, ProcessOperator, StreamOperator,
 )
@@ -52,12 +52,12 @@ class KeyedCoProcessOperator(KeyedProcessOperator):
         self._elements = (function.process_element1, function.process_element2)
 
     def process_input(self, index: int, batch: Batch) -> None:
-        rows = to_rows(batch)
+        rows, columns = rows_of(batch)
         if not rows:
             return
         self.records_in += len(rows)
         self.context._assigner = self._timestamps[index]
-        self._run_keyed_rows(self._elements[index], batch, rows, self.keys[index])
+        self._run_keyed_rows(self._elements[index], batch, rows, self.keys[index], columns)
 
     def _fire_timers(self, timers) -> None:
         # A timer has no input row, so no input's assigner applies (ctx.timestamp() is the timer's).

@@ -17,6 +17,12 @@ any unblocked channel of the same input whose next frame is data): an operator t
 behind then pays its per-batch cost once for what piled up, not once per small frame a
 buffer timeout flushed, so it catches up instead of staying behind. Only frames at the head of
 a channel are taken, so each channel's order against its own events is kept.
+
+A per-row head (one that loops over rows in Python) gets its input in chunks of at most
+`chunk_rows` rows instead — merged up to that, larger frames sliced (zero-copy). Its cost is per
+row, so a chunk costs what the same rows cost in one batch (measured: 1024-row batches as fast
+as 8192-row ones through a keyed `process`), while its results leave a chunk at a time: the
+first rows of a backlog are not held until the last ones are done.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ class CheckpointedInput:
                  unaligned: bool = False):
         self.channels = channels
         self.max_rows = max_rows
+        self.chunk_rows: int | None = None   # see the module docstring; set by `chunk_for_rows`
         self._network = network
         self._task = task
         self._blocked = [False] * len(channels)
@@ -188,6 +195,11 @@ class CheckpointedInput:
     def is_blocked(self, channel: int) -> bool:
         return self._blocked[channel]
 
+    def chunk_for_rows(self, rows: int) -> None:
+        """Hand out batches of at most `rows` rows (for a per-row head operator)."""
+        self.chunk_rows = rows
+        self.max_rows = min(self.max_rows, rows)
+
     def poll_next(self) -> pa.RecordBatch | Watermark | WatermarkStatus | None:
         """The next batch of records or change of the input's watermark / status, or None
         when no unblocked channel has anything now."""
@@ -213,6 +225,8 @@ class CheckpointedInput:
                 self.last_input = self._input_of[i]
                 batches = self._consumed(channel, payload)
                 batches = self._merge_queued(batches, self.last_input, i if self.unaligned else None)
+                if self.chunk_rows is not None:
+                    batches = _chunked(batches, self.chunk_rows)
                 if not batches:
                     continue
                 self._decoded.extend(batches)
@@ -295,3 +309,10 @@ class CheckpointedInput:
             self._decoded.extend(self._time.on_status(channel, event))
         else:
             raise ValueError(f"unknown event {event!r}")
+
+
+def _chunked(batches: list[pa.RecordBatch], rows: int) -> list[pa.RecordBatch]:
+    """`batches` with each one longer than `rows` cut into slices of at most `rows` rows."""
+    if all(b.num_rows <= rows for b in batches):
+        return batches
+    return [b.slice(start, rows) for b in batches for start in range(0, b.num_rows, rows)]

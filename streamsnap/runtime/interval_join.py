@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamsnap.api.functions import Context
-from streamsnap.runtime.batches import Batch, to_rows
+from streamsnap.runtime.batches import Batch, rows_of
 from streamsnap.runtime.operators import (
     KeyedProcessOperator, keys_of, OperatorFactory, StreamOperator, user_error, _extend_results,
 )
@@ -120,11 +120,11 @@ class IntervalJoinOperator(KeyedProcessOperator):
         return ts
 
     def process_input(self, index: int, batch: Batch) -> None:
-        rows = to_rows(batch)
+        rows, columns = rows_of(batch)
         if not rows:
             return
         self.records_in += len(rows)
-        keys, groups = keys_of(self, batch, rows, self.keys[index])
+        keys, groups = keys_of(self, batch, rows, self.keys[index], columns)
         set_key = self.keyed_backend.set_current_key
         own, other = self._buffers[index], self._buffers[1 - index]
         own_times, other_times = self._times[index], self._times[1 - index]

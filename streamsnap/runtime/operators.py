@@ -33,7 +33,7 @@ from streamsnap.api.functions import (
 from streamsnap.checkpoint.handles import OperatorSubtaskState
 from streamsnap.errors import UserFunctionError
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.batches import Batch, as_record_batch, num_rows, rows_and_columns, to_record_batch, to_rows
+from streamsnap.runtime.batches import Batch, as_record_batch, num_rows, rows_of, to_record_batch, to_rows
 from streamsnap.runtime.schemas import RowSchema
 from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
 from streamsnap.state.key_groups import KeyGroupRange, assign_key_groups, key_group_range_for_subtask
@@ -172,6 +172,10 @@ class SnapshotInProgress:
 class StreamOperator:
     """Base operator: state backends, user-function hooks and the checkpoint callbacks."""
 
+    #: The operator loops over rows in Python (its cost is per row): as a task's head it gets
+    #: its input in chunks (runtime/input.py), so its results leave a chunk at a time.
+    row_input = False
+
     def __init__(self, ctx: OperatorContext, function: Any = None, keyed: bool = False):
         self.ctx = ctx
         self.function = function
@@ -260,6 +264,8 @@ class StreamOperator:
 
 # ==================================================================== per-row operators
 class MapOperator(StreamOperator):
+    row_input = True
+
     def process(self, batch: Batch) -> None:
         rows = to_rows(batch)
         self.records_in += len(rows)
@@ -279,6 +285,8 @@ class MapOperator(StreamOperator):
 
 
 class FilterOperator(StreamOperator):
+    row_input = True
+
     def process(self, batch: Batch) -> None:
         rows = to_rows(batch)
         self.records_in += len(rows)
@@ -308,6 +316,8 @@ def _extend_results(out: list, result) -> None:
 
 
 class FlatMapOperator(StreamOperator):
+    row_input = True
+
     def process(self, batch: Batch) -> None:
         rows = to_rows(batch)
         self.records_in += len(rows)
@@ -355,6 +365,8 @@ class ProcessOperator(StreamOperator):
     `runtime/timestamps_operator.py`); `ctx.timestamp()` evaluates it on the current row only
     when asked, so rows carry no extra column and unused timestamps cost nothing.
     """
+
+    row_input = True
 
     def __init__(self, ctx: OperatorContext, function, timestamps=None, keyed: bool = False):
         super().__init__(ctx, function, keyed=keyed)
@@ -405,7 +417,7 @@ def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | N
     """The keys and key groups of a batch's rows for a keyed operator (`key`, default `op.key`):
     column-wise for Arrow batches (one to_pylist, key groups hashed vectorized), per row for row
     lists. columns: the batch's columns as Python lists, when the caller has them already
-    (`batches.rows_and_columns`), so a key column is not converted twice."""
+    (`batches.rows_of`), so a key column is not converted twice."""
     key, max_parallelism = key or op.key, op.ctx.max_parallelism
     try:
         if isinstance(batch, pa.RecordBatch):
@@ -487,11 +499,7 @@ class KeyedProcessOperator(ProcessingTimeWakeups, ProcessOperator):
         self._schedule_wakeup(self.timer_service.next_processing_time())
 
     def process(self, batch: Batch) -> None:
-        columns = None
-        if isinstance(batch, pa.RecordBatch):
-            rows, columns = rows_and_columns(batch)
-        else:
-            rows = batch
+        rows, columns = rows_of(batch)
         n = len(rows)
         self.records_in += n
         if not n:

@@ -5,6 +5,14 @@ channel, and turns them into one Arrow IPC data frame when a channel holds `batc
 its oldest row waited `buffer_timeout` seconds. Events (barriers, cancel markers, watermarks and
 watermark statuses, end of data / partition) first flush what is pending, so they stay in order
 behind the records emitted before them.
+
+Over several channels, batches smaller than a network batch are held unrouted and routed
+together — when they add up to `batch_size` rows, when the oldest of them waited the buffer
+timeout, or before a larger batch or an event: routing costs about the same per call whatever
+the batch holds (key groups hashed, one take per channel), and a rate-limited source emitting
+every millisecond would otherwise spend most of its time routing (measured: ~150 µs per
+150-row batch, a third of a core per source at 100 K rows/s). Held rows keep their
+arrival time, so they are flushed at the same deadline as if they had been routed at once.
 """
 
 from __future__ import annotations
@@ -43,9 +51,37 @@ class RecordWriter:
         # keep the rows, converted a whole network batch at a time when the channel flushes
         # (measured: converting first costs a single channel a few per cent).
         self._convert_first = n > 1
+        # Small batches held unrouted (module docstring), and when the first of them came.
+        self._hold = n > 1 and buffer_timeout > 0
+        self._held: list[Batch] = []
+        self._held_rows = 0
+        self._held_since: float | None = None
 
     # The writer is the last target of an operator's Output, hence `process`.
     def process(self, batch: Batch) -> None:
+        n = num_rows(batch)
+        if self._hold and n < self._batch_size:
+            if not n:
+                return
+            if self._held_since is None:
+                self._held_since = time.monotonic()
+            self._held.append(batch)
+            self._held_rows += n
+            if self._held_rows >= self._batch_size:
+                self._route_held()
+            return
+        if self._held:
+            self._route_held()
+        self._route(batch, time.monotonic())
+
+    def _route_held(self) -> None:
+        held, since = self._held, self._held_since
+        self._held, self._held_rows, self._held_since = [], 0, None
+        for batch in _joined(held):
+            self._route(batch, since)
+
+    def _route(self, batch: Batch, since: float) -> None:
+        """Route `batch` over the channels; `since`: when its rows reached the writer."""
         if self._convert_first and type(batch) is list and len(batch) >= CONVERT_FIRST_MIN_ROWS:
             batch = to_record_batch(batch, self._schema)
         flush_now = self._timeout <= 0
@@ -56,8 +92,9 @@ class RecordWriter:
             self._parts[channel].append(part)
             self._rows[channel] += n
             self.records_out += n
-            if self._since[channel] is None:
-                self._since[channel] = time.monotonic()
+            first = self._since[channel]
+            if first is None or since < first:
+                self._since[channel] = since
             if flush_now or self._rows[channel] >= self._batch_size:
                 self._flush(channel)
 
@@ -89,12 +126,20 @@ class RecordWriter:
         self._since[channel] = None
 
     def flush_all(self) -> None:
+        if self._held:
+            self._route_held()
         for channel in range(len(self.channels)):
             self._flush(channel)
 
     def flush_due(self, now: float) -> float | None:
         """Flush channels whose oldest row waited long enough; returns the next deadline."""
         next_deadline = None
+        if self._held_since is not None:
+            due = self._held_since + self._timeout
+            if due <= now:
+                self._route_held()   # their channels are due now too: flushed below
+            else:
+                next_deadline = due
         for channel, since in enumerate(self._since):
             if since is None:
                 continue
@@ -139,3 +184,28 @@ class RecordWriter:
     @property
     def peak_queued_bytes(self) -> int:
         return max((c.peak_queued_bytes for c in self.channels), default=0)
+
+
+
+def _joined(batches: list[Batch]) -> list[Batch]:
+    """`batches` in order, each run of row lists joined into one list and each run of Arrow
+    batches with one schema into one batch."""
+    out: list[Batch] = []
+    run: list[Batch] = []
+    for batch in batches:
+        if run and (type(batch) is not type(run[0])
+                    or (type(batch) is not list and batch.schema != run[0].schema)):
+            out.append(_join_run(run))
+            run = []
+        run.append(batch)
+    if run:
+        out.append(_join_run(run))
+    return out
+
+
+def _join_run(run: list[Batch]) -> Batch:
+    if len(run) == 1:
+        return run[0]
+    if type(run[0]) is list:
+        return [row for rows in run for row in rows]
+    return pa.concat_batches(run)

@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 
 SETUP_TIMEOUT = 120.0
 _MAX_IDLE_WAIT = 0.5
+ROW_CHUNK = 1024    # rows per input batch of a per-row head operator (runtime/input.py)
 
 
 class TaskCancelled(Exception):
@@ -196,6 +197,8 @@ class StreamTask:
         self._await_inputs()
         self._restore_channel_state()
         self._build_chain()
+        if self._input is not None and self.head.row_input:
+            self._input.chunk_for_rows(ROW_CHUNK)
         for op in self.operators:
             op.initialize_state()
         for op in reversed(self.operators):

@@ -200,6 +200,8 @@ class VectorizedWindowOperator(WindowOperator):
     entries (found by `AlignedWindowIndex`). See the module docstring for the state layout.
     """
 
+    row_input = False
+
     def __init__(self, ctx: OperatorContext, key: KeySelector, assigner: WindowAssigner,
                  allowed_lateness: int, aggregates: tuple[ColumnAggregate, ...],
                  late_tag: str | None = None, timestamps=None):

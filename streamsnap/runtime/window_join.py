@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streamsnap.runtime.batches import Batch, to_rows
+from streamsnap.runtime.batches import Batch, rows_of
 from streamsnap.runtime.operators import (
     current_millis, keys_of, OperatorFactory, StreamOperator, user_error, _call_hook, _extend_results,
 )
@@ -55,12 +55,12 @@ class WindowJoinOperator(WindowOperator):
         self.side_timestamps = timestamps
 
     def process_input(self, index: int, batch: Batch) -> None:
-        rows = to_rows(batch)
+        rows, columns = rows_of(batch)
         n = len(rows)
         if not n:
             return
         self.records_in += n
-        keys, groups = keys_of(self, batch, rows, self.keys[index])
+        keys, groups = keys_of(self, batch, rows, self.keys[index], columns)
         if self.event_time:
             times = batch_timestamps(batch, self.side_timestamps[index], self.ctx.name).tolist()
         else:

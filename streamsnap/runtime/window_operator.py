@@ -31,7 +31,7 @@ from typing import Any
 
 from streamsnap.errors import ConfigurationError
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.batches import Batch, to_rows
+from streamsnap.runtime.batches import Batch, rows_of
 from streamsnap.runtime.operators import (OperatorContext, OperatorFactory, ProcessingTimeWakeups,
                                           ProcessOperator, _call_hook, current_millis, keys_of, user_error)
 from streamsnap.runtime.timestamps_operator import batch_timestamps
@@ -340,12 +340,12 @@ class WindowOperator(ProcessingTimeWakeups, ProcessOperator):
 
     # ------------------------------------------------------------------ elements
     def process(self, batch: Batch) -> None:
-        rows = to_rows(batch)
+        rows, columns = rows_of(batch)
         n = len(rows)
         self.records_in += n
         if not n:
             return
-        keys, key_groups = keys_of(self, batch, rows)
+        keys, key_groups = keys_of(self, batch, rows, columns=columns)
         if self.event_time:     # processing-time windows do not read event timestamps
             times = batch_timestamps(batch, self.timestamps, self.ctx.name).tolist()
         else:

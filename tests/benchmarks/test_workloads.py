@@ -32,7 +32,18 @@ def test_w1_latency_collects_samples_from_every_sink_subtask(spark):
     result = workloads.w1_latency(spark, rate=4000, seconds=2.0, k=100, form="row",
                                   buffer_timeout=0.005, warmup=0.5)
     assert result["samples"] > 1000
-    assert 0 < result["p50"] <= result["p99"] < 5.0
+    assert 0 < result["p50"] <= result["p99"] <= result["p999"] <= result["max"] < 5.0
+
+
+def test_w1_latency_max_rate_runs_the_latency_job_unthrottled_with_its_settings(spark):
+    from benchmarks import report
+
+    m = workloads.w1_latency_max_rate(spark, 60_000, 100, runs=1)
+    assert m["events_per_second"] > 0 and math.isfinite(m["events_per_second"])
+    assert (m["buffer_timeout"], m["checkpoint_interval"], m["source_batch"]) == (0.005, 1.0, workloads.LATENCY_SOURCE_BATCH)
+    half = {"p50": 0.01, "p99": 0.02}
+    rendered = report.rows({"latency": {"rate": m["events_per_second"] / 2, "max_rate": m, "streamsnap_5ms": half}})
+    assert "half of the same job's max" in rendered[0][0] and "5 ms timeout and 1 s checkpoints" in rendered[0][0]
 
 
 def test_w1_rejects_an_unknown_form(spark):

@@ -162,6 +162,17 @@ def test_merging_skips_blocked_channels_other_inputs_and_stops_at_max_rows():
     assert drain(gate) == [[1, 2, 3], [4, 5]]
 
 
+def test_a_per_row_head_gets_chunks_in_order_before_the_channel_s_next_event():
+    gate, (a, b), _ = make_input()
+    gate.chunk_for_rows(3)
+    data(a, [1, 2, 3, 4, 5, 6, 7])        # one frame: sliced, nothing merged behind it
+    event(a, Watermark(100))
+    data(b, [8])
+    data(b, [9])                          # small frames: merged up to the chunk
+    event(b, Watermark(90))
+    assert drain(gate) == [[1, 2, 3], [4, 5, 6], [7], [8, 9], Watermark(90)]
+
+
 def test_frames_of_different_schemas_stay_separate_batches_in_order():
     gate, (a, b), _ = make_input()
     data(a, [1])
