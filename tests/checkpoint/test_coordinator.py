@@ -1073,3 +1073,15 @@ def test_recovery_refuses_an_unreadable_newest_checkpoint_under_exactly_once(mak
         make_harness(num_retained=2).coordinator.recover_completed_checkpoints()
     lenient = make_harness(num_retained=2, mode="at_least_once")
     assert lenient.coordinator.recover_completed_checkpoints() == [1]
+
+
+def test_unaligned_checkpoints_carry_their_options_and_savepoints_stay_aligned(make_harness, tmp_path):
+    h = make_harness(unaligned=True, aligned_timeout=0.2)
+    h.start()
+    h.coordinator.trigger_checkpoint()
+    h.coordinator.trigger_savepoint(str(tmp_path / "sp"))
+    options = [t[3] for t in h.gateway.triggered]
+    checkpoint = next(o for o in options if o.checkpoint_type is CheckpointType.CHECKPOINT)
+    savepoint = next(o for o in options if o.checkpoint_type is CheckpointType.SAVEPOINT)
+    assert (checkpoint.unaligned, checkpoint.aligned_timeout) == (True, 0.2)
+    assert (savepoint.unaligned, savepoint.aligned_timeout) == (False, None)
