@@ -217,7 +217,9 @@ def state_backend_rows(results: dict) -> list[tuple]:
         out.append((f"checkpoint, {r['keys']:,} keys on {backend}, {r['changed_per_interval']:.0%} of keys changed per interval",
                     f"p50 {_fmt_s(r['p50'])} / p99 {_fmt_s(r['p99'])}",
                     f"writes {r['written_bytes'] / 1e6:.1f} of {r['full_bytes'] / 1e6:.1f} MB (median)",
-                    f"{share:.1%} written on average over {r['checkpoints']}", text, _verdict(ok)))
+                    f"{share:.1%} written on average over {r['checkpoints']}"
+                    + (f", of it in-flight data {r['in_flight_bytes'] / 1e6:.1f} MB (median)" if r.get("unaligned") else ""),
+                    text, _verdict(ok)))
         restore = r.get("restore")
         read = "" if not restore else (f"read {restore['local_bytes'] / 1e6:.1f} MB locally, "
                                        f"{restore['remote_bytes'] / 1e6:.1f} MB from storage")

@@ -97,12 +97,13 @@ def _steady_since(marker_dir: str) -> float | None:
 
 
 def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, changed: float = 0.01,
-                interval: float = 1.0, timeout: float = 900.0, **env_options) -> dict:
+                interval: float = 1.0, timeout: float = 900.0, unaligned: bool = False, **env_options) -> dict:
     """Run the two-phase job on `state_backend`; see the module docstring for the figures."""
     directory = workloads._checkpoint_dir("state-")
     markers = tempfile.mkdtemp(prefix="markers-", dir=directory)
     env = ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark, state_backend=state_backend,
-                               checkpointing=ss.CheckpointConfig(interval=interval, directory=os.path.join(directory, "ckpt")),
+                               checkpointing=ss.CheckpointConfig(interval=interval, directory=os.path.join(directory, "ckpt"),
+                                                                 unaligned=unaligned),
                                restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.0),
                                network=ss.NetworkConfig(batch_size=65536), **env_options)
     (env.from_source(TwoPhaseGenerator(keys, changed * keys / interval, markers, batch_size=65536),
@@ -161,6 +162,9 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         "sync_max": max((sub.sync_duration for s in measured if s.checkpoint_id in stats
                          for sub in stats[s.checkpoint_id].subtasks), default=float("nan")),
         "full_bytes": int(np.median(full)), "written_bytes": int(np.median(written)),
+        # In-flight data (unaligned checkpoints only), part of what each checkpoint wrote.
+        "in_flight_bytes": int(np.median([s.in_flight_size or 0 for s in measured])),
+        "unaligned": unaligned,
         "written_share": float(np.median([w / f for w, f in zip(written, full) if f])),
         # Over all measured checkpoints: RocksDB's compactions rewrite files every few flushes,
         # so single checkpoints alternate between small and large uploads; this is the average.
