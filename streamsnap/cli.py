@@ -80,12 +80,20 @@ def checkpoints(directory: str = typer.Argument(..., help="Checkpoint directory 
                       time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.completed_at)) if s.completed_at else "-",
                       _size(s.state_size) if s.state_size is not None else "-",
                       _size(s.incremental_size) if s.incremental_size is not None else "-",
-                      _size(s.in_flight_size) if s.in_flight_size else "-",
+                      _in_flight(s),
                       str(s.num_operators) if s.num_operators is not None else "-", s.path)
     console.print(table)
     bad = [s for s in summaries if s.status != "COMPLETED"]
     if bad:
         console.print(f"[yellow]{len(bad)} incomplete or corrupt checkpoint(s) are not usable for restore[/yellow]")
+
+
+def _in_flight(s) -> str:
+    """'-' for an aligned checkpoint; else what the unaligned one saved and processed."""
+    if not s.num_subtasks:
+        return _size(s.in_flight_size) if s.in_flight_size else "-"
+    return (f"{_size(s.in_flight_size or 0)} saved, {_size(s.in_flight_processed or 0)} processed, "
+            f"{s.unaligned_subtasks}/{s.num_subtasks} subtasks unaligned")
 
 
 @savepoint_app.command("inspect")

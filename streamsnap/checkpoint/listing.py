@@ -42,6 +42,9 @@ class CheckpointSummary:
     problem: str | None = None          # why it is not COMPLETED
     incremental_size: int | None = None  # bytes written for this checkpoint itself (new files)
     in_flight_size: int | None = None    # in-flight data saved by an unaligned checkpoint
+    unaligned_subtasks: int | None = None  # subtasks that snapshotted unaligned (of num_subtasks)
+    num_subtasks: int | None = None
+    in_flight_processed: int | None = None  # bytes processed during alignment, all subtasks
 
     @property
     def is_completed(self) -> bool:
@@ -64,7 +67,10 @@ def _summarize(job_id: str, checkpoint_id: int, url: str) -> CheckpointSummary:
                              metadata.checkpoint_type, metadata.trigger_timestamp,
                              metadata.completion_timestamp, metadata.state_size, len(metadata.operators),
                              incremental_size=metadata.incremental_size,
-                             in_flight_size=metadata.in_flight_size)
+                             in_flight_size=metadata.in_flight_size,
+                             unaligned_subtasks=sum(u for u, _, _ in metadata.in_flight.values()),
+                             num_subtasks=len(metadata.in_flight),
+                             in_flight_processed=sum(b for _, _, b in metadata.in_flight.values()))
 
 
 def _checkpoints_in(job_id: str, job_url: str) -> list[CheckpointSummary]:

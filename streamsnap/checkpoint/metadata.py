@@ -74,9 +74,13 @@ class CheckpointMetadata:
     trigger_timestamp: float
     completion_timestamp: float
     operators: Mapping[str, OperatorState] = field(default_factory=dict)
+    # Unaligned checkpoints only: per subtask ("<vertex>#<index>") whether it snapshotted
+    # unaligned, the in-flight bytes it saved and the bytes it processed during alignment.
+    in_flight: Mapping[str, tuple[bool, int, int]] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "operators", MappingProxyType(dict(self.operators)))
+        object.__setattr__(self, "in_flight", MappingProxyType(dict(self.in_flight)))
 
     @property
     def state_size(self) -> int:
@@ -101,7 +105,8 @@ class CheckpointMetadata:
                 "checkpoint_type": self.checkpoint_type.value,
                 "trigger_timestamp": self.trigger_timestamp,
                 "completion_timestamp": self.completion_timestamp,
-                "operators": {uid: op.to_wire() for uid, op in sorted(self.operators.items())}}
+                "operators": {uid: op.to_wire() for uid, op in sorted(self.operators.items())},
+                **({"in_flight": {k: list(v) for k, v in sorted(self.in_flight.items())}} if self.in_flight else {})}
 
     @classmethod
     def from_wire(cls, data: dict) -> "CheckpointMetadata":
@@ -109,7 +114,8 @@ class CheckpointMetadata:
                    CheckpointType(data["checkpoint_type"]),
                    float(data["trigger_timestamp"]), float(data["completion_timestamp"]),
                    {str(uid): OperatorState.from_wire(str(uid), op)
-                    for uid, op in data["operators"].items()})
+                    for uid, op in data["operators"].items()},
+                   {str(k): (bool(u), int(p), int(b)) for k, (u, p, b) in data.get("in_flight", {}).items()})
 
 
 def state_file_urls(state: OperatorSubtaskState, base_url: str) -> tuple[list[str], list[str]]:

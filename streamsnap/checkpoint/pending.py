@@ -242,8 +242,13 @@ class PendingCheckpoint:
         if not self.is_fully_acknowledged:
             raise RuntimeError(f"checkpoint {self.checkpoint_id} cannot be finalized: still waiting for "
                                f"{sorted(map(str, self._not_yet_acknowledged))}")
+        acks = self.acknowledgements.values()
+        in_flight = ({f"{a.attempt.vertex_id}#{a.attempt.index}": (
+                         a.metrics.unaligned, a.metrics.bytes_persisted_of_in_flight_data,
+                         a.metrics.bytes_processed_during_alignment) for a in acks}
+                     if any(a.metrics.unaligned for a in acks) else {})
         return CheckpointMetadata(self.job_id, self.checkpoint_id, self.properties.checkpoint_type,
-                                  self.trigger_timestamp, completion_timestamp, self.operator_states())
+                                  self.trigger_timestamp, completion_timestamp, self.operator_states(), in_flight)
 
     def mark_completed(self, metadata: CheckpointMetadata) -> CompletedCheckpoint:
         """`metadata` is durably written: the second half of `finalize`."""

@@ -1085,3 +1085,27 @@ def test_unaligned_checkpoints_carry_their_options_and_savepoints_stay_aligned(m
     savepoint = next(o for o in options if o.checkpoint_type is CheckpointType.SAVEPOINT)
     assert (checkpoint.unaligned, checkpoint.aligned_timeout) == (True, 0.2)
     assert (savepoint.unaligned, savepoint.aligned_timeout) == (False, None)
+
+
+def test_an_unaligned_checkpoints_metadata_keeps_each_subtasks_in_flight_figures(make_harness):
+    from streamsnap.checkpoint.messages import CheckpointMetrics
+
+    h = make_harness(unaligned=True)
+    h.start()
+    future = h.coordinator.trigger_checkpoint()
+    for i, attempt in enumerate(h.tasks):
+        h.ack(1, attempt, metrics=CheckpointMetrics(bytes_persisted_of_in_flight_data=100 * i,
+                                                    bytes_processed_during_alignment=7, unaligned=i > 0))
+    metadata = future.result(timeout=0).metadata
+    assert metadata.in_flight == {f"{a.vertex_id}#{a.index}": (i > 0, 100 * i, 7) for i, a in enumerate(h.tasks)}
+    assert read_metadata(filesystem.join(future.result(timeout=0).external_pointer or
+                                         h.storage.checkpoint_directory(1), "_metadata")).in_flight == metadata.in_flight
+
+
+def test_an_aligned_checkpoints_metadata_has_no_in_flight_entry(make_harness):
+    h = make_harness()
+    h.start()
+    future = h.coordinator.trigger_checkpoint()
+    h.ack_all(1)
+    metadata = future.result(timeout=0).metadata
+    assert metadata.in_flight == {} and "in_flight" not in metadata.to_wire()

@@ -95,14 +95,19 @@ def test_an_unaligned_checkpoint_lists_its_in_flight_data(tmp_path):
     state = {0: OperatorSubtaskState(channel=(FileHandle("sum-channels-a", 1500),)),
              1: OperatorSubtaskState(channel=(FileHandle("sum-channels-b", 500),))}
     write_metadata(location.url, CheckpointMetadata("jobU", 2, CheckpointType.CHECKPOINT, 1.0, 2.0,
-                                                    {"sum": OperatorState("sum", 2, 8, state)}))
+                                                    {"sum": OperatorState("sum", 2, 8, state)},
+                                                    {"sum#0": (True, 1500, 0), "sum#1": (True, 500, 0),
+                                                     "events#0": (False, 0, 0), "events#1": (True, 0, 700)}))
     aligned = completed(storage, 3)
     [unaligned, plain] = list_checkpoints(storage.job_directory)
     assert (unaligned.checkpoint_id, unaligned.in_flight_size, unaligned.state_size) == (2, 2000, 2000)
     assert plain.in_flight_size == 0 and aligned is not None
+    assert (unaligned.unaligned_subtasks, unaligned.num_subtasks, unaligned.in_flight_processed) == (3, 4, 700)
+    assert plain.num_subtasks == 0
     typer_testing = pytest.importorskip("typer.testing")
     from streamsnap.cli import _size, app
 
     out = typer_testing.CliRunner().invoke(app, ["checkpoints", storage.job_directory], env={"COLUMNS": "250"})
     assert out.exit_code == 0, out.output
     assert "in flight" in out.output and _size(2000) in out.output
+    assert "3/4 subtasks unaligned" in out.output
