@@ -203,7 +203,10 @@ class ChannelStateSnapshot(StateSnapshot[FileHandle]):
             inputs = [(self._input_ids[i], frames) for i, frames in sorted(recording.frames.items()) if frames]
         else:
             inputs = []
-        outputs = [(cid, frames) for cid, frames in self._outputs if frames]
+        # The overtaken output may hold protocol events too (an older barrier, end of data);
+        # only data and watermarks are replayed.
+        outputs = [(cid, kept) for cid, frames in self._outputs
+                   if (kept := [(k, p) for k, p in frames if is_channel_state(k, p)])]
         if not inputs and not outputs:
             return None
         body = msgpack.packb({

@@ -184,3 +184,14 @@ def test_a_snapshot_between_slices_of_a_frame_records_the_rest_first_and_restore
     before = network.credits
     assert gate2.poll_next().column("v").to_pylist() == [1, 2]   # merged, restored one first
     assert network.credits == before + 1
+
+
+def test_overtaken_protocol_events_are_not_replayed(tmp_path):
+    from streamsnap.runtime.events import CancelCheckpointMarker, EndOfData
+
+    ins = channels()
+    out = [(FrameKind.DATA, data(5)), (FrameKind.EVENT, barrier(6)), (FrameKind.EVENT, encode_event(Watermark(9))),
+           (FrameKind.EVENT, encode_event(CancelCheckpointMarker(4))), (FrameKind.EVENT, encode_event(EndOfData()))]
+    snapshot, out_id = _snapshot(tmp_path, ins, out)
+    _, saved_out = read_channel_state(snapshot.run(), str(tmp_path), 7)
+    assert saved_out == {out_id: [(FrameKind.DATA, data(5)), (FrameKind.EVENT, encode_event(Watermark(9)))]}
