@@ -109,12 +109,14 @@ class Count(ss.KeyedProcessFunction):
 
 
 # ----------------------------------------------------------------------------- the jobs
-def _env(spark, parallelism: int, checkpoint_interval: float | None) -> ss.StreamEnvironment:
+def _env(spark, parallelism: int, checkpoint_interval: float | None,
+         state_backend: str = "hashmap") -> ss.StreamEnvironment:
     checkpointing = None
     if checkpoint_interval is not None:
         checkpointing = ss.CheckpointConfig(interval=checkpoint_interval,
                                             directory=workloads._checkpoint_dir("perrow-"))
-    return ss.StreamEnvironment(parallelism=parallelism, spark=spark, checkpointing=checkpointing)
+    return ss.StreamEnvironment(parallelism=parallelism, spark=spark, checkpointing=checkpointing,
+                                state_backend=state_backend)
 
 
 def _run(env, source: StampedGenerator, sink: EndSink, name: str, units: int) -> dict:
@@ -126,11 +128,12 @@ def _run(env, source: StampedGenerator, sink: EndSink, name: str, units: int) ->
             "checkpoints": result.checkpoints.counts.completed if result.checkpoints else 0}
 
 
-def run_w1_readme(spark, n: int, k: int, parallelism: int, checkpoint_interval: float | None = 1.0) -> dict:
+def run_w1_readme(spark, n: int, k: int, parallelism: int, checkpoint_interval: float | None = 1.0,
+                  state_backend: str = "hashmap") -> dict:
     """One run of W1 the README way over n rows: source rows / s (see the module docstring)."""
     stamps = tempfile.mkdtemp(prefix="ssbench-perrow-")
     try:
-        env = _env(spark, parallelism, checkpoint_interval)
+        env = _env(spark, parallelism, checkpoint_interval, state_backend)
         source = StampedGenerator(lambda i: {"key": i % k, "value": i}, stamps, count=n)
         sink = EndSink()
         (env.from_source(source, name="events")
@@ -202,15 +205,21 @@ def measure(spark, n: int, sentences: int, k: int = 1000, runs: int = 3, paralle
             from benchmarks import bytewax_w1
         run_w1_readme(spark, max(1, n // 10), k, p, checkpoint_interval)          # warm workers, imports
         run_word_count(spark, max(1, sentences // 10), p, checkpoint_interval)
-        w1, wc, bw = [], [], []
+        # At parallelism 2, W1 also runs on RocksDB (issue 13: >= 50 % of the heap figure).
+        on_rocksdb = p == 2
+        w1, wc, bw, rdb = [], [], [], []
         for _ in range(runs):
             w1.append(run_w1_readme(spark, n, k, p, checkpoint_interval))
             wc.append(run_word_count(spark, sentences, p, checkpoint_interval))
             if with_bytewax:
                 bw.append(bytewax_w1.run(n, k, processes=p))
+            if on_rocksdb:
+                rdb.append(run_w1_readme(spark, n, k, p, checkpoint_interval, "rocksdb"))
         series = [(f"w1_row_readme_p{p}", w1, "events_per_second"), (f"word_count_p{p}", wc, "words_per_second")]
         if with_bytewax:
             series.append((f"bytewax_w1_p{p}", bw, "events_per_second"))
+        if on_rocksdb:
+            series.append((f"w1_row_readme_rocksdb_p{p}", rdb, "events_per_second"))
         for name, measured, unit in series:
             rates = [m["per_second"] for m in measured]
             out[name] = {unit: statistics.median(rates), "runs": rates, "parallelism": p,

@@ -158,6 +158,13 @@ def per_row_rows(results: dict) -> list[tuple]:
                         f"same flow), p={p}, events/s", _fmt_rate(w1["events_per_second"]),
                         f"Bytewax {_fmt_rate(bw['events_per_second'])}", f"{ratio:.1f}×", "≥ 3×",
                         _verdict(ratio >= 3)))
+        rdb = results.get(f"w1_row_readme_rocksdb_p{p}")
+        if w1 and rdb:
+            share = rdb["events_per_second"] / w1["events_per_second"]
+            out.append((f"W1 per-row the README way on RocksDB (state_backend='rocksdb', 1 s incremental "
+                        f"checkpoints), p={p}, events/s", _fmt_rate(rdb["events_per_second"]),
+                        f"heap {_fmt_rate(w1['events_per_second'])}", f"{share:.0%}", "≥ 50 % of heap",
+                        _verdict(share >= 0.5)))
         wc = results.get(f"word_count_p{p}")
         if wc:
             target = p == 2
