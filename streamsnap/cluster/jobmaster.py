@@ -432,17 +432,11 @@ class JobMaster:
     def _restore_sources(self) -> dict:
         """Where this attempt's subtasks restored their keyed state from: files and bytes read
         from task-local copies and from checkpoint storage, in total and per subtask."""
-        from streamsnap.state.local_recovery import RestoreCounters
+        from streamsnap.state.local_recovery import summarize_restores
 
-        total, per_subtask = RestoreCounters(), {}
-        for s in self._subtasks.values():
-            counts = (s.local_recovery or {}).get("restored")
-            if counts is None:
-                continue
-            per_subtask[f"{s.attempt_id.vertex_id}#{s.attempt_id.index}"] = dict(counts)
-            for name, value in counts.items():
-                setattr(total, name, getattr(total, name) + value)
-        return {**total.to_wire(), "subtasks": per_subtask}
+        return summarize_restores({f"{s.attempt_id.vertex_id}#{s.attempt_id.index}": counts
+                                   for s in self._subtasks.values()
+                                   if (counts := (s.local_recovery or {}).get("restored")) is not None})
 
     def _release_local_state(self) -> None:
         """Delete the job's task-local copies on this host: in local mode the tasks ran here;
@@ -835,16 +829,12 @@ class JobMaster:
 
     def _local_recovery_totals(self) -> dict | None:
         """The finished subtasks' local stores summed: copies written, and the restore's reads."""
+        from streamsnap.state.local_recovery import summarize_stores
+
         if not self.settings.local_recovery:
             return None
-        totals = {"written_files": 0, "written_bytes": 0, "write_failures": 0}
-        for subtask in self._subtasks.values():
-            store = (subtask.metrics or {}).get("local_recovery") or {}
-            for name in totals:
-                totals[name] += store.get(name, 0)
-        restore = self._restore_sources()
-        restore.pop("subtasks")
-        return {**totals, "restored": restore}
+        return summarize_stores([(s.metrics or {}).get("local_recovery") or {} for s in self._subtasks.values()],
+                                self._restore_sources())
 
 
 def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future, transform) -> None:

@@ -41,7 +41,7 @@ from streamsnap.runtime.events import (
 )
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 
-__all__ = ["ChannelStateSnapshot", "InputChannelStateRecorder", "read_channel_state",
+__all__ = ["ChannelStateSnapshot", "InputChannelStateRecorder", "overtake_outputs", "read_channel_state",
            "restore_channel_state"]
 
 MAGIC = b"SSCHANNEL1\n"
@@ -63,29 +63,25 @@ class _Recording:
     frames: dict[int, list[Frame]] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
     discarded: bool = False
-    bytes: int = 0
 
 
 class InputChannelStateRecorder:
     """Copies the in-flight input frames of the one unaligned checkpoint being recorded.
 
-    Lives on the task thread (channels are filled by the task's own poller), except `wait`,
-    which the asynchronous snapshot thread calls.
+    Lives on the task thread (channels are filled by the task's own poller); the asynchronous
+    snapshot thread only waits on a recording's `done` and then reads its frames.
     """
 
     def __init__(self, channels: list[InputChannel]):
         self._channels = channels
         self._current: _Recording | None = None
         self._recordings: dict[int, _Recording] = {}
-        for channel in channels:
-            channel.on_arrival = None
 
     def prepare(self, checkpoint_id: int, leftovers: dict[int, list[Frame]] | None = None) -> _Recording:
         """The snapshot of `checkpoint_id` is being taken unaligned: its recording, holding
         only `leftovers` (data read off a channel but not processed yet) until `start` names
         the channels (or `completed` says there are none)."""
         recording = _Recording(checkpoint_id, set(), {i: list(f) for i, f in (leftovers or {}).items()})
-        recording.bytes = sum(len(p) for frames in recording.frames.values() for _, p in frames)
         self._recordings[checkpoint_id] = recording
         self._current = recording
         return recording
@@ -118,7 +114,6 @@ class InputChannelStateRecorder:
         elif kind is not FrameKind.DATA:
             return False   # a lost connection: the task fails and nothing is persisted
         recording.frames[index].append((kind, bytes(payload)))
-        recording.bytes += len(payload)
         return False
 
     def _on_arrival(self, channel: InputChannel, kind: FrameKind, payload) -> None:
@@ -166,26 +161,20 @@ class InputChannelStateRecorder:
                                f"reached their barrier before the recorder saw it arrive")
         recording.done.set()
 
-    def recording(self, checkpoint_id: int) -> _Recording | None:
-        return self._recordings.get(checkpoint_id)
-
 
 class ChannelStateSnapshot(StateSnapshot[FileHandle]):
     """The asynchronous part: wait until every recorded channel saw its barrier, then write
     the output frames (captured at the snapshot) and the input frames into one file."""
 
     def __init__(self, checkpoint_id: int, location: str, task_uid: str,
-                 outputs: list[tuple[ChannelId, list[Frame]]], recording: _Recording | None):
+                 outputs: list[tuple[ChannelId, list[Frame]]], recording: _Recording | None,
+                 input_ids: dict[int, ChannelId]):
         super().__init__(checkpoint_id, location, f"channel state of '{task_uid}'")
         self.task_uid = task_uid
         self._outputs = outputs
         self._recording = recording
-        self._inputs: list[tuple[ChannelId, list[Frame]]] = []
-        self._input_ids: dict[int, ChannelId] = {}
+        self._input_ids = input_ids   # input channel index -> its id on the wire
         self.persisted_bytes = 0
-
-    def bind_inputs(self, channel_ids: dict[int, ChannelId]) -> None:
-        self._input_ids = channel_ids
 
     def _release(self) -> None:
         self._outputs = []
@@ -220,6 +209,17 @@ class ChannelStateSnapshot(StateSnapshot[FileHandle]):
         with filesystem.open_write(self._url) as out:
             out.write(data)
         return FileHandle(name, len(data))
+
+
+def overtake_outputs(checkpoint_id: int, location: str, task_uid: str, writers, barrier: CheckpointBarrier,
+                     inputs: list[InputChannel], recording: _Recording | None) -> ChannelStateSnapshot:
+    """Send `barrier` ahead of every writer's queued output and capture what it overtook:
+    the synchronous part of an unaligned snapshot's channel state (`recording`: the input side,
+    None for a source)."""
+    outputs = [(channel.channel_id, frames) for writer in writers
+               for channel, frames in zip(writer.channels, writer.broadcast_priority_event(barrier))]
+    return ChannelStateSnapshot(checkpoint_id, location, task_uid, outputs, recording,
+                                {c.index: c.channel_id for c in inputs})
 
 
 def read_channel_state(handle: FileHandle, base_location: str, checkpoint_id: int | None

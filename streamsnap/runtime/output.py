@@ -186,7 +186,6 @@ class RecordWriter:
         return max((c.peak_queued_bytes for c in self.channels), default=0)
 
 
-
 def _joined(batches: list[Batch]) -> list[Batch]:
     """`batches` in order, each run of row lists joined into one list and each run of Arrow
     batches with one schema into one batch."""

@@ -45,7 +45,7 @@ from streamsnap.runtime.events import (
     CancelCheckpointMarker, CheckpointBarrier, CheckpointOptions, CheckpointType, EndOfData, EndOfPartition,
     Watermark, WatermarkStatus,
 )
-from streamsnap.runtime.channel_state import ChannelStateSnapshot, restore_channel_state
+from streamsnap.runtime.channel_state import overtake_outputs, restore_channel_state
 from streamsnap.runtime.input import CheckpointedInput
 from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators import OperatorContext, Output
@@ -116,6 +116,8 @@ class StreamTask:
         self.vertex = deployment.vertex(task_index)
         self.job_vertex = deployment.execution_graph.job_vertex(self.vertex.vertex_id)
         self.attempt_id = deployment.attempt_id(task_index)
+        # The chain's head operator: its state also carries the task's in-flight data.
+        self.head_uid = deployment.execution_graph.job_graph.node(self.job_vertex.head).uid
         self.name = f"{self.job_vertex.name} ({self.vertex.index + 1}/{self.vertex.parallelism})"
         self.clock = SystemClock()
         # Processing-time callbacks of the operators (timers, periodic watermarks), run by the
@@ -261,8 +263,7 @@ class StreamTask:
         """In-flight data of the unaligned checkpoint restored: in front of the channels,
         before any operator runs."""
         d = self.deployment
-        head_uid = d.execution_graph.job_graph.node(self.job_vertex.head).uid
-        restore = d.restore.get((head_uid, self.vertex.index))
+        restore = d.restore.get((self.head_uid, self.vertex.index))
         if restore is not None and restore.channel:
             restored = restore_channel_state(restore.channel, d.restore_base, d.restored_checkpoint_id,
                                              self.name, self._inputs, self._outputs)
@@ -524,15 +525,13 @@ class StreamTask:
         unaligned = metrics.unaligned or (self.is_source and options.unaligned and not options.aligned_timeout)
         channel_snapshot = None
         if unaligned:
-            outputs = [(channel.channel_id, frames) for writer in self.writers
-                       for channel, frames in zip(writer.channels, writer.broadcast_priority_event(barrier))]
-            head_uid = self.deployment.execution_graph.job_graph.node(self.job_vertex.head).uid
-            channel_snapshot = ChannelStateSnapshot(checkpoint_id, options.target_location, head_uid,
-                                                    outputs, recording)
-            channel_snapshot.bind_inputs({c.index: c.channel_id for c in self._inputs})
+            channel_snapshot = overtake_outputs(checkpoint_id, options.target_location, self.head_uid,
+                                                self.writers, barrier, self._inputs, recording)
         else:
             for writer in self.writers:
                 writer.broadcast_event(barrier)
+        # Discarded together when the checkpoint is given up.
+        discardable = [channel_snapshot] if channel_snapshot else []
         snapshots = []
         try:
             for op in self.operators:
@@ -540,7 +539,7 @@ class StreamTask:
         except UserFunctionError:
             raise
         except Exception as exc:
-            for snapshot in snapshots + ([channel_snapshot] if channel_snapshot else []):
+            for snapshot in snapshots + discardable:
                 snapshot.discard()
             log.warning("%s: synchronous snapshot of checkpoint %d failed", self.name, checkpoint_id, exc_info=True)
             self._decline(checkpoint_id, CheckpointFailureReason.TASK_CHECKPOINT_FAILURE, repr(exc))
@@ -549,7 +548,7 @@ class StreamTask:
         if options.checkpoint_type is CheckpointType.TERMINATING_SAVEPOINT and self.is_source:
             self._suspended_by = checkpoint_id
         with self._in_flight_lock:
-            self._in_flight[checkpoint_id] = snapshots + ([channel_snapshot] if channel_snapshot else [])
+            self._in_flight[checkpoint_id] = snapshots + discardable
         self._async.submit(self._complete_async, checkpoint_id, snapshots, sync_duration, metrics,
                            options.target_location, channel_snapshot)
 
@@ -578,8 +577,8 @@ class StreamTask:
             if channel_snapshot is not None:
                 handle = channel_snapshot.run()   # waits for the input's last barrier to arrive
                 if handle is not None:
-                    head = states.get(channel_snapshot.task_uid) or OperatorSubtaskState()
-                    states[channel_snapshot.task_uid] = dataclasses.replace(head, channel=(handle,))
+                    head = states.get(self.head_uid) or OperatorSubtaskState()
+                    states[self.head_uid] = dataclasses.replace(head, channel=(handle,))
         except SnapshotDiscardedError:
             log.debug("%s: checkpoint %d was aborted while its state was written", self.name, checkpoint_id)
             for snapshot in snapshots:   # what already finished must not stay behind

@@ -91,6 +91,26 @@ class RestoreCounters:
         return dict(vars(self))
 
 
+def summarize_restores(per_subtask: dict[str, dict]) -> dict:
+    """The restore counts the subtasks reported (name -> `RestoreCounters.to_wire()`), summed,
+    with the per-subtask counts under "subtasks": what one recovery read, and from where."""
+    total = RestoreCounters()
+    for counts in per_subtask.values():
+        for name, value in counts.items():
+            setattr(total, name, getattr(total, name) + value)
+    return {**total.to_wire(), "subtasks": {name: dict(c) for name, c in per_subtask.items()}}
+
+
+def summarize_stores(store_metrics: list[dict], restores: dict) -> dict:
+    """The job's local stores summed (copies written, failures to write one) beside what the
+    last restore read (`summarize_restores` without the per-subtask part)."""
+    totals = {"written_files": 0, "written_bytes": 0, "write_failures": 0}
+    for store in store_metrics:
+        for name in totals:
+            totals[name] += store.get(name, 0)
+    return {**totals, "restored": {k: v for k, v in restores.items() if k != "subtasks"}}
+
+
 class LocalRecoveryStore:
     """The local copies of one task's keyed snapshots (one store per subtask; several
     subtasks of a host share the directory). Thread-safe: snapshots write on the asynchronous

@@ -81,8 +81,8 @@ def _snapshot(tmp_path, ins, outs_frames):
     for channel in ins:
         channel.on_frame(FrameKind.EVENT, barrier(7))
     out_id = ChannelId(1, "down", 0, "sink", 0)
-    snapshot = ChannelStateSnapshot(7, str(tmp_path), "op", [(out_id, outs_frames)], recording)
-    snapshot.bind_inputs({c.index: c.channel_id for c in ins})
+    snapshot = ChannelStateSnapshot(7, str(tmp_path), "op", [(out_id, outs_frames)], recording,
+                                    {c.index: c.channel_id for c in ins})
     return snapshot, out_id
 
 
