@@ -16,6 +16,7 @@ from streamsnap.api.datastream import DataStream
 from streamsnap.api.result import JobClient, JobResult
 from streamsnap.errors import ConfigurationError
 from streamsnap.graph.execution_graph import build_execution_graph
+from streamsnap.graph.slot_sharing import plan_slots
 from streamsnap.graph.ids import check_job_id, job_id_for_name
 from streamsnap.graph.job_graph import build_job_graph
 from streamsnap.graph.stream_graph import NodeKind, StreamGraph
@@ -68,6 +69,9 @@ class StreamEnvironment:
       Needs checkpointing.
     local_recovery_dir: the local directory for those copies; None: under the executor's
       scratch directory (SPARK_LOCAL_DIRS), else the system temp directory.
+    slot_sharing: Flink's slot sharing — Spark task slot i runs subtask i of every operator, so
+      a job needs as many slots as its largest parallelism (each subtask still gets a process
+      of its own). False: one slot per subtask (the sum of all operators' parallelism).
     """
 
     def __init__(self, parallelism: int = 2, *, max_parallelism: int = 128,
@@ -75,7 +79,7 @@ class StreamEnvironment:
                  restart: RestartStrategy | None = None, spark=None, network: NetworkConfig | None = None,
                  buffer_timeout: float | None = None, log_level: str = "WARNING",
                  auto_watermark_interval=0.2, local_recovery: bool = False,
-                 local_recovery_dir: str | None = None):
+                 local_recovery_dir: str | None = None, slot_sharing: bool = True):
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise ConfigurationError(f"StreamEnvironment.parallelism must be an integer >= 1, got {parallelism!r}")
         if (isinstance(max_parallelism, bool) or not isinstance(max_parallelism, int)
@@ -96,6 +100,9 @@ class StreamEnvironment:
                 "(a local path or fsspec URL such as file:///tmp/ckpt or s3://bucket/ckpt)")
         self.local_recovery, self.local_recovery_dir = _check_local_recovery(
             local_recovery, local_recovery_dir, checkpointing)
+        if not isinstance(slot_sharing, bool):
+            raise ConfigurationError(f"StreamEnvironment.slot_sharing must be True or False, got {slot_sharing!r}")
+        self.slot_sharing = slot_sharing
         state_backend = validate_state_backend(state_backend)
         if state_backend != "hashmap":
             from streamsnap.state.backends.rocksdb import import_rocksdict
@@ -245,15 +252,16 @@ class StreamEnvironment:
                 restored_uids = set(read_metadata(resumed.metadata_url).operators)
         # Directories, pickling, sink output: before any Spark job (api/preflight.py).
         preflight.run(self._graph, self.checkpointing, restored_uids)
-        spark = self._spark or embedded_session(execution_graph.num_tasks)
-        require_slots(spark, execution_graph.num_tasks)
+        slots = len(plan_slots(execution_graph, self.slot_sharing))
+        spark = self._spark or embedded_session(slots)
+        require_slots(spark, slots, execution_graph.num_tasks)
         if self._spark is not None:
             preflight.check_executors(spark.sparkContext)   # a user's session: can executors import us?
         hooks = json.loads(os.environ.get(TEST_HOOKS_ENV, "{}"))
         settings = JobSettings(job_name, self.checkpointing, self.restart, self.network, self.state_backend,
                                restore_from, allow_non_restored_state, self.log_level, hooks, job_id=job_id,
                                local_recovery=self.local_recovery,
-                               local_recovery_dir=self.local_recovery_dir)
+                               local_recovery_dir=self.local_recovery_dir, slot_sharing=self.slot_sharing)
         master = JobMaster(spark, execution_graph, settings)
         master.start()
         return master

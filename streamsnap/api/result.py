@@ -98,6 +98,11 @@ class JobClient:
     def job_id(self) -> str:
         return self._master.job_id
 
+    @property
+    def slots(self) -> int:
+        """Spark task slots the job holds: its barrier stage's task count (see slot_sharing)."""
+        return len(self._master.slots)
+
     def status(self) -> str:
         return self._master.status.value
 

@@ -42,10 +42,11 @@ from streamsnap.cluster.status import ExecutionState, JobStatus
 from streamsnap.errors import JobExecutionError, RestoreError, StreamsnapError
 from streamsnap.graph.execution_graph import ExecutionGraph
 from streamsnap.graph.ids import ExecutionAttemptId, job_id_for_name
+from streamsnap.graph.slot_sharing import plan_slots
 from streamsnap.graph.stream_graph import NodeKind
 from streamsnap.network import auth
 from streamsnap.network.control import ControlConnection, ControlServer
-from streamsnap.runtime.deployment import Deployment, run_subtask_partition
+from streamsnap.runtime.deployment import Deployment, run_slot_partition
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class JobSettings:
     job_id: str | None = None  # stable across runs (names the checkpoint directory); None: from the name
     local_recovery: bool = False
     local_recovery_dir: str | None = None  # None: the executors' scratch directory
+    slot_sharing: bool = True  # one Spark task slot per subtask index, not per subtask
 
 
 @dataclass
@@ -136,6 +138,7 @@ class JobMaster:
         self.settings = settings
         self.execution_graph = execution_graph
         self.job_graph = execution_graph.job_graph
+        self.slots = plan_slots(execution_graph, settings.slot_sharing)
         self._spark = spark
         self.status = JobStatus.CREATED
         self._events: queue.Queue = queue.Queue()
@@ -353,7 +356,8 @@ class JobMaster:
             restored_operators=plan.restored_operators if plan else frozenset(),
             restored_checkpoint_id=plan.checkpoint_id if plan else None, log_level=self.settings.log_level,
             test_hooks=self.settings.test_hooks, local_recovery=self.settings.local_recovery,
-            local_recovery_dir=self.settings.local_recovery_dir)
+            local_recovery_dir=self.settings.local_recovery_dir,
+            slots=self.slots)
         with self._lock:
             self._subtasks = {v.task_index: _Subtask(deployment.attempt_id(v.task_index), v.task_index)
                               for v in eg.vertices}
@@ -387,8 +391,8 @@ class JobMaster:
         try:
             sc.setJobGroup(group, f"streamsnap job '{self.settings.job_name}' attempt {attempt}",
                            interruptOnCancel=True)
-            n = self.execution_graph.num_tasks
-            sc.parallelize(range(n), n).barrier().mapPartitions(run_subtask_partition(deployment)).collect()
+            n = len(deployment.slots)
+            sc.parallelize(range(n), n).barrier().mapPartitions(run_slot_partition(deployment)).collect()
         except BaseException as exc:
             error = exc
         self._post(lambda: self._on_spark_job_end(attempt, error))

@@ -87,13 +87,14 @@ def available_slots(spark) -> int:
     return spark.sparkContext.defaultParallelism
 
 
-def require_slots(spark, needed: int) -> None:
+def require_slots(spark, needed: int, subtasks: int) -> None:
+    """The job's barrier stage of `needed` slots (running `subtasks` subtasks) fits the session."""
     slots = available_slots(spark)
     if needed > slots:
         raise ConfigurationError(
-            f"this job runs {needed} subtasks as one Spark barrier stage, but the Spark session has "
-            f"only {slots} task slots ({spark.sparkContext.master}); use local[{needed}] or more, "
-            f"or more executor cores, or lower the parallelism")
+            f"this job runs {subtasks} subtasks in {needed} task slots of one Spark barrier stage, but "
+            f"the Spark session has only {slots} task slots ({spark.sparkContext.master}); use "
+            f"local[{needed}] or more, or more executor cores, or lower the parallelism")
 
 
 def control_host(spark) -> str:

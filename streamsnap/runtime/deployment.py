@@ -1,7 +1,7 @@
 """What the driver ships to the Spark tasks of one deployment (Flink's TaskDeploymentDescriptor).
 
-One `Deployment` travels in the barrier stage's closure; task `i` (the Spark partition id)
-picks its own execution vertex from it. It carries the job graph with the user's functions,
+One `Deployment` travels in the barrier stage's closure; Spark task `i` (the partition id) is
+slot `i` and runs the execution vertices `slots[i]` names. It carries the job graph with the user's functions,
 the job secret every connection is authenticated with, the driver's control address, and the
 state each subtask restores from.
 """
@@ -40,6 +40,8 @@ class Deployment:
     # Task-local recovery (state.local_recovery): keep keyed snapshots on the task's disk too.
     local_recovery: bool = False
     local_recovery_dir: str | None = None
+    # Slot s runs these task indices, the first in the Spark task's own process (graph/slot_sharing.py).
+    slots: tuple[tuple[int, ...], ...] = ()
     # Test hooks: environment flags the task honours (e.g. slow down a subtask); never set by users.
     test_hooks: dict = field(default_factory=dict)
 
@@ -51,16 +53,18 @@ class Deployment:
         return ExecutionAttemptId(v.vertex_id, v.index, self.attempt)
 
 
-def run_subtask_partition(deployment: Deployment):
-    """The function Spark runs in each barrier task: run the subtask named by the partition id."""
+def run_slot_partition(deployment: Deployment):
+    """The function Spark runs in each barrier task: run the slot named by the partition id."""
 
     def run(_iterator):
         from pyspark import BarrierTaskContext
 
-        from streamsnap.runtime.task import run_task
+        from streamsnap.runtime.slot import run_slot
 
         context = BarrierTaskContext.get()
-        outcome = run_task(deployment, context.partitionId())
-        yield outcome
+        slot = context.partitionId()
+        # "host:port" of this task's executor, as Spark (and every other executor) knows it.
+        host = context.getTaskInfos()[slot].address.rsplit(":", 1)[0]
+        yield from run_slot(deployment, slot, host)
 
     return run

@@ -111,8 +111,11 @@ class DriverLink:
 
 
 class StreamTask:
-    def __init__(self, deployment: Deployment, task_index: int):
+    def __init__(self, deployment: Deployment, task_index: int, host: str | None = None):
         self.deployment = deployment
+        # The address peers reach this task at when it listens on every interface: the host
+        # Spark knows its executor by (None: this machine's name).
+        self.host = host or socket.gethostname()
         self.vertex = deployment.vertex(task_index)
         self.job_vertex = deployment.execution_graph.job_vertex(self.vertex.vertex_id)
         self.attempt_id = deployment.attempt_id(task_index)
@@ -192,8 +195,7 @@ class StreamTask:
                                         self._on_control_message, self._on_control_close)
         self.driver = DriverLink(self._control, self.attempt_id.to_wire())
         self.driver.send({"type": "register", "task_index": self.vertex.task_index, "pid": os.getpid(),
-                          "host": socket.gethostname(),
-                          "data_address": list(self._server.address) if self._server else None})
+                          "host": self.host, "data_address": self._data_address()})
         self._await_peers()
         self._connect_outputs()
         self._await_inputs()
@@ -211,6 +213,12 @@ class StreamTask:
             # What the restore read from local copies and from checkpoint storage.
             running["local_recovery"] = self.local_store.metrics()
         self.driver.send(running)
+
+    def _data_address(self) -> list | None:
+        if self._server is None:
+            return None
+        bound, port = self._server.address
+        return [bound if bound not in ("", "0.0.0.0") else self.host, port]
 
     def _await_peers(self) -> None:
         deadline = time.monotonic() + SETUP_TIMEOUT
@@ -655,7 +663,7 @@ def _describe_failure(exc: BaseException) -> tuple[str, bool]:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), False
 
 
-def run_task(deployment: Deployment, task_index: int) -> tuple:
+def run_task(deployment: Deployment, task_index: int, host: str | None = None) -> tuple:
     """Run one subtask to its end; failures are reported to the driver, not raised into Spark.
 
     Raising would make Spark print its own stack trace in front of ours; the driver already
@@ -664,7 +672,7 @@ def run_task(deployment: Deployment, task_index: int) -> tuple:
     logging.basicConfig(level=getattr(logging, deployment.log_level, logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tune_allocator()
-    task = StreamTask(deployment, task_index)
+    task = StreamTask(deployment, task_index, host)
     status = "FINISHED"
     try:
         task.setup()

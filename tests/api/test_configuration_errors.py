@@ -119,6 +119,13 @@ def test_execute_refuses_a_job_bigger_than_the_spark_session():
     class Session:
         sparkContext = Context()
 
-    with pytest.raises(ss.ConfigurationError, match="runs 5 subtasks as one Spark barrier stage, but the Spark session has only 2"):
-        require_slots(Session(), 5)
-    require_slots(Session(), 2)
+    with pytest.raises(ss.ConfigurationError,
+                       match=r"runs 10 subtasks in 5 task slots of one Spark barrier stage, but the Spark "
+                             r"session has only 2 task slots \(local\[2\]\); use local\[5\]"):
+        require_slots(Session(), 5, 10)
+    require_slots(Session(), 2, 4)
+
+
+def test_slot_sharing_must_be_a_bool():
+    with pytest.raises(ss.ConfigurationError, match="slot_sharing must be True or False, got 'yes'"):
+        ss.StreamEnvironment(slot_sharing="yes")

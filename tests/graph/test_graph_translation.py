@@ -93,3 +93,16 @@ def test_pipelines_without_sink_or_source_are_rejected():
         plan(env)
     with pytest.raises(ss.ConfigurationError, match="no source"):
         plan(ss.StreamEnvironment())
+
+
+def test_slot_sharing_puts_subtask_i_of_every_vertex_into_slot_i():
+    from streamsnap.graph.slot_sharing import plan_slots
+
+    env = ss.StreamEnvironment(parallelism=2)
+    env.from_source(gen(), name="src").map(lambda r: r, name="wide", parallelism=3).sink_to(ss.sinks.Collect(), name="o")
+    _, eg = plan(env)
+    shared = plan_slots(eg, shared=True)
+    # src#0,1 = tasks 0,1; wide#0..2 = 2,3,4; o#0,1 = 5,6: as many slots as the widest vertex
+    assert shared == ((0, 2, 5), (1, 3, 6), (4,))
+    assert sorted(t for slot in shared for t in slot) == list(range(eg.num_tasks))
+    assert plan_slots(eg, shared=False) == tuple((t,) for t in range(7))

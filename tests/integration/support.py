@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import time
 
 import pytest
@@ -13,6 +14,23 @@ from streamsnap.checkpoint.storage import checkpoint_id_of
 # A test of keyed state, checkpoints, failover, savepoints or rescaling runs on both keyed state
 # backends (RocksDB with its default incremental checkpoints).
 both_backends = pytest.mark.parametrize("state_backend", ["hashmap", "rocksdb"])
+
+
+# For driver scripts run as their own process (the driver-failure and cluster tests): the
+# failover tests' input and running sum, defined in the script so Spark pickles them by value.
+SCRIPT_EVENT_AND_SUM = textwrap.dedent('''
+    def event(i):  # as tests/integration/test_failover.py: a key's rows come from one split
+        return {"key": (i % 2) * 100 + (i // 2) % 50, "value": i + 1, "i": i}
+
+    class RunningSum(ss.KeyedProcessFunction):
+        def open(self, ctx):
+            self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
+
+        def process_element(self, row, ctx):
+            total = self.total.value() + row["value"]
+            self.total.update(total)
+            yield {"key": ctx.current_key, "total": total, "i": row["i"]}
+''')
 
 
 class RunningSum(ss.KeyedProcessFunction):

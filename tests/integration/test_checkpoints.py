@@ -243,7 +243,7 @@ class Listener(ss.CheckpointListener):
 def test_user_functions_hear_about_completed_checkpoints(spark, tmp_path):
     config = ss.CheckpointConfig(interval=0.2, directory=str(tmp_path))
     env = ss.StreamEnvironment(parallelism=1, spark=spark, checkpointing=config)
-    (env.from_source(ss.sources.Generator(event, count=3000, rate=3000), name="events")
+    (env.from_source(ss.sources.Generator(event, count=6000, rate=3000), name="events")
         .map(Listener(), name="listener").sink_to(ss.sinks.Collect()))
     result = env.execute("listener")
     heard = max((r["completed"] for r in result.rows()), key=len)

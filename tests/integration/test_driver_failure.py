@@ -21,6 +21,7 @@ import time
 import psutil
 import pytest
 
+from tests.integration.support import SCRIPT_EVENT_AND_SUM
 from tests.integration.test_failover import expected_rows, read_output
 
 pytestmark = pytest.mark.spark
@@ -32,22 +33,10 @@ DRIVER = textwrap.dedent('''
     import streamsnap as ss
 
     out, ckpt, info, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-
-    def event(i):  # as tests/integration/test_failover.py: a key's rows come from one split
-        return {"key": (i % 2) * 100 + (i // 2) % 50, "value": i + 1, "i": i}
-
-    class RunningSum(ss.KeyedProcessFunction):
-        def open(self, ctx):
-            self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
-
-        def process_element(self, row, ctx):
-            total = self.total.value() + row["value"]
-            self.total.update(total)
-            yield {"key": ctx.current_key, "total": total, "i": row["i"]}
-
+''') + SCRIPT_EVENT_AND_SUM + textwrap.dedent('''
     env = ss.StreamEnvironment(parallelism=2, checkpointing=ss.CheckpointConfig(interval=0.3, directory=ckpt),
                                restart=ss.RestartStrategy.none())
-    (env.from_source(ss.sources.Generator(event, count=n, rate=3000), name="events", uid="events")
+    (env.from_source(ss.sources.Generator(event, count=n, rate=2000), name="events", uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.FileSink(out, format="parquet"), name="files", uid="files"))
     client = env.execute_async("driver dies")
@@ -103,6 +92,7 @@ def test_a_killed_driver_leaves_nothing_running_and_the_rerun_resumes_exactly(tm
     spawned = psutil.Process(first.pid).children(recursive=True)  # the Spark JVM and its Python workers
     os.kill(first.pid, signal.SIGKILL)
     first.wait(10)
+    assert "RESULT" not in first.stdout.read(), "the job ended before its driver was killed: make it longer"
     orphans = set(started["tasks"]) | {p.pid for p in spawned}
     deadline = time.monotonic() + 20
     while alive := sorted(p for p in orphans if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"):

@@ -141,7 +141,9 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend:
     kill_in_phase(str(phases), "commit", "sum")
     result = client.wait(180)
     assert result.restarts == 3 and len(result.recoveries) == 3, causes(client)
-    assert all("first_output_at" in r for r in result.recoveries)
+    # The first kill comes seconds into a 20 s input, so rows follow its restore; a later one may
+    # restore the final checkpoint on a loaded machine, after which no row is left to write.
+    assert "first_output_at" in result.recoveries[0]
     # After aborts, expiries and three failovers the directory holds no abandoned state.
     assert support.stray_checkpoint_files(ckpt) == []
     return result, read_output(out), out

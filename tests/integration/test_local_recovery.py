@@ -68,10 +68,13 @@ def test_a_killed_job_restores_from_local_copies_then_from_storage_when_they_are
         .sink_to(ss.sinks.Collect(), name="out", uid="out"))
     client = env.execute_async("local recovery")
     wait_status(client, "RUNNING")
-    time.sleep(0.5)
-    client.trigger_checkpoint()
     local_job = local / client.job_id
-    assert any(p.is_file() for p in local_job.rglob("*"))
+    deadline = time.monotonic() + 30
+    # A checkpoint taken before the first row reached the keyed operator has no keyed files.
+    while not any(p.is_file() for p in local_job.rglob("*")):
+        assert time.monotonic() < deadline, "no checkpoint left a local copy"
+        time.sleep(0.3)
+        client.trigger_checkpoint()
 
     first = kill_and_wait_for_restore(client, 1)["restore"]
     assert first["local_files"] >= 2 and first["local_bytes"] > 0, first

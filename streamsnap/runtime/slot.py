@@ -1,0 +1,90 @@
+"""One Spark task slot running its share of the pipeline (graph/slot_sharing.py).
+
+The Spark barrier task is the slot: it forks one child process per additional subtask it
+hosts and runs its first subtask itself, so every subtask keeps a process (and a GIL) of its
+own. Children die with the slot: they ask the kernel for SIGKILL when their parent dies
+(Linux prctl PR_SET_PDEATHSIG), so a killed Python worker or a Spark task kill takes the
+whole slot down, as a lost TaskManager does in Flink. A child that dies alone is noticed by
+the driver (its control connection drops), which fails the attempt and cancels the rest.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+
+from streamsnap.runtime.deployment import Deployment
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def run_slot(deployment: Deployment, slot_index: int, host: str | None = None) -> list[tuple]:
+    """Run every subtask of slot `slot_index` to its end; one outcome per subtask.
+
+    host: the address other executors reach this one at (Spark's name for the executor).
+    """
+    from streamsnap.runtime.task import run_task
+
+    first, *others = deployment.slots[slot_index]
+    context = multiprocessing.get_context("fork")
+    children = []
+    # Fork before this process starts any thread of its own (the task's network and
+    # checkpoint threads), so no child inherits a lock held by a thread it does not have.
+    for task_index in others:
+        receiver, sender = context.Pipe(duplex=False)
+        child = context.Process(target=_run_child, args=(deployment, task_index, host, sender, os.getpid()),
+                                name=f"streamsnap-subtask-{task_index}", daemon=False)
+        child.start()
+        sender.close()
+        children.append((task_index, child, receiver))
+    try:
+        outcomes = [run_task(deployment, first, host)]
+        for task_index, child, receiver in children:
+            outcomes.append(_child_outcome(deployment, task_index, child, receiver))
+    except BaseException:
+        # The slot is going away (Spark interrupted it): its subtasks go with it.
+        for _, child, _ in children:
+            if child.is_alive():
+                child.kill()
+        raise
+    return outcomes
+
+
+def _child_outcome(deployment: Deployment, task_index: int, child, receiver) -> tuple:
+    try:
+        outcome = receiver.recv()
+    except EOFError:        # the child died before reporting (SIGKILL); the driver saw it go
+        outcome = None
+    child.join()
+    receiver.close()
+    if outcome is None:
+        outcome = (task_index, str(deployment.vertex(task_index)), f"KILLED (exit code {child.exitcode})")
+    return outcome
+
+
+def _run_child(deployment: Deployment, task_index: int, host: str | None, sender, parent_pid: int) -> None:
+    from streamsnap.runtime.task import run_task
+
+    _die_with_parent(parent_pid)
+    sender.send(run_task(deployment, task_index, host))
+    sender.close()
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when the slot's process dies (Linux); elsewhere the driver cancels it."""
+    if not sys.platform.startswith("linux"):
+        log.debug("no parent-death signal on %s; an orphaned subtask ends when the driver cancels it",
+                  sys.platform)
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(errno)}")
+    if os.getppid() != parent_pid:      # the parent died before the signal was armed
+        os._exit(1)
