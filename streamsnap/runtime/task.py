@@ -51,6 +51,7 @@ from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators import OperatorContext, Output
 from streamsnap.runtime import schemas
 from streamsnap.runtime.output import RecordWriter
+from streamsnap.runtime.row_chain import fuse_row_chains
 from streamsnap.state.local_recovery import LocalRecoveryStore, default_root
 from streamsnap.state.snapshot import SnapshotDiscardedError
 
@@ -295,6 +296,8 @@ class StreamTask:
             op.output = Output(targets, side)
             created[node_id] = op
         self.operators = [created[n] for n in self.job_vertex.nodes]
+        # Chained map / filter / flat_map operators run as one loop per batch.
+        fuse_row_chains(self.operators)
         self.head = created[self.job_vertex.head]
         self.is_source = graph.node(self.job_vertex.head).kind is NodeKind.SOURCE
         # A two-input head (connect, joins) is told which logical input each batch came from.
