@@ -49,7 +49,7 @@ from streamsnap.runtime.channel_state import overtake_outputs, restore_channel_s
 from streamsnap.runtime.input import CheckpointedInput
 from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators import OperatorContext, Output
-from streamsnap.runtime import schemas
+from streamsnap.runtime import schemas, trace
 from streamsnap.runtime.output import RecordWriter
 from streamsnap.runtime.row_chain import fuse_row_chains
 from streamsnap.state.local_recovery import LocalRecoveryStore, default_root
@@ -669,9 +669,11 @@ def run_task(deployment: Deployment, task_index: int) -> tuple:
     tune_allocator()
     task = StreamTask(deployment, task_index)
     status = "FINISHED"
+    traced = None
     try:
         task.setup()
         freeze_after_setup()
+        traced = trace.install(task)   # None unless STREAMSNAP_TRACE_DIR is set
         task.run()
         task.close_operators()
         task.driver.send({"type": "finished", "metrics": task.metrics()})
@@ -695,6 +697,8 @@ def run_task(deployment: Deployment, task_index: int) -> tuple:
         _close_quietly(task)
     finally:
         task.teardown()
+        if traced is not None:
+            traced.close()
         unfreeze_at_teardown()
     return (task_index, str(task.vertex), status)
 
