@@ -34,6 +34,7 @@ from streamsnap.checkpoint.handles import OperatorSubtaskState
 from streamsnap.errors import UserFunctionError
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.batches import Batch, as_record_batch, num_rows, rows_of, to_record_batch, to_rows
+from streamsnap.runtime.row_chain import RowRun
 from streamsnap.runtime.schemas import RowSchema
 from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
 from streamsnap.state.key_groups import KeyGroupRange, assign_key_groups, key_group_range_for_subtask
@@ -263,44 +264,31 @@ class StreamOperator:
 
 
 # ==================================================================== per-row operators
-class MapOperator(StreamOperator):
+class RowFunctionOperator(StreamOperator):
+    """`map`, `filter` and `flat_map`: a function per row. The loop lives in runtime/row_chain.py:
+    a run of these chained one after the other is fused into one loop, headed by its first
+    operator (`run`); an operator not fused runs as a run of one."""
+
     row_input = True
+    kind = ""
+
+    def __init__(self, ctx: OperatorContext, function: Any = None):
+        super().__init__(ctx, function)
+        self.run: RowRun | None = None
 
     def process(self, batch: Batch) -> None:
-        rows = to_rows(batch)
-        self.records_in += len(rows)
-        fn = self.function
-        out = []
-        append = out.append
-        for row in rows:
-            try:
-                result = fn(row)
-            except Exception as exc:
-                raise user_error(self, row, exc) from None
-            if type(result) is not dict:
-                raise user_error(self, row, TypeError(
-                    f"map function returned {type(result).__name__}; it must return a dict (a row)"))
-            append(result)
-        self.output.emit(out)
+        run = self.run
+        if run is None:
+            run = self.run = RowRun([self])
+        run.process(batch)
 
 
-class FilterOperator(StreamOperator):
-    row_input = True
+class MapOperator(RowFunctionOperator):
+    kind = "map"
 
-    def process(self, batch: Batch) -> None:
-        rows = to_rows(batch)
-        self.records_in += len(rows)
-        fn = self.function
-        out = []
-        append = out.append
-        for row in rows:
-            try:
-                keep = fn(row)
-            except Exception as exc:
-                raise user_error(self, row, exc) from None
-            if keep:
-                append(row)
-        self.output.emit(out)
+
+class FilterOperator(RowFunctionOperator):
+    kind = "filter"
 
 
 def _extend_results(out: list, result) -> None:
@@ -315,30 +303,8 @@ def _extend_results(out: list, result) -> None:
         out.append(item)
 
 
-class FlatMapOperator(StreamOperator):
-    row_input = True
-
-    def process(self, batch: Batch) -> None:
-        rows = to_rows(batch)
-        self.records_in += len(rows)
-        fn = self.function
-        out: list = []
-        append = out.append
-        for row in rows:
-            try:
-                result = fn(row)
-                if result is None:
-                    continue
-                if type(result) is dict:
-                    append(result)
-                    continue
-                for item in result:
-                    if type(item) is not dict:
-                        raise TypeError(f"function produced {type(item).__name__}; rows must be dicts")
-                    append(item)
-            except Exception as exc:
-                raise user_error(self, row, exc) from None
-        self.output.emit(out)
+class FlatMapOperator(RowFunctionOperator):
+    kind = "flat_map"
 
 
 class MapBatchesOperator(StreamOperator):

@@ -49,8 +49,9 @@ from streamsnap.runtime.channel_state import overtake_outputs, restore_channel_s
 from streamsnap.runtime.input import CheckpointedInput
 from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators import OperatorContext, Output
-from streamsnap.runtime import schemas
+from streamsnap.runtime import schemas, trace
 from streamsnap.runtime.output import RecordWriter
+from streamsnap.runtime.row_chain import fuse_row_chains
 from streamsnap.state.local_recovery import LocalRecoveryStore, default_root
 from streamsnap.state.snapshot import SnapshotDiscardedError
 
@@ -303,6 +304,8 @@ class StreamTask:
             op.output = Output(targets, side)
             created[node_id] = op
         self.operators = [created[n] for n in self.job_vertex.nodes]
+        # Chained map / filter / flat_map operators run as one loop per batch.
+        fuse_row_chains(self.operators)
         self.head = created[self.job_vertex.head]
         self.is_source = graph.node(self.job_vertex.head).kind is NodeKind.SOURCE
         # A two-input head (connect, joins) is told which logical input each batch came from.
@@ -674,9 +677,11 @@ def run_task(deployment: Deployment, task_index: int, host: str | None = None) -
     tune_allocator()
     task = StreamTask(deployment, task_index, host)
     status = "FINISHED"
+    traced = None
     try:
         task.setup()
         freeze_after_setup()
+        traced = trace.install(task)   # None unless STREAMSNAP_TRACE_DIR is set
         task.run()
         task.close_operators()
         task.driver.send({"type": "finished", "metrics": task.metrics()})
@@ -700,6 +705,8 @@ def run_task(deployment: Deployment, task_index: int, host: str | None = None) -
         _close_quietly(task)
     finally:
         task.teardown()
+        if traced is not None:
+            traced.close()
         unfreeze_at_teardown()
     return (task_index, str(task.vertex), status)
 

@@ -44,6 +44,39 @@ def event(i: int) -> dict:
     return {"key": i % 13, "value": i + 1}
 
 
+def test_a_fused_per_row_chain_counts_per_operator_and_names_the_operator_that_raised(spark):
+    """flat_map -> map -> filter chained into the source's task run fused (runtime/row_chain.py):
+    the result, each operator's records in and out, and a failure in the middle of the run."""
+    n = 1500
+
+    def run(lower):
+        env = ss.StreamEnvironment(parallelism=2, spark=spark)
+        (env.from_source(ss.sources.Generator(sentence, count=n), name="sentences")
+            .flat_map(split_words, name="split").map(lower, name="lower")
+            .filter(lambda r: r["word"][0] not in "fF", name="no-f")
+            .key_by("word").process(Count(), name="count").sink_to(ss.sinks.Collect(), name="counts"))
+        return env.execute("fused chain")
+
+    result = run(lambda r: {"word": r["word"].upper()})
+    words = [w.upper() for i in range(n) for w in sentence(i)["text"].split()]
+    kept = [w for w in words if w[0] not in "fF"]
+    assert final_by_key(result.rows(), "word", "count") == dict(Counter(kept))
+    by_name = {m.name: m for m in result.operators.values()}
+    assert (by_name["split"].records_in, by_name["split"].records_out) == (n, len(words))
+    assert (by_name["lower"].records_in, by_name["lower"].records_out) == (len(words), len(words))
+    assert (by_name["no-f"].records_in, by_name["no-f"].records_out) == (len(words), len(kept))
+
+    def cursed(row):
+        if row["word"] == "fig":
+            raise ValueError("no figs")
+        return row
+
+    with pytest.raises(ss.JobExecutionError) as info:
+        run(cursed)
+    assert "operator 'lower'" in str(info.value) and "{'word': 'fig'}" in str(info.value)
+    assert "ValueError: no figs" in str(info.value)
+
+
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
 def test_word_count_equals_a_plain_python_reference(spark, parallelism):
     n = 3000
