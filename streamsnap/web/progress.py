@@ -71,6 +71,15 @@ def _counters(metrics_by_subtask: dict) -> dict[str, dict[int, tuple[int, int]]]
     return out
 
 
+def rates(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
+          seconds: float) -> dict[str, tuple[float, float]]:
+    """Records in/out per second of each operator between two readings of its totals. A total
+    that went down (a restart: counts start again from the restored checkpoint) gives 0, not a
+    negative rate; an operator not in `before` counts from 0."""
+    return {uid: tuple(max(0.0, (value - before.get(uid, (0, 0))[k]) / seconds) for k, value in enumerate(totals))
+            for uid, totals in after.items()}
+
+
 class JobProgress:
     """Samples one JobMaster; `poll()` runs on the web server's poller thread."""
 
@@ -90,9 +99,7 @@ class JobProgress:
         with self._lock:
             if self._previous is not None and now > self._previous[0]:
                 then, before = self._previous
-                self._rates = {uid: tuple(max(0.0, (now_v - before.get(uid, (0, 0))[k]) / (now - then))
-                                          for k, now_v in enumerate(values))
-                               for uid, values in totals.items()}
+                self._rates = rates(before, totals, now - then)
             self._previous = (now, totals)
         self._master.request_metrics()
 

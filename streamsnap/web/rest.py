@@ -184,12 +184,14 @@ class WebServer:
         log.info("job '%s' monitoring at %s", master.settings.job_name, self.url)
 
     def _poll(self, endpoint: JobEndpoint) -> None:
-        while True:
-            endpoint.progress.poll()
-            if endpoint.master.wait_terminal(self.poll_interval):
-                break
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        try:
+            while True:
+                endpoint.progress.poll()
+                if endpoint.master.wait_terminal(self.poll_interval):
+                    break
+        finally:   # also if polling failed: the endpoint never outlives its job
+            self._httpd.shutdown()
+            self._httpd.server_close()
 
     def close(self) -> None:
         """Stop serving now (a job that failed to start); serving threads end on their own otherwise."""
@@ -276,6 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_app: WebServer
     server_version = "streamsnap"
     protocol_version = "HTTP/1.1"
+    timeout = 30.0   # an idle keep-alive connection (a browser's) does not hold its thread for ever
 
     def do_GET(self):
         self._serve("GET")

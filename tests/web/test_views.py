@@ -164,3 +164,18 @@ def test_prometheus_families_use_flinks_names():
                  f'numRecordsInPerSecond{{{job},operator="sum",operator_uid="sum"}} 25.0',
                  f'checkpointAlignmentTime{{{job},subtask="0",task="sum"}} 50.0']:
         assert line in text.splitlines(), line
+
+
+def test_rates_between_two_readings():
+    from streamsnap.web.progress import rates
+
+    before = {"a": (100, 50), "b": (1000, 1000)}
+    after = {"a": (300, 150), "b": (10, 0), "c": (40, 20)}   # b restarted, c is new
+    assert rates(before, after, 2.0) == {"a": (100.0, 50.0), "b": (0.0, 0.0), "c": (20.0, 10.0)}
+
+
+def test_percentile_interpolates_between_ranks():
+    assert views.percentile([], 0.5) == 0.0
+    assert views.percentile([7], 0.99) == 7
+    assert views.percentile([4, 1, 3, 2], 0.5) == 2.5
+    assert views.percentile(list(range(101)), 0.99) == 99
