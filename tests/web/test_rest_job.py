@@ -3,7 +3,9 @@ own checkpoint history (JobClient.checkpoint_stats()), triggers over REST, and t
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import urllib.parse
 
 import pytest
@@ -132,6 +134,21 @@ def test_rest_and_metrics_match_the_jobs_checkpoint_history(spark, tmp_path):
     vertex = stats.latest_completed.subtasks[0]
     assert _metric(text, "checkpointAlignmentTime", task=vertex.vertex_id, subtask=str(vertex.index),
                    **labels) == pytest.approx(vertex.alignment_duration * 1000)
+
+    # A failover: restarts with their cause, the restore in counts, latest and metrics.
+    os.kill(client.subtasks()[-1].pid, signal.SIGKILL)
+    job = wait_for(lambda: (d := call(jobs)[1])["restarts"] == 1 and d["state"] == "RUNNING" and d,
+                   "the job to run again", timeout=120)
+    assert len(job["exceptions"]) == 1 and job["exceptions"][0]["timestamp"] >= job["start-time"]
+    assert job["exceptions"][0]["exception"]
+    restored = client.checkpoint_stats().latest_restored
+    cps = call(f"{jobs}/checkpoints")[1]
+    assert cps["counts"]["restored"] == 1
+    assert cps["latest"]["restored"] == {"id": restored.checkpoint_id, "restore_timestamp": _ms(restored.restore_timestamp),
+                                         "is_savepoint": False, "external_path": restored.external_path}
+    text = call(f"{base}/metrics")[1]
+    assert _metric(text, "numRestarts", **labels) == 1
+    assert _metric(text, "lastCheckpointRestoreTimestamp", **labels) == pytest.approx(restored.restore_timestamp * 1000)
 
     client.cancel()
     wait_for(lambda: _refused(base), "the endpoint to close with the job")
