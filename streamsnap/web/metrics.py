@@ -48,7 +48,15 @@ def job_families(sample: JobSample) -> list[GaugeMetricFamily]:
                 records_out.add_metric(job + [op.name, op.uid, str(index)], value)
             rate_in.add_metric(job + [op.name, op.uid], op.records_in_per_second)
             rate_out.add_metric(job + [op.name, op.uid], op.records_out_per_second)
-    return families + [records_in, records_out, rate_in, rate_out]
+    task_labels = JOB_LABELS + ["task", "subtask"]
+    bytes_in = GaugeMetricFamily("numBytesIn", "Network bytes the task subtask received.", labels=task_labels)
+    bytes_out = GaugeMetricFamily("numBytesOut", "Network bytes the task subtask sent.", labels=task_labels)
+    for vertex in sample.vertices:
+        for index, value in vertex.bytes_in.items():
+            bytes_in.add_metric(job + [vertex.id, str(index)], value)
+        for index, value in vertex.bytes_out.items():
+            bytes_out.add_metric(job + [vertex.id, str(index)], value)
+    return families + [records_in, records_out, rate_in, rate_out, bytes_in, bytes_out]
 
 
 def checkpoint_families(stats: CheckpointStatsSnapshot, job: list[str]) -> list[GaugeMetricFamily]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_POLL_INTERVAL = 1.0
 
@@ -44,6 +44,8 @@ class VertexSample:
     subtask_states: dict[int, str]  # by subtask index
     operators: tuple[OperatorSample, ...]
     inputs: tuple[str, ...] = ()    # upstream vertex ids
+    bytes_in: dict[int, int] = field(default_factory=dict)    # network bytes received, by subtask index
+    bytes_out: dict[int, int] = field(default_factory=dict)   # network bytes sent
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class JobSample:
     restarts: int
     failures: tuple[dict, ...]      # failed_at (wall-clock seconds), cause; oldest first
     vertices: tuple[VertexSample, ...]
+    checkpointing: bool = True
 
     @property
     def uptime(self) -> float:
@@ -106,7 +109,8 @@ class JobProgress:
     def sample(self) -> JobSample:
         master = self._master
         graph = master.execution_graph.job_graph
-        counters = _counters(master.operator_metrics())
+        metrics = master.operator_metrics()
+        counters = _counters(metrics)
         states: dict[str, dict[int, str]] = {}
         for s in master.subtasks():
             states.setdefault(s.vertex, {})[s.index] = s.state
@@ -123,8 +127,12 @@ class JobProgress:
                     node.uid, node.name, vertex.id, node.parallelism,
                     {i: c[0] for i, c in sorted(by_index.items())}, {i: c[1] for i, c in sorted(by_index.items())},
                     rate_in, rate_out))
-            vertices.append(VertexSample(vertex.id, vertex.name, vertex.parallelism, states.get(vertex.id, {}),
-                                         tuple(operators), tuple(dict.fromkeys(e.source_vertex for e in vertex.inputs))))
+            network = {index: m for (vertex_id, index), m in metrics.items() if vertex_id == vertex.id}
+            vertices.append(VertexSample(
+                vertex.id, vertex.name, vertex.parallelism, states.get(vertex.id, {}), tuple(operators),
+                tuple(dict.fromkeys(e.source_vertex for e in vertex.inputs)),
+                {i: int(m.get("bytes_received", 0)) for i, m in sorted(network.items())},
+                {i: int(m.get("bytes_sent", 0)) for i, m in sorted(network.items())}))
         failures = tuple({"failed_at": r["failed_at"], "cause": r.get("cause", "")} for r in list(master.recovery_log))
         return JobSample(master.job_id, master.settings.job_name, master.status.value, self._start, self._clock(),
-                         master.restarts, failures, tuple(vertices))
+                         master.restarts, failures, tuple(vertices), master.settings.checkpoint is not None)

@@ -65,13 +65,14 @@ def job_details(sample: JobSample) -> dict:
             "id": v.id, "name": v.name, "parallelism": v.parallelism, "status": _vertex_status(v.subtask_states),
             "tasks": counts, "inputs": list(v.inputs),
             # the chain reads what its head reads and writes what its last operator writes
-            "metrics": {"read-records": head.total_in if head else 0, "write-records": tail.total_out if tail else 0},
+            "metrics": {"read-records": head.total_in if head else 0, "write-records": tail.total_out if tail else 0,
+                        "read-bytes": sum(v.bytes_in.values()), "write-bytes": sum(v.bytes_out.values())},
             "operators": operators,
         })
     return {
         "jid": sample.job_id, "name": sample.name, "state": sample.status,
         "start-time": _ms(sample.start_time), "now": _ms(sample.now), "duration": _ms(sample.uptime),
-        "restarts": sample.restarts,
+        "restarts": sample.restarts, "checkpointing": sample.checkpointing,
         "exceptions": [{"timestamp": _ms(f["failed_at"]), "exception": f["cause"]} for f in sample.failures],
         "vertices": vertices,
     }

@@ -98,6 +98,9 @@ def test_rest_and_metrics_match_the_jobs_checkpoint_history(spark, tmp_path):
     assert ops["events"]["parallelism"] == ops["sum"]["parallelism"] == 2
     assert ops["events"]["write-records"] > 0 and len(ops["sum"]["subtasks"]) == 2
     assert sum(v["parallelism"] for v in job["vertices"]) == len(client.subtasks())
+    source, chain = sorted(job["vertices"], key=lambda v: len(v["inputs"]))
+    assert source["metrics"]["write-bytes"] > 0 and chain["metrics"]["read-bytes"] > 0
+    assert job["checkpointing"] is True
 
     # POST: a checkpoint, then a savepoint; both polled to completion by request id.
     status, posted = call(f"{jobs}/checkpoints", method="POST")
@@ -131,6 +134,7 @@ def test_rest_and_metrics_match_the_jobs_checkpoint_history(spark, tmp_path):
     assert _metric(text, "uptime", **labels) > 0
     assert _metric(text, "numRecordsIn", operator="sum", subtask="0", **labels) > 0
     assert _metric(text, "numRecordsOut", operator="Source: events", subtask="1", **labels) > 0
+    assert _metric(text, "numBytesIn", task=chain["id"], subtask="0", **labels) > 0
     vertex = stats.latest_completed.subtasks[0]
     assert _metric(text, "checkpointAlignmentTime", task=vertex.vertex_id, subtask=str(vertex.index),
                    **labels) == pytest.approx(vertex.alignment_duration * 1000)

@@ -121,7 +121,8 @@ def sample() -> JobSample:
     out = OperatorSample("out", "Sink: out", "sum", 1, {0: 100}, {0: 0}, 25.0, 0.0)
     return JobSample("j1", "my job", "RUNNING", 1000.0, 1010.5, 1,
                      ({"failed_at": 1005.0, "cause": "lost subtask"},),
-                     (VertexSample("src", "Source: events", 2, {0: "RUNNING", 1: "RUNNING"}, (src,)),
+                     (VertexSample("src", "Source: events", 2, {0: "RUNNING", 1: "RUNNING"}, (src,), (),
+                                   {0: 0, 1: 0}, {0: 4000, 1: 6000}),
                       VertexSample("sum", "sum -> Sink: out", 1, {0: "INITIALIZING"}, (total, out), ("src",))))
 
 
@@ -132,9 +133,11 @@ def test_job_details_and_jobs_overview():
     assert (doc["start-time"], doc["duration"]) == (1_000_000, 10_500)
     assert doc["exceptions"] == [{"timestamp": 1_005_000, "exception": "lost subtask"}]
     src, chain = doc["vertices"]
-    assert (src["parallelism"], src["status"], src["metrics"]) == (2, "RUNNING", {"read-records": 0, "write-records": 100})
+    assert (src["parallelism"], src["status"]) == (2, "RUNNING")
+    assert src["metrics"] == {"read-records": 0, "write-records": 100, "read-bytes": 0, "write-bytes": 10000}
+    assert doc["checkpointing"] is True
     assert chain["inputs"] == ["src"] and chain["status"] == "INITIALIZING"
-    assert chain["metrics"] == {"read-records": 100, "write-records": 0}
+    assert chain["metrics"] == {"read-records": 100, "write-records": 0, "read-bytes": 0, "write-bytes": 0}
     ops = {op["uid"]: op for op in chain["operators"]}
     assert ops["sum"]["read-records-per-second"] == 25.0 and ops["sum"]["subtasks"] == [
         {"subtask": 0, "read-records": 100, "write-records": 100}]
@@ -162,7 +165,8 @@ def test_prometheus_families_use_flinks_names():
                  f'numRecordsOut{{{job},operator="Source: events",operator_uid="events",subtask="1"}} 60.0',
                  f'numRecordsIn{{{job},operator="sum",operator_uid="sum",subtask="0"}} 100.0',
                  f'numRecordsInPerSecond{{{job},operator="sum",operator_uid="sum"}} 25.0',
-                 f'checkpointAlignmentTime{{{job},subtask="0",task="sum"}} 50.0']:
+                 f'checkpointAlignmentTime{{{job},subtask="0",task="sum"}} 50.0',
+                 f'numBytesOut{{{job},subtask="1",task="src"}} 6000.0']:
         assert line in text.splitlines(), line
 
 
