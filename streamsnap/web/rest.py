@@ -23,8 +23,8 @@ from importlib import resources
 
 from streamsnap.errors import ConfigurationError, StreamsnapError
 from streamsnap.web import views
-from streamsnap.web.auth import authorized
-from streamsnap.web.config import WebConfig
+from streamsnap.web.auth import authorized, foreign_request
+from streamsnap.web.config import WebConfig, is_loopback
 from streamsnap.web.progress import DEFAULT_POLL_INTERVAL, JobProgress
 
 log = logging.getLogger(__name__)
@@ -289,6 +289,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         app = self.server_app
         try:
+            foreign = foreign_request(self.headers.get("Host"), self.headers.get("Origin"),
+                                      is_loopback(app.config.bind))
+            if foreign is not None:
+                raise HttpError(HTTPStatus.FORBIDDEN, foreign)
             if not authorized(self.headers.get("Authorization"), app.config.token):
                 raise HttpError(HTTPStatus.UNAUTHORIZED, "this endpoint needs 'Authorization: Bearer <token>' "
                                                          "(the token of the job's WebConfig)")

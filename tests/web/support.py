@@ -29,10 +29,11 @@ def start_job(spark, tmp_path, web: ss.WebConfig, name: str):
     return client
 
 
-def call(url: str, method: str = "GET", body: dict | None = None, token: str | None = TOKEN):
+def call(url: str, method: str = "GET", body: dict | None = None, token: str | None = TOKEN,
+         headers: dict | None = None):
     """(status, parsed JSON or text) of one request."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method)
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     if data is not None:

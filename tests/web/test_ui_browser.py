@@ -5,12 +5,13 @@ a checkpoint's per-subtask view. The screenshot is kept under the test's tmp_pat
 from __future__ import annotations
 
 import shutil
+from urllib.parse import urlsplit
 
 import pytest
 
 import streamsnap as ss
 from streamsnap.api.environment import CLI_DEFAULTS
-from tests.web.support import start_job
+from tests.web.support import call, start_job
 
 pytestmark = pytest.mark.spark
 
@@ -57,6 +58,13 @@ def test_the_web_ui_shows_the_job_its_checkpoints_and_a_subtask_drill_down(spark
             page.screenshot(path=str(tmp_path / "web-ui.png"), full_page=True)
         finally:
             browser.close()
+    # What a web page elsewhere could send to this loopback endpoint is refused: a cross-site POST,
+    # and (DNS rebinding) a request addressed to another host name.
+    jobs = f"{client.web_url}/jobs"
+    assert call(jobs, token=None)[0] == 200
+    assert call(f"{jobs}/{client.job_id}/checkpoints", method="POST", token=None,
+                headers={"Origin": "https://evil.example"})[0] == 403
+    assert call(jobs, token=None, headers={"Host": f"evil.example:{urlsplit(jobs).port}"})[0] == 403
     client.cancel()
     assert (tmp_path / "web-ui.png").stat().st_size > 10_000
     assert problems == []

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 import streamsnap as ss
-from streamsnap.web.auth import authorized
+from streamsnap.web.auth import authorized, foreign_request
 from streamsnap.web.rest import WebServer
 
 TOKEN = "a-token-of-enough-length-42"
@@ -62,3 +62,18 @@ def test_bearer_token_check():
     assert not authorized(f"Bearer {TOKEN}x", TOKEN)
     assert not authorized(f"bearer {TOKEN}", TOKEN)
     assert not authorized("Bearer \udcff", TOKEN)
+
+
+@pytest.mark.parametrize("host, origin, loopback_only, refused", [
+    ("127.0.0.1:8081", None, True, None),
+    ("localhost:8081", "http://localhost:8081", True, None),       # the UI's own POST
+    ("[::1]:8081", None, True, None),
+    ("evil.example:8081", None, True, "DNS-rebinding guard"),
+    ("127.0.0.1:8081", "https://evil.example", True, "cross-origin request"),
+    ("127.0.0.1:8081", "null", True, "opaque origin"),
+    ("node7:8081", None, False, None),                               # bound elsewhere: the token decides
+    ("node7:8081", "http://other:80", False, "cross-origin request"),
+])
+def test_requests_from_other_sites_are_refused(host, origin, loopback_only, refused):
+    reason = foreign_request(host, origin, loopback_only)
+    assert (reason is None) if refused is None else (refused in reason)
