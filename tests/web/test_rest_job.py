@@ -29,7 +29,7 @@ def _metric(text: str, name: str, **labels) -> float:
     raise AssertionError(f"no sample {name}{labels} in:\n{text}")
 
 
-def test_rest_and_metrics_match_the_jobs_checkpoint_history(spark, tmp_path):
+def test_rest_and_metrics_match_the_jobs_checkpoint_history(spark, tmp_path, no_leaked_threads):
     client = start_job(spark, tmp_path, ss.WebConfig(port=0, bind="0.0.0.0", token=TOKEN), "web rest job")
     port = urllib.parse.urlsplit(client.web_url).port
     base = f"http://127.0.0.1:{port}"

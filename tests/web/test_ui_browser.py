@@ -19,7 +19,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine: apt-get install chromium")
-def test_the_web_ui_shows_the_job_its_checkpoints_and_a_subtask_drill_down(spark, tmp_path, monkeypatch):
+def test_the_web_ui_shows_the_job_its_checkpoints_and_a_subtask_drill_down(spark, tmp_path, monkeypatch,
+                                                                          no_leaked_threads):
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
     announced = []   # what `streamsnap run` prints
     monkeypatch.setitem(CLI_DEFAULTS, "on_web_url", lambda name, url: announced.append((name, url)))
