@@ -23,6 +23,7 @@ from streamsnap.api.connected import BroadcastStream, ConnectedStreams
 from streamsnap.api.vectorized import group_cumsum
 from streamsnap.graph.keys import BatchKeys
 from streamsnap.api.result import JobClient, JobResult
+from streamsnap.web.config import WebConfig
 from streamsnap.connectors import sinks, sources
 from streamsnap.errors import (
     ConfigurationError, DataError, FileReadError, JobExecutionError, NullKeyError, PreflightError, RestoreError,
@@ -45,7 +46,7 @@ __all__ = [
     "CheckpointListener", "FunctionInitializationContext", "FunctionSnapshotContext",
     "ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
     "StateTtlConfig", "TtlUpdateType", "TtlStateVisibility",
-    "JobResult", "JobClient", "sources", "sinks",
+    "JobResult", "JobClient", "WebConfig", "sources", "sinks",
     "StreamsnapError", "ConfigurationError", "JobExecutionError", "UserFunctionError", "RestoreError",
     "FileReadError", "DataError", "SchemaError", "NullKeyError", "PreflightError", "WatermarkStrategy", "WatermarkGenerator", "windows", "OutputTag", "TimeDomain",
     "ProcessFunction", "TimerService", "AggregateFunction", "ProcessWindowFunction", "WindowedStream",

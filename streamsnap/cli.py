@@ -37,6 +37,8 @@ def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline
         raise typer.Exit(2)
     environment.CLI_DEFAULTS.update(restore_from=restore_from, allow_non_restored_state=allow_non_restored_state)
     environment.CLI_DEFAULTS["results"] = []
+    # A job built with StreamEnvironment(web=ss.WebConfig(...)): say where to watch it.
+    environment.CLI_DEFAULTS["on_web_url"] = lambda name, url: console.print(f"[bold]{name}[/bold]: monitoring at {url}")
     started = time.monotonic()
     sys.argv = [str(job)]
     sys.path.insert(0, str(job.resolve().parent))
@@ -44,6 +46,7 @@ def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline
         runpy.run_path(str(job), run_name="__main__")
     finally:
         environment.CLI_DEFAULTS.update(restore_from=None, allow_non_restored_state=False)
+        environment.CLI_DEFAULTS.pop("on_web_url", None)
     results = environment.CLI_DEFAULTS.pop("results", [])
     for result in results:
         records = result.records_in

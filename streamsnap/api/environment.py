@@ -72,6 +72,8 @@ class StreamEnvironment:
     slot_sharing: Flink's slot sharing — Spark task slot i runs subtask i of every operator, so
       a job needs as many slots as its largest parallelism (each subtask still gets a process
       of its own). False: one slot per subtask (the sum of all operators' parallelism).
+    web: an ss.WebConfig to serve the job's REST API, Prometheus `/metrics` and web UI from
+      the driver while it runs (`JobClient.web_url`); None (the default) serves nothing.
     """
 
     def __init__(self, parallelism: int = 2, *, max_parallelism: int = 128,
@@ -79,7 +81,7 @@ class StreamEnvironment:
                  restart: RestartStrategy | None = None, spark=None, network: NetworkConfig | None = None,
                  buffer_timeout: float | None = None, log_level: str = "WARNING",
                  auto_watermark_interval=0.2, local_recovery: bool = False,
-                 local_recovery_dir: str | None = None, slot_sharing: bool = True):
+                 local_recovery_dir: str | None = None, slot_sharing: bool = True, web=None):
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise ConfigurationError(f"StreamEnvironment.parallelism must be an integer >= 1, got {parallelism!r}")
         if (isinstance(max_parallelism, bool) or not isinstance(max_parallelism, int)
@@ -120,6 +122,11 @@ class StreamEnvironment:
             raise ConfigurationError(f"StreamEnvironment.log_level must be DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
         if spark is not None and not hasattr(spark, "sparkContext"):
             raise ConfigurationError(f"StreamEnvironment.spark must be a SparkSession, got {type(spark).__name__}")
+        from streamsnap.web.config import WebConfig
+
+        if web is not None and not isinstance(web, WebConfig):
+            raise ConfigurationError(f"StreamEnvironment.web must be an ss.WebConfig or None, got {web!r}")
+        self.web = web
         from streamsnap.time.durations import to_millis
 
         self.auto_watermark_interval = to_millis(auto_watermark_interval,
@@ -262,9 +269,23 @@ class StreamEnvironment:
                                restore_from, allow_non_restored_state, self.log_level, hooks, job_id=job_id,
                                local_recovery=self.local_recovery,
                                local_recovery_dir=self.local_recovery_dir, slot_sharing=self.slot_sharing)
-        master = JobMaster(spark, execution_graph, settings)
-        master.start()
-        return master
+        web = None
+        if self.web is not None:
+            from streamsnap.web.rest import WebServer
+
+            web = WebServer(self.web)   # binds now: a taken port fails execute(), before any Spark job
+        try:
+            master = JobMaster(spark, execution_graph, settings)
+            master.start()
+        except BaseException:
+            if web is not None:
+                web.close()
+            raise
+        if web is not None:
+            web.serve(master)
+            if CLI_DEFAULTS.get("on_web_url"):
+                CLI_DEFAULTS["on_web_url"](job_name, web.url)
+        return master, web
 
     def execute(self, job_name: str = "streamsnap job", *, restore_from: str | None = None,
                 allow_non_restored_state: bool = False, job_id: str | None = None) -> JobResult:
@@ -274,7 +295,7 @@ class StreamEnvironment:
         job's directory under `CheckpointConfig.directory`, so running the same job again after
         its driver died resumes from its latest checkpoint (see `CheckpointConfig.resume`).
         """
-        master = self._start(job_name, restore_from, allow_non_restored_state, job_id)
+        master, _web = self._start(job_name, restore_from, allow_non_restored_state, job_id)
         try:
             result = master.wait()
             if "results" in CLI_DEFAULTS:
@@ -288,4 +309,5 @@ class StreamEnvironment:
     def execute_async(self, job_name: str = "streamsnap job", *, restore_from: str | None = None,
                       allow_non_restored_state: bool = False, job_id: str | None = None) -> JobClient:
         """Start the job and return a JobClient to watch and control it (arguments as `execute`)."""
-        return JobClient(self._start(job_name, restore_from, allow_non_restored_state, job_id))
+        master, web = self._start(job_name, restore_from, allow_non_restored_state, job_id)
+        return JobClient(master, web)

@@ -91,8 +91,15 @@ class JobResult:
 class JobClient:
     """Handle on a job started with `execute_async` (Flink's JobClient)."""
 
-    def __init__(self, job_master):
+    def __init__(self, job_master, web=None):
         self._master = job_master
+        self._web = web
+
+    @property
+    def web_url(self) -> str | None:
+        """Where the job's REST API, `/metrics` and web UI are served while it runs (None without
+        `StreamEnvironment(web=ss.WebConfig(...))`)."""
+        return self._web.url if self._web is not None else None
 
     @property
     def job_id(self) -> str:

@@ -241,6 +241,20 @@ class JobMaster:
             return None
         return self._call_in_loop(lambda: self.coordinator.stats.snapshot())
 
+    @property
+    def restarts(self) -> int:
+        return self._backoff.restarts
+
+    def request_metrics(self) -> None:
+        """Ask the running subtasks for their counters; `operator_metrics()` has them when they reply."""
+        self._post(lambda: self._send_all({"type": "report_metrics"}, ExecutionState.RUNNING))
+
+    def operator_metrics(self) -> dict[tuple[str, int], dict]:
+        """The current attempt's latest counters per (vertex, subtask index): records in/out per operator."""
+        with self._lock:
+            return {(s.attempt_id.vertex_id, s.attempt_id.index): s.metrics
+                    for s in self._subtasks.values() if s.metrics is not None}
+
     def subtasks(self) -> list[SubtaskInfo]:
         with self._lock:
             return [SubtaskInfo(s.attempt_id.vertex_id, s.attempt_id.index, s.attempt_id.attempt, s.host,
@@ -514,6 +528,10 @@ class JobMaster:
                 subtask.metrics = message.get("metrics")
             if self.coordinator is not None:
                 self.coordinator.execution_state_changed(subtask.attempt_id, ExecutionState.FINISHED)
+        elif kind == "metrics":
+            with self._lock:
+                if subtask.state is ExecutionState.RUNNING:   # a finished subtask's final counters stay
+                    subtask.metrics = message["metrics"]
         elif kind == "failed":
             with self._lock:
                 subtask.state = ExecutionState.FAILED
@@ -576,9 +594,9 @@ class JobMaster:
             return
         self._send_all({"type": "finish", "drain": True})
 
-    def _send_all(self, message: dict) -> None:
+    def _send_all(self, message: dict, state: ExecutionState | None = None) -> None:
         for subtask in self._subtasks.values():
-            if subtask.connection is not None:
+            if subtask.connection is not None and state in (None, subtask.state):
                 subtask.connection.send(dict(message))
 
     def _on_spark_job_end(self, attempt: int, error: BaseException | None) -> None:

@@ -170,6 +170,12 @@ class StreamTask:
     # ================================================================== set-up
     def _on_control_message(self, _conn, message: dict) -> None:
         kind = message.get("type")
+        if kind == "report_metrics":   # monitoring (streamsnap/web): counters only, off the mailbox
+            try:
+                self.driver.send({"type": "metrics", "metrics": self.metrics()})
+            except TaskCancelled:
+                log.debug("%s: counters not reported, the driver is gone", self.name)
+            return
         if kind == "cancel":
             self.cancelled = True
         self.mailbox.put(message)

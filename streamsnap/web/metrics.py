@@ -1,0 +1,106 @@
+"""Prometheus `/metrics` for one job, with Flink's metric names where Flink has them.
+
+A collector reads the job's sample and checkpoint stats at scrape time (nothing is updated
+in between); each job has its own CollectorRegistry, never the process-global one, so several
+jobs in one process (tests, notebooks) do not collide. Like Flink's Prometheus reporter every
+figure is a gauge; durations are milliseconds, timestamps epoch milliseconds, sizes bytes.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from streamsnap.checkpoint.stats import CheckpointStatsSnapshot
+from streamsnap.web.progress import JobSample
+
+JOB_LABELS = ["job", "job_id"]
+
+
+def _gauge(name: str, documentation: str, value: float, job: list[str]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=JOB_LABELS)
+    family.add_metric(job, value)
+    return family
+
+
+def job_families(sample: JobSample) -> list[GaugeMetricFamily]:
+    job = [sample.name, sample.job_id]
+    families = [
+        _gauge("uptime", "Milliseconds since the job was submitted.", sample.uptime * 1000, job),
+        _gauge("numRestarts", "Restarts (full failovers) of the job so far.", sample.restarts, job),
+    ]
+    labels = JOB_LABELS + ["operator", "operator_uid", "subtask"]
+    records_in = GaugeMetricFamily("numRecordsIn", "Records the operator subtask received in the current "
+                                   "attempt (since the checkpoint it restored).", labels=labels)
+    records_out = GaugeMetricFamily("numRecordsOut", "Records the operator subtask emitted in the current "
+                                    "attempt.", labels=labels)
+    rate_labels = JOB_LABELS + ["operator", "operator_uid"]
+    rate_in = GaugeMetricFamily("numRecordsInPerSecond", "Records per second into the operator "
+                                "(all subtasks) over the last poll interval.", labels=rate_labels)
+    rate_out = GaugeMetricFamily("numRecordsOutPerSecond", "Records per second out of the operator "
+                                 "(all subtasks) over the last poll interval.", labels=rate_labels)
+    for vertex in sample.vertices:
+        for op in vertex.operators:
+            for index, value in op.records_in.items():
+                records_in.add_metric(job + [op.name, op.uid, str(index)], value)
+            for index, value in op.records_out.items():
+                records_out.add_metric(job + [op.name, op.uid, str(index)], value)
+            rate_in.add_metric(job + [op.name, op.uid], op.records_in_per_second)
+            rate_out.add_metric(job + [op.name, op.uid], op.records_out_per_second)
+    task_labels = JOB_LABELS + ["task", "subtask"]
+    bytes_in = GaugeMetricFamily("numBytesIn", "Network bytes the task subtask received.", labels=task_labels)
+    bytes_out = GaugeMetricFamily("numBytesOut", "Network bytes the task subtask sent.", labels=task_labels)
+    for vertex in sample.vertices:
+        for index, value in vertex.bytes_in.items():
+            bytes_in.add_metric(job + [vertex.id, str(index)], value)
+        for index, value in vertex.bytes_out.items():
+            bytes_out.add_metric(job + [vertex.id, str(index)], value)
+    return families + [records_in, records_out, rate_in, rate_out, bytes_in, bytes_out]
+
+
+def checkpoint_families(stats: CheckpointStatsSnapshot, job: list[str]) -> list[GaugeMetricFamily]:
+    c = stats.counts
+    latest = stats.latest_completed
+    restored = stats.latest_restored
+    families = [
+        _gauge("totalNumberOfCheckpoints", "Checkpoints triggered (including savepoints).", c.triggered, job),
+        _gauge("numberOfCompletedCheckpoints", "Checkpoints completed.", c.completed, job),
+        _gauge("numberOfFailedCheckpoints", "Checkpoints failed or expired.", c.failed, job),
+        _gauge("numberOfInProgressCheckpoints", "Checkpoints in progress.", c.in_progress, job),
+        _gauge("lastCheckpointDuration", "End-to-end milliseconds of the latest completed checkpoint (-1: none).",
+               latest.end_to_end_duration * 1000 if latest and latest.end_to_end_duration is not None else -1, job),
+        _gauge("lastCheckpointSize", "Bytes of the latest completed checkpoint (-1: none).",
+               latest.state_size if latest else -1, job),
+        _gauge("lastCheckpointRestoreTimestamp", "Epoch milliseconds of the latest restore (-1: none).",
+               restored.restore_timestamp * 1000 if restored else -1, job),
+    ]
+    alignment = GaugeMetricFamily("checkpointAlignmentTime", "Milliseconds the subtask aligned barriers for in "
+                                  "the latest completed checkpoint.", labels=JOB_LABELS + ["task", "subtask"])
+    start_delay = GaugeMetricFamily("checkpointStartDelayNanos", "Nanoseconds from the trigger to the first "
+                                    "barrier at the subtask, latest completed checkpoint.",
+                                    labels=JOB_LABELS + ["task", "subtask"])
+    for s in latest.subtasks if latest else ():
+        alignment.add_metric(job + [s.vertex_id, str(s.index)], s.alignment_duration * 1000)
+        start_delay.add_metric(job + [s.vertex_id, str(s.index)], s.start_delay * 1e9)
+    return families + [alignment, start_delay]
+
+
+class _JobCollector(Collector):
+    def __init__(self, endpoint):
+        self._endpoint = endpoint
+
+    def collect(self):
+        sample = self._endpoint.sample()
+        yield from job_families(sample)
+        stats = self._endpoint.master.checkpoint_stats()
+        if stats is not None:
+            yield from checkpoint_families(stats, [sample.name, sample.job_id])
+
+
+class JobMetrics:
+    """The registry `/metrics` renders for one job (a `web.rest.JobEndpoint`)."""
+
+    def __init__(self, endpoint):
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_JobCollector(endpoint))

@@ -1,0 +1,138 @@
+"""What the monitoring endpoint knows about a running job, sampled from its JobMaster.
+
+The JobMaster owns its state on its own thread; this module only reads it through the
+JobMaster's public accessors (status, subtasks, restarts, the last per-subtask counters) and
+asks running subtasks for fresh counters every poll interval. Each poll turns two successive
+counter readings into records-per-second rates and freezes everything into a `JobSample`,
+an immutable value that HTTP threads and the Prometheus collector read without locks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+DEFAULT_POLL_INTERVAL = 1.0
+
+
+@dataclass(frozen=True)
+class OperatorSample:
+    uid: str
+    name: str
+    vertex_id: str
+    parallelism: int
+    records_in: dict[int, int]      # by subtask index, since the current attempt started
+    records_out: dict[int, int]
+    records_in_per_second: float = 0.0
+    records_out_per_second: float = 0.0
+
+    @property
+    def total_in(self) -> int:
+        return sum(self.records_in.values())
+
+    @property
+    def total_out(self) -> int:
+        return sum(self.records_out.values())
+
+
+@dataclass(frozen=True)
+class VertexSample:
+    id: str
+    name: str
+    parallelism: int
+    subtask_states: dict[int, str]  # by subtask index
+    operators: tuple[OperatorSample, ...]
+    inputs: tuple[str, ...] = ()    # upstream vertex ids
+    bytes_in: dict[int, int] = field(default_factory=dict)    # network bytes received, by subtask index
+    bytes_out: dict[int, int] = field(default_factory=dict)   # network bytes sent
+
+
+@dataclass(frozen=True)
+class JobSample:
+    job_id: str
+    name: str
+    status: str
+    start_time: float               # wall-clock seconds
+    now: float
+    restarts: int
+    failures: tuple[dict, ...]      # failed_at (wall-clock seconds), cause; oldest first
+    vertices: tuple[VertexSample, ...]
+    checkpointing: bool = True
+
+    @property
+    def uptime(self) -> float:
+        return max(0.0, self.now - self.start_time)
+
+
+def _counters(metrics_by_subtask: dict) -> dict[str, dict[int, tuple[int, int]]]:
+    """{(vertex, index): task metrics} → {operator uid: {index: (records in, records out)}}."""
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for (_vertex, index), metrics in metrics_by_subtask.items():
+        for uid, m in (metrics.get("operators") or {}).items():
+            out.setdefault(uid, {})[index] = (int(m["records_in"]), int(m["records_out"]))
+    return out
+
+
+def rates(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
+          seconds: float) -> dict[str, tuple[float, float]]:
+    """Records in/out per second of each operator between two readings of its totals. A total
+    that went down (a restart: counts start again from the restored checkpoint) gives 0, not a
+    negative rate; an operator not in `before` counts from 0."""
+    return {uid: tuple(max(0.0, (value - before.get(uid, (0, 0))[k]) / seconds) for k, value in enumerate(totals))
+            for uid, totals in after.items()}
+
+
+class JobProgress:
+    """Samples one JobMaster; `poll()` runs on the web server's poller thread."""
+
+    def __init__(self, master, clock=time.time):
+        self._master = master
+        self._clock = clock
+        self._start = clock()
+        self._lock = threading.Lock()
+        self._previous: tuple[float, dict[str, tuple[int, int]]] | None = None
+        self._rates: dict[str, tuple[float, float]] = {}
+
+    def poll(self) -> None:
+        """Turn the counters that arrived since the last poll into rates, then ask for fresh ones."""
+        now = self._clock()
+        totals = {uid: (sum(i for i, _ in by.values()), sum(o for _, o in by.values()))
+                  for uid, by in _counters(self._master.operator_metrics()).items()}
+        with self._lock:
+            if self._previous is not None and now > self._previous[0]:
+                then, before = self._previous
+                self._rates = rates(before, totals, now - then)
+            self._previous = (now, totals)
+        self._master.request_metrics()
+
+    def sample(self) -> JobSample:
+        master = self._master
+        graph = master.execution_graph.job_graph
+        metrics = master.operator_metrics()
+        counters = _counters(metrics)
+        states: dict[str, dict[int, str]] = {}
+        for s in master.subtasks():
+            states.setdefault(s.vertex, {})[s.index] = s.state
+        with self._lock:
+            rates = dict(self._rates)
+        vertices = []
+        for vertex in graph.vertices.values():
+            operators = []
+            for node_id in vertex.nodes:
+                node = graph.node(node_id)
+                by_index = counters.get(node.uid, {})
+                rate_in, rate_out = rates.get(node.uid, (0.0, 0.0))
+                operators.append(OperatorSample(
+                    node.uid, node.name, vertex.id, node.parallelism,
+                    {i: c[0] for i, c in sorted(by_index.items())}, {i: c[1] for i, c in sorted(by_index.items())},
+                    rate_in, rate_out))
+            network = {index: m for (vertex_id, index), m in metrics.items() if vertex_id == vertex.id}
+            vertices.append(VertexSample(
+                vertex.id, vertex.name, vertex.parallelism, states.get(vertex.id, {}), tuple(operators),
+                tuple(dict.fromkeys(e.source_vertex for e in vertex.inputs)),
+                {i: int(m.get("bytes_received", 0)) for i, m in sorted(network.items())},
+                {i: int(m.get("bytes_sent", 0)) for i, m in sorted(network.items())}))
+        failures = tuple({"failed_at": r["failed_at"], "cause": r.get("cause", "")} for r in list(master.recovery_log))
+        return JobSample(master.job_id, master.settings.job_name, master.status.value, self._start, self._clock(),
+                         master.restarts, failures, tuple(vertices), master.settings.checkpoint is not None)

@@ -1,0 +1,338 @@
+"""The driver's monitoring endpoint: REST routes, the web UI page and Prometheus `/metrics`.
+
+One `WebServer` per job, started with it and closed when it ends (standard-library
+ThreadingHTTPServer, one thread per request). HTTP threads never touch the JobMaster's state:
+they read immutable samples (`web.progress`) and checkpoint stats snapshots, and act only
+through the JobMaster's public trigger methods, which post to its own thread and return
+futures; a POST answers at once with a request id whose status can be polled, as in Flink.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import re
+import socket
+import threading
+import uuid
+from collections import OrderedDict
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+
+from streamsnap.errors import ConfigurationError, StreamsnapError
+from streamsnap.web import views
+from streamsnap.web.auth import authorized, foreign_request
+from streamsnap.web.config import WebConfig, is_loopback
+from streamsnap.web.progress import DEFAULT_POLL_INTERVAL, JobProgress
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 64 * 1024
+MAX_OPERATIONS = 100   # triggered checkpoints/savepoints whose status stays queryable
+
+
+class HttpError(Exception):
+    def __init__(self, status: HTTPStatus, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class _Operations:
+    """Checkpoints and savepoints triggered over REST, by request id (the newest MAX_OPERATIONS)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._futures: OrderedDict[str, tuple[str, concurrent.futures.Future]] = OrderedDict()
+
+    def add(self, kind: str, future: concurrent.futures.Future) -> str:
+        request_id = uuid.uuid4().hex
+        with self._lock:
+            self._futures[request_id] = (kind, future)
+            while len(self._futures) > MAX_OPERATIONS:
+                self._futures.popitem(last=False)
+        return request_id
+
+    def status(self, kind: str, request_id: str) -> dict:
+        with self._lock:
+            entry = self._futures.get(request_id)
+        if entry is None or entry[0] != kind:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no {kind} was triggered with request id {request_id!r} "
+                                                  f"(or it is older than the last {MAX_OPERATIONS})")
+        future = entry[1]
+        if not future.done():
+            return {"status": {"id": "IN_PROGRESS"}}
+        error = future.exception()
+        if error is not None:
+            return {"status": {"id": "COMPLETED"},
+                    "operation": {"failure-cause": {"class": type(error).__name__, "stack-trace": str(error)}}}
+        result = future.result()
+        operation = ({"checkpointId": result.checkpoint_id} if kind == "checkpoint" else {"location": result})
+        return {"status": {"id": "COMPLETED"}, "operation": operation}
+
+
+class JobEndpoint:
+    """What the routes of one job need: its JobMaster (read-only accessors, trigger methods)."""
+
+    def __init__(self, master, progress: JobProgress):
+        self.master = master
+        self.progress = progress
+        self.operations = _Operations()
+
+    def sample(self):
+        return self.progress.sample()
+
+    def checkpoint_stats(self):
+        stats = self.master.checkpoint_stats()
+        if stats is None:
+            raise HttpError(HTTPStatus.NOT_FOUND, "checkpointing is not enabled for this job; pass "
+                                                  "checkpointing=ss.CheckpointConfig(...) to StreamEnvironment")
+        return stats
+
+    def vertices(self) -> list[tuple[str, str, int]]:
+        graph = self.master.execution_graph.job_graph
+        return [(v.id, v.name, v.parallelism) for v in graph.vertices.values()]
+
+    def trigger_checkpoint(self) -> str:
+        self._require_checkpointing("trigger a checkpoint")
+        return self.operations.add("checkpoint", self.master.trigger_checkpoint())
+
+    def trigger_savepoint(self, body: dict) -> str:
+        from streamsnap.api.preflight import check_directory
+
+        self._require_checkpointing("take a savepoint")
+        directory = body.get("target-directory")
+        if not isinstance(directory, str) or not directory:
+            raise HttpError(HTTPStatus.BAD_REQUEST, 'a savepoint needs a target directory: POST {"target-directory": '
+                                                    '"<path or fsspec URL>"}')
+        if body.get("cancel-job"):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "cancel-job is not supported over REST; use "
+                                                    "JobClient.stop_with_savepoint")
+        try:
+            check_directory(directory, "the savepoint directory", '"target-directory"')
+        except StreamsnapError as exc:
+            raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from exc
+        return self.operations.add("savepoint", self.master.trigger_savepoint(directory, terminate=False))
+
+    def _require_checkpointing(self, what: str) -> None:
+        if self.master.settings.checkpoint is None:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"cannot {what}: checkpointing is not enabled for this job; pass "
+                                                    f"checkpointing=ss.CheckpointConfig(interval=None, directory=...) "
+                                                    f"to StreamEnvironment")
+
+
+# (method, pattern) → handler name; patterns match the path without its query string.
+_ROUTES = [
+    ("GET", re.compile(r"^/$"), "index"),
+    ("GET", re.compile(r"^/metrics$"), "metrics"),
+    ("GET", re.compile(r"^/jobs$"), "jobs"),
+    ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)$"), "job"),
+    ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints$"), "checkpoints"),
+    ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints/config$"), "checkpoint_config"),
+    ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints/details/(?P<cid>[^/]+)$"), "checkpoint_details"),
+    ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints/(?P<request>[0-9a-f]{32})$"), "checkpoint_status"),
+    ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/savepoints/(?P<request>[0-9a-f]{32})$"), "savepoint_status"),
+    ("POST", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints$"), "post_checkpoint"),
+    ("POST", re.compile(r"^/jobs/(?P<job>[^/]+)/savepoints$"), "post_savepoint"),
+]
+
+
+class WebServer:
+    """Serves one job's monitoring endpoint on the driver until the job ends."""
+
+    def __init__(self, config: WebConfig, poll_interval: float = DEFAULT_POLL_INTERVAL):
+        if not isinstance(config, WebConfig):
+            raise ConfigurationError(f"web must be an ss.WebConfig, got {type(config).__name__}")
+        self.config = config
+        self.poll_interval = poll_interval
+        self._jobs: dict[str, JobEndpoint] = {}
+        handler = type("Handler", (_Handler,), {"server_app": self})
+        server_class = ThreadingHTTPServer
+        if ":" in config.bind:
+            server_class = type("ThreadingHTTPServerV6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
+        try:
+            self._httpd = server_class((config.bind, config.port), handler)
+        except OSError as exc:
+            raise ConfigurationError(f"the web endpoint cannot listen on {config.bind}:{config.port} ({exc.strerror}); "
+                                     f"pick a free port or WebConfig(port=0) for any free one") from exc
+        self._httpd.daemon_threads = True
+        self._threads: list[threading.Thread] = []
+        self._metrics = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        if host in ("0.0.0.0", "::"):
+            host = socket.gethostname()
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def serve(self, master) -> None:
+        """Start serving `master`'s job; the endpoint closes itself when the job has ended."""
+        from streamsnap.web.metrics import JobMetrics
+
+        progress = JobProgress(master)
+        endpoint = JobEndpoint(master, progress)
+        self._jobs[master.job_id] = endpoint
+        self._metrics = JobMetrics(endpoint)
+        short = master.job_id[:8]
+        self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                                          name=f"web-{short}", daemon=True),
+                         threading.Thread(target=self._poll, args=(endpoint,), name=f"web-poll-{short}", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+        log.info("job '%s' monitoring at %s", master.settings.job_name, self.url)
+
+    def _poll(self, endpoint: JobEndpoint) -> None:
+        try:
+            while True:
+                endpoint.progress.poll()
+                if endpoint.master.wait_terminal(self.poll_interval):
+                    break
+        finally:   # also if polling failed: the endpoint never outlives its job
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def close(self) -> None:
+        """Stop serving now (a job that failed to start); serving threads end on their own otherwise."""
+        if self._threads:
+            self._httpd.shutdown()
+        self._httpd.server_close()
+
+    # ------------------------------------------------------------------ routes
+    def job(self, job_id: str) -> JobEndpoint:
+        endpoint = self._jobs.get(job_id)
+        if endpoint is None:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no job {job_id!r} here; GET /jobs lists the jobs")
+        return endpoint
+
+    def handle(self, method: str, path: str, body: dict | None):
+        """(status, content type, bytes) for one authorized request."""
+        allowed = set()
+        for route_method, pattern, name in _ROUTES:
+            match = pattern.match(path)
+            if match is None:
+                continue
+            if route_method != method:
+                allowed.add(route_method)
+                continue
+            return getattr(self, f"_route_{name}")(body=body, **match.groupdict())
+        if allowed:
+            raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} is not allowed on {path}; use {', '.join(sorted(allowed))}")
+        raise HttpError(HTTPStatus.NOT_FOUND, f"no such endpoint {path}; see README 'Monitoring' for the routes")
+
+    def _route_index(self, body):
+        page = resources.files("streamsnap.web").joinpath("static/index.html").read_bytes()
+        return HTTPStatus.OK, "text/html; charset=utf-8", page
+
+    def _route_metrics(self, body):
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest(self._metrics.registry)
+
+    def _route_jobs(self, body):
+        return _json(views.jobs_overview(e.sample() for e in self._jobs.values()))
+
+    def _route_job(self, body, job):
+        return _json(views.job_details(self.job(job).sample()))
+
+    def _route_checkpoints(self, body, job):
+        return _json(views.checkpoints_overview(self.job(job).checkpoint_stats()))
+
+    def _route_checkpoint_config(self, body, job):
+        endpoint = self.job(job)
+        endpoint.checkpoint_stats()   # 404 without checkpointing
+        settings = endpoint.master.settings
+        return _json(views.checkpoint_config(settings.checkpoint, settings.state_backend))
+
+    def _route_checkpoint_details(self, body, job, cid):
+        endpoint = self.job(job)
+        if not cid.isdigit():
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"a checkpoint id is a number, got {cid!r}")
+        stats = endpoint.checkpoint_stats()
+        found = next((s for s in stats.history if s.checkpoint_id == int(cid)), None)
+        if found is None:
+            ids = [s.checkpoint_id for s in stats.history]
+            raise HttpError(HTTPStatus.NOT_FOUND, f"checkpoint {cid} is not in the retained history "
+                                                  f"(ids {ids or 'none'}); GET .../checkpoints lists it")
+        return _json(views.checkpoint_details(found, endpoint.vertices()))
+
+    def _route_checkpoint_status(self, body, job, request):
+        return _json(self.job(job).operations.status("checkpoint", request))
+
+    def _route_savepoint_status(self, body, job, request):
+        return _json(self.job(job).operations.status("savepoint", request))
+
+    def _route_post_checkpoint(self, body, job):
+        return _json({"request-id": self.job(job).trigger_checkpoint()}, HTTPStatus.ACCEPTED)
+
+    def _route_post_savepoint(self, body, job):
+        return _json({"request-id": self.job(job).trigger_savepoint(body or {})}, HTTPStatus.ACCEPTED)
+
+
+def _json(document, status: HTTPStatus = HTTPStatus.OK):
+    return status, "application/json", json.dumps(document).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_app: WebServer
+    server_version = "streamsnap"
+    protocol_version = "HTTP/1.1"
+    timeout = 30.0   # an idle keep-alive connection (a browser's) does not hold its thread for ever
+
+    def do_GET(self):
+        self._serve("GET")
+
+    def do_POST(self):
+        self._serve("POST")
+
+    def _serve(self, method: str) -> None:
+        app = self.server_app
+        try:
+            foreign = foreign_request(self.headers.get("Host"), self.headers.get("Origin"),
+                                      is_loopback(app.config.bind))
+            if foreign is not None:
+                raise HttpError(HTTPStatus.FORBIDDEN, foreign)
+            if not authorized(self.headers.get("Authorization"), app.config.token):
+                raise HttpError(HTTPStatus.UNAUTHORIZED, "this endpoint needs 'Authorization: Bearer <token>' "
+                                                         "(the token of the job's WebConfig)")
+            body = self._read_body() if method == "POST" else None
+            status, content_type, payload = app.handle(method, self.path.split("?", 1)[0], body)
+        except HttpError as exc:
+            status, content_type = exc.status, "application/json"
+            payload = json.dumps({"errors": [str(exc)]}).encode()
+        except Exception as exc:  # answer 500 with the reason instead of dropping the connection
+            log.exception("web endpoint: %s %s failed", method, self.path)
+            status, content_type = HTTPStatus.INTERNAL_SERVER_ERROR, "application/json"
+            payload = json.dumps({"errors": [f"internal error: {exc!r}"]}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-store")
+        if status == HTTPStatus.UNAUTHORIZED:
+            self.send_header("WWW-Authenticate", 'Bearer realm="streamsnap"')
+        if status >= 400:   # a refused request's body may be unread: do not reuse the connection
+            self.close_connection = True
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _read_body(self) -> dict:
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            return {}
+        if int(length) > MAX_BODY:
+            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY} bytes")
+        raw = self.rfile.read(int(length))
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"the request body is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "the request body must be a JSON object")
+        return body
+
+    def log_message(self, format, *args):   # to logging, not stderr
+        log.debug("web %s - %s", self.address_string(), format % args)

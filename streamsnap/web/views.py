@@ -1,0 +1,240 @@
+"""Flink-shaped JSON documents from plain stats values (no I/O, no threads: unit-testable).
+
+Inputs are the immutable values other modules hand out — `checkpoint.stats` snapshots,
+`CheckpointConfig`, `web.progress.JobSample` — and outputs are dicts ready for `json.dumps`.
+Field names follow Flink's REST API where it has one, so its tooling reads ours; like Flink,
+times are epoch milliseconds and durations milliseconds, sizes bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from streamsnap.checkpoint.stats import (
+    CheckpointStats, CheckpointStatsSnapshot, CheckpointStatus, RestoredCheckpointStats, SubtaskCheckpointStats,
+)
+from streamsnap.web.progress import JobSample
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else int(round(seconds * 1000))
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) by linear interpolation between closest ranks; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def statistic(values: Iterable[float]) -> dict:
+    """min / max / avg / p50 / p99 of a series (Flink's summary statistics)."""
+    values = list(values)
+    if not values:
+        return {"min": 0, "max": 0, "avg": 0, "p50": 0, "p99": 0}
+    return {"min": min(values), "max": max(values), "avg": sum(values) / len(values),
+            "p50": percentile(values, 0.5), "p99": percentile(values, 0.99)}
+
+
+# ====================================================================== jobs
+def jobs_overview(samples: Iterable[JobSample]) -> dict:
+    return {"jobs": [{"id": s.job_id, "status": s.status} for s in samples]}
+
+
+def job_details(sample: JobSample) -> dict:
+    vertices = []
+    for v in sample.vertices:
+        operators = [{
+            "uid": op.uid, "name": op.name, "parallelism": op.parallelism,
+            "read-records": op.total_in, "write-records": op.total_out,
+            "read-records-per-second": op.records_in_per_second,
+            "write-records-per-second": op.records_out_per_second,
+            "subtasks": [{"subtask": i, "read-records": op.records_in.get(i, 0),
+                          "write-records": op.records_out.get(i, 0)}
+                         for i in sorted(set(op.records_in) | set(op.records_out))],
+        } for op in v.operators]
+        head, tail = (v.operators[0], v.operators[-1]) if v.operators else (None, None)
+        counts: dict[str, int] = {}
+        for state in v.subtask_states.values():
+            counts[state] = counts.get(state, 0) + 1
+        vertices.append({
+            "id": v.id, "name": v.name, "parallelism": v.parallelism, "status": _vertex_status(v.subtask_states),
+            "tasks": counts, "inputs": list(v.inputs),
+            # the chain reads what its head reads and writes what its last operator writes
+            "metrics": {"read-records": head.total_in if head else 0, "write-records": tail.total_out if tail else 0,
+                        "read-bytes": sum(v.bytes_in.values()), "write-bytes": sum(v.bytes_out.values())},
+            "operators": operators,
+        })
+    return {
+        "jid": sample.job_id, "name": sample.name, "state": sample.status,
+        "start-time": _ms(sample.start_time), "now": _ms(sample.now), "duration": _ms(sample.uptime),
+        "restarts": sample.restarts, "checkpointing": sample.checkpointing,
+        "exceptions": [{"timestamp": _ms(f["failed_at"]), "exception": f["cause"]} for f in sample.failures],
+        "vertices": vertices,
+    }
+
+
+def _vertex_status(states: dict[int, str]) -> str:
+    distinct = set(states.values())
+    if not distinct:
+        return "CREATED"
+    if len(distinct) == 1:
+        return distinct.pop()
+    for state in ("FAILED", "CANCELED", "DEPLOYING", "INITIALIZING", "RUNNING"):
+        if state in distinct:
+            return state
+    return sorted(distinct)[0]
+
+
+# ====================================================================== checkpoints
+def _processed(stats: CheckpointStats) -> int:
+    return sum(s.bytes_processed_during_alignment for s in stats.subtasks)
+
+
+def _persisted(stats: CheckpointStats) -> int:
+    return sum(s.bytes_persisted_of_in_flight_data for s in stats.subtasks)
+
+
+def checkpoint_entry(stats: CheckpointStats) -> dict:
+    latest_ack = stats.latest_ack_timestamp
+    return {
+        "id": stats.checkpoint_id,
+        "status": stats.status.value,
+        "is_savepoint": stats.checkpoint_type.is_savepoint,
+        "checkpoint_type": stats.checkpoint_type.value,
+        "trigger_timestamp": _ms(stats.trigger_timestamp),
+        "latest_ack_timestamp": _ms(latest_ack) if latest_ack is not None else -1,
+        "end_to_end_duration": _ms(stats.end_to_end_duration),
+        # streamsnap reports one size per snapshot: what this checkpoint wrote and what it holds
+        # are the same figure (an incremental RocksDB snapshot counts its new files' bytes).
+        "state_size": stats.state_size,
+        "checkpointed_size": stats.state_size,
+        "processed_data": _processed(stats),
+        "persisted_data": _persisted(stats),
+        "unaligned": any(s.unaligned for s in stats.subtasks),
+        "num_subtasks": stats.num_subtasks,
+        "num_acknowledged_subtasks": stats.num_acknowledged,
+        "external_path": stats.external_path,
+        "failure_reason": stats.failure_reason.name if stats.failure_reason is not None else None,
+        "failure_message": stats.failure_message,
+    }
+
+
+def _restored_entry(restored: RestoredCheckpointStats | None) -> dict | None:
+    if restored is None:
+        return None
+    return {"id": restored.checkpoint_id, "restore_timestamp": _ms(restored.restore_timestamp),
+            "is_savepoint": restored.checkpoint_type.is_savepoint, "external_path": restored.external_path}
+
+
+def checkpoints_overview(snapshot: CheckpointStatsSnapshot) -> dict:
+    """Counts, latest checkpoints, summary statistics and the retained history (newest first).
+
+    min/avg/max of duration and state size are over every checkpoint completed since the job
+    started (the tracker keeps running sums); p50/p99, and all statistics of the in-flight
+    data, are over the completed checkpoints still in the bounded history.
+    """
+    c = snapshot.counts
+    completed = [s for s in snapshot.history if s.status is CheckpointStatus.COMPLETED]
+    durations = statistic(_ms(s.end_to_end_duration) for s in completed)
+    sizes = statistic(s.state_size for s in completed)
+    if c.completed:
+        d, z = snapshot.summary.end_to_end_duration, snapshot.summary.state_size
+        durations.update(min=_ms(d.minimum), avg=_ms(d.average), max=_ms(d.maximum))
+        sizes.update(min=z.minimum, avg=z.average, max=z.maximum)
+    return {
+        "counts": {"total": c.triggered, "triggered": c.triggered, "in_progress": c.in_progress,
+                   "completed": c.completed, "failed": c.failed, "restored": c.restored},
+        "summary": {
+            "end_to_end_duration": durations,
+            "state_size": sizes,
+            "checkpointed_size": dict(sizes),
+            "processed_data": statistic(_processed(s) for s in completed),
+            "persisted_data": statistic(_persisted(s) for s in completed),
+        },
+        "latest": {
+            "completed": checkpoint_entry(snapshot.latest_completed) if snapshot.latest_completed else None,
+            "savepoint": checkpoint_entry(snapshot.latest_savepoint) if snapshot.latest_savepoint else None,
+            "failed": checkpoint_entry(snapshot.latest_failed) if snapshot.latest_failed else None,
+            "restored": _restored_entry(snapshot.latest_restored),
+        },
+        "failures_by_reason": {reason.name: n for reason, n in snapshot.failures_by_reason.items()},
+        "history": [checkpoint_entry(s) for s in snapshot.history],
+    }
+
+
+def checkpoint_config(config, state_backend) -> dict:
+    """`CheckpointConfig` as Flink's checkpoint-config document (durations in ms)."""
+    return {
+        "mode": config.mode,
+        "interval": _ms(config.interval) if config.interval is not None else -1,
+        "timeout": _ms(config.timeout),
+        "min_pause": _ms(config.min_pause),
+        "max_concurrent": config.max_concurrent,
+        "tolerable_failed_checkpoints": config.tolerable_failures,
+        "num_retained": config.num_retained,
+        "externalization": {"enabled": config.retention == "retain_on_cancellation",
+                            "delete_on_cancellation": config.retention == "delete_on_cancellation"},
+        "unaligned_checkpoints": config.unaligned,
+        "aligned_checkpoint_timeout": _ms(config.aligned_timeout) if config.aligned_timeout is not None else 0,
+        "checkpoints_after_tasks_finish": config.final_checkpoint,
+        "state_backend": state_backend if isinstance(state_backend, str) else "rocksdb",
+        "checkpoint_storage": config.directory,
+        "resume": config.resume,
+    }
+
+
+def _subtask_entry(s: SubtaskCheckpointStats) -> dict:
+    return {
+        "index": s.index, "attempt": s.attempt, "status": "completed",
+        "ack_timestamp": _ms(s.ack_timestamp), "end_to_end_duration": _ms(s.end_to_end_duration),
+        "state_size": s.state_size, "checkpointed_size": s.state_size,
+        "checkpoint": {"sync": _ms(s.sync_duration), "async": _ms(s.async_duration)},
+        "alignment": {"duration": _ms(s.alignment_duration), "processed": s.bytes_processed_during_alignment,
+                      "persisted": s.bytes_persisted_of_in_flight_data},
+        "start_delay": _ms(s.start_delay),
+        "unaligned_checkpoint": s.unaligned,
+    }
+
+
+def checkpoint_details(stats: CheckpointStats, vertices: Iterable[tuple[str, str, int]]) -> dict:
+    """One checkpoint with, per job vertex (operator chain), its subtasks' figures.
+
+    vertices: (id, name, parallelism) of every job vertex; subtasks that have not acknowledged
+    (still pending, or the checkpoint failed before they did) are listed as such.
+    """
+    by_vertex: dict[str, list[SubtaskCheckpointStats]] = {}
+    for s in stats.subtasks:
+        by_vertex.setdefault(s.vertex_id, []).append(s)
+    tasks = {}
+    for vertex_id, name, parallelism in vertices:
+        acked = sorted(by_vertex.get(vertex_id, []), key=lambda s: s.index)
+        seen = {s.index for s in acked}
+        subtasks = [_subtask_entry(s) for s in acked]
+        subtasks += [{"index": i, "status": "pending_or_failed"} for i in range(parallelism) if i not in seen]
+        subtasks.sort(key=lambda e: e["index"])
+        tasks[vertex_id] = {
+            "id": vertex_id, "name": name, "status": stats.status.value,
+            "num_subtasks": parallelism, "num_acknowledged_subtasks": len(acked),
+            "latest_ack_timestamp": _ms(max(s.ack_timestamp for s in acked)) if acked else -1,
+            "end_to_end_duration": _ms(max(s.end_to_end_duration for s in acked)) if acked else None,
+            "state_size": sum(s.state_size for s in acked),
+            "checkpointed_size": sum(s.state_size for s in acked),
+            "alignment_buffered": sum(s.bytes_processed_during_alignment for s in acked),
+            "processed_data": sum(s.bytes_processed_during_alignment for s in acked),
+            "persisted_data": sum(s.bytes_persisted_of_in_flight_data for s in acked),
+            "summary": {
+                "end_to_end_duration": statistic(_ms(s.end_to_end_duration) for s in acked),
+                "checkpoint_duration": {"sync": statistic(_ms(s.sync_duration) for s in acked),
+                                        "async": statistic(_ms(s.async_duration) for s in acked)},
+                "alignment": {"duration": statistic(_ms(s.alignment_duration) for s in acked)},
+                "start_delay": statistic(_ms(s.start_delay) for s in acked),
+                "state_size": statistic(s.state_size for s in acked),
+            },
+            "subtasks": subtasks,
+        }
+    return {**checkpoint_entry(stats), "tasks": tasks}
