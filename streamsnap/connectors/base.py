@@ -117,6 +117,11 @@ class Source(ABC):
     def validate(self) -> None:
         """Raise ConfigurationError for settings that cannot work (called at build time)."""
 
+    def prepare(self, job_directory: str | None) -> None:
+        """Called on the driver by every execute(), before anything is pickled for Spark: write
+        what the readers need to storage they all reach (`job_directory`: the job's directory in
+        checkpoint storage, None without checkpointing). DataFrame sources materialize here."""
+
 
 class SinkWriter(ABC):
     @abstractmethod
