@@ -18,6 +18,7 @@ task attempts that did not count are deleted before `_metadata` is written.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 
@@ -101,6 +102,19 @@ class _SubtaskFile:
         self._out.close()
         return KeyGroupsStateHandle(FileHandle(self._name, self._position), self._range.start,
                                     self._range.end, self._offsets).to_wire()
+
+
+def _task_error(exc: Exception) -> Exception | None:
+    """The streamsnap error a Spark task raised (PySpark wraps it in a PythonException), re-raised
+    on the driver as itself so callers see the same error type and message as without Spark."""
+    found = re.search(r"streamsnap\.(?:errors|state\.errors)\.(ConfigurationError|StateSerializationError): (.+)",
+                      str(exc))
+    if found is None:
+        return None
+    error = ConfigurationError(found.group(2)) if found.group(1) == "ConfigurationError" \
+        else StateSerializationError(found.group(2))
+    error.__cause__ = exc
+    return error
 
 
 def _add_entry(entries: dict, kind: str, key, map_key, value, state_name: str) -> None:
@@ -210,7 +224,10 @@ def bootstrap(df, key_column, *, uid: str, state_name: str, path: str, value_col
                                                          StructField(_SUBTASK, IntegerType())])
     ordered = (df.mapInArrow(tag, tagged_schema).repartition(parallelism, _SUBTASK)
                  .sortWithinPartitions(_SUBTASK, _KG))
-    rows = ordered.mapInArrow(write, "subtask int, handle string").collect()
+    try:
+        rows = ordered.mapInArrow(write, "subtask int, handle string").collect()
+    except Exception as exc:
+        raise _task_error(exc) or exc
     handles = {}
     for row in rows:
         handles.setdefault(row.subtask, KeyGroupsStateHandle.from_wire(json.loads(row.handle)))
