@@ -69,7 +69,7 @@ class DataFrameSource(FileSource):
             data = pa.Table.from_batches([data])
         if isinstance(data, pa.Table):
             schema = data.schema
-        elif hasattr(data, "sparkSession") and hasattr(data, "write"):
+        elif hasattr(data, "sparkSession") and hasattr(data, "isStreaming"):
             if data.isStreaming:
                 raise ConfigurationError(
                     f"from_dataframe '{name}': the DataFrame is a streaming one (readStream); "
