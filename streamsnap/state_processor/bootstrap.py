@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 
 import msgpack
+import numpy as np
 import pyarrow as pa
 
 from streamsnap.checkpoint import filesystem
@@ -33,7 +34,7 @@ from streamsnap.errors import ConfigurationError
 from streamsnap.runtime.events import CheckpointType
 from streamsnap.state.descriptors import LIST, MAP, VALUE
 from streamsnap.state.errors import StateSerializationError
-from streamsnap.state.key_groups import (assign_key_groups, check_parallelism,
+from streamsnap.state.key_groups import (assign_key_groups, check_parallelism, hash_keys_columns,
                                          key_group_range_for_subtask, subtasks_for_key_groups)
 from streamsnap.state.serialization import pack_keys, pack_value
 from streamsnap.state.snapshot import safe_file_prefix
@@ -117,18 +118,25 @@ def _task_error(exc: Exception) -> Exception | None:
     return error
 
 
-def _add_entry(entries: dict, kind: str, key, map_key, value, state_name: str) -> None:
+def _add_entries(entries: dict, kind: str, keys: list, map_keys: list | None, values: list,
+                 state_name: str) -> None:
+    """Add the rows of one key group (possibly in several calls) to its entries."""
     if kind == VALUE:
-        if key in entries:
+        new = dict(zip(keys, values))
+        if len(new) != len(keys) or not entries.keys().isdisjoint(new):
+            seen = set(entries)
+            repeated = next(k for k in keys if k in seen or seen.add(k))
             raise ConfigurationError(
-                f"bootstrap of value state '{state_name}': key {key!r} is in more than one row; a "
-                f"value state holds one value per key: deduplicate the DataFrame, or use "
+                f"bootstrap of value state '{state_name}': key {repeated!r} is in more than one "
+                f"row; a value state holds one value per key: deduplicate the DataFrame, or use "
                 f"kind='list' (or 'map')")
-        entries[key] = value
+        entries.update(new)
     elif kind == LIST:
-        entries.setdefault(key, []).append(value)
+        for key, value in zip(keys, values):
+            entries.setdefault(key, []).append(value)
     else:
-        entries.setdefault(key, {})[map_key] = value
+        for key, map_key, value in zip(keys, map_keys, values):
+            entries.setdefault(key, {})[map_key] = value
 
 
 def bootstrap(df, key_column, *, uid: str, state_name: str, path: str, value_column=None,
@@ -177,12 +185,14 @@ def bootstrap(df, key_column, *, uid: str, state_name: str, path: str, value_col
 
     def tag(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            keys = _python_column(batch, key_names, single=True)
-            if any(k is None for k in keys):
+            columns = [batch.column(batch.schema.get_field_index(n)) for n in key_names]
+            if any(c.null_count for c in columns):
                 raise ConfigurationError(
                     f"bootstrap: a row has a null key in {', '.join(key_names)}; keyed state has no "
                     f"null keys: filter them out first")
-            key_groups = assign_key_groups(keys, max_parallelism)
+            # What `key_by` computes: one column hashed as is, several as a tuple.
+            key_groups = (assign_key_groups(columns[0], max_parallelism) if len(columns) == 1
+                          else (hash_keys_columns(columns) % np.uint64(max_parallelism)).astype(np.int32))
             subtasks = subtasks_for_key_groups(key_groups, max_parallelism, parallelism)
             yield (batch.append_column(_KG, pa.array(key_groups, pa.int32()))
                         .append_column(_SUBTASK, pa.array(subtasks, pa.int32())))
@@ -194,10 +204,13 @@ def bootstrap(df, key_column, *, uid: str, state_name: str, path: str, value_col
         for batch in batches:
             keys = _python_column(batch, key_names, single=True)
             values = _python_column(batch, value_names, single=False)
-            map_keys = _python_column(batch, map_key_names, True) if map_key_names else [None] * len(keys)
-            kgs = batch.column(_KG).to_pylist()
-            subtasks = batch.column(_SUBTASK).to_pylist()
-            for key, map_key, value, kg, subtask in zip(keys, map_keys, values, kgs, subtasks):
+            map_keys = _python_column(batch, map_key_names, True) if map_key_names else None
+            kgs, subtasks = batch.column(_KG).to_numpy(), batch.column(_SUBTASK).to_numpy()
+            # Rows arrive sorted by (subtask, key group): take them a key group at a time.
+            starts = np.flatnonzero((kgs[1:] != kgs[:-1]) | (subtasks[1:] != subtasks[:-1])) + 1
+            bounds = [0, *starts.tolist(), len(kgs)]
+            for low, high in zip(bounds, bounds[1:]):
+                kg, subtask = int(kgs[low]), int(subtasks[low])
                 if current is None or subtask != current.subtask:
                     if current is not None:
                         if entries:
@@ -206,11 +219,12 @@ def bootstrap(df, key_column, *, uid: str, state_name: str, path: str, value_col
                     current = _SubtaskFile(target, uid, state_name, kind, subtask, parallelism,
                                            max_parallelism)
                     key_group, entries = kg, {}
-                if kg != key_group:
+                elif kg != key_group:
                     if entries:
                         current.write_key_group(key_group, entries)
                     key_group, entries = kg, {}
-                _add_entry(entries, kind, key, map_key, value, state_name)
+                _add_entries(entries, kind, keys[low:high], map_keys[low:high] if map_keys else None,
+                             values[low:high], state_name)
         if current is not None:
             if entries:
                 current.write_key_group(key_group, entries)

@@ -28,6 +28,7 @@ from streamsnap.state.serialization import Serializer
 from streamsnap.state.ttl import TTL_TAG_SUFFIX, is_ttl_tag
 
 _PLAIN = (type(None), bool, int, float, str, bytes)
+_PLAIN_SET = frozenset(_PLAIN)
 KEYED_COLUMNS = {MAP: ("key", "map_key", "value")}
 DEFAULT_KEYED_COLUMNS = ("key", "value")
 
@@ -44,6 +45,14 @@ def friendly(value: Any) -> Any:
     if cls is dict:
         return {str(k): friendly(v) for k, v in value.items()}
     return value
+
+
+def friendly_all(values) -> list:
+    """`[friendly(v) for v in values]`, without a call per value when all are plain."""
+    values = list(values)
+    if set(map(type, values)) <= _PLAIN_SET:
+        return values
+    return [friendly(v) for v in values]
 
 
 def columns_of(kind: str) -> tuple[str, ...]:
@@ -74,7 +83,7 @@ def keyed_rows(name: str, kind: str, tag: str, wire: dict, serializer: Serialize
             w = w[1]
         return friendly(w if loads is None else loads(w))
 
-    keys = [friendly(k) for k in wire]
+    keys = friendly_all(wire)
     if kind == MAP:
         out_keys, map_keys, values = [], [], []
         for key, entries in zip(keys, wire.values()):
@@ -85,6 +94,8 @@ def keyed_rows(name: str, kind: str, tag: str, wire: dict, serializer: Serialize
         return {"key": out_keys, "map_key": map_keys, "value": values}
     if kind == LIST:
         return {"key": keys, "value": [[element(x) for x in items] for items in wire.values()]}
+    if not ttl and loads is None:
+        return {"key": keys, "value": friendly_all(wire.values())}
     return {"key": keys, "value": [element(v) for v in wire.values()]}
 
 

@@ -56,11 +56,17 @@ def test_state_read_from_a_checkpoint_equals_the_state_its_source_positions_impl
     assert described[("gen", "source-splits")].kind == "split"
 
 
-@both_backends
-def test_a_savepoint_bootstrapped_from_a_dataframe_restores_into_a_job_that_continues(spark, tmp_path, state_backend):
+@pytest.fixture(scope="module")
+def bootstrapped(spark, tmp_path_factory) -> str:
+    """A savepoint of operator "sum" whose value state "total" holds key * 1000 for every key."""
     start = spark.range(0, KEYS, 1, 2).selectExpr("id as key", "id * 1000 as total")
-    path = ss.state.bootstrap(start, "key", uid="sum", state_name="total", value_column="total",
-                              path=str(tmp_path / "savepoint"), parallelism=3)
+    return ss.state.bootstrap(start, "key", uid="sum", state_name="total", value_column="total",
+                              path=str(tmp_path_factory.mktemp("bootstrap") / "savepoint"), parallelism=3)
+
+
+@both_backends
+def test_a_savepoint_bootstrapped_from_a_dataframe_restores_into_a_job_that_continues(spark, bootstrapped, state_backend):
+    path = bootstrapped
     env = ss.StreamEnvironment(parallelism=2, spark=spark, state_backend=state_backend)
     (env.from_source(ss.sources.Generator(event, count=1300), uid="gen")
         .key_by("key").process(RunningSum(), uid="sum").sink_to(ss.sinks.Collect()))
@@ -71,32 +77,32 @@ def test_a_savepoint_bootstrapped_from_a_dataframe_restores_into_a_job_that_cont
 
 def test_list_and_map_state_with_composite_keys_round_trip_through_a_savepoint(spark, tmp_path):
     rows = spark.createDataFrame([("a", 1, "x", 10), ("a", 1, "y", 11), ("b", 2, "x", 20)],
-                                 "user string, shard long, item string, qty long")
+                                 "user string, shard long, item string, qty long").coalesce(1)
     lists = ss.state.bootstrap(rows, ["user", "shard"], uid="op", state_name="items", kind="list",
-                               value_column=["item", "qty"], path=str(tmp_path / "lists"))
+                               value_column=["item", "qty"], path=str(tmp_path / "lists"), parallelism=2)
     got = {(r.key["_1"], r.key["_2"]): sorted((v["item"], v["qty"]) for v in r.value)
            for r in ss.state.read(spark, lists, "op", "items").collect()}
     assert got == {("a", 1): [("x", 10), ("y", 11)], ("b", 2): [("x", 20)]}
     maps = ss.state.bootstrap(rows, "user", uid="op", state_name="qty", kind="map", map_key_column="item",
-                              value_column="qty", path=str(tmp_path / "maps"))
+                              value_column="qty", path=str(tmp_path / "maps"), parallelism=2)
     read = ss.state.read(spark, maps, "op", "qty")
     assert read.columns == ["key", "map_key", "value"]
     assert sorted(tuple(r) for r in read.collect()) == [("a", "x", 10), ("a", "y", 11), ("b", "x", 20)]
 
 
-def test_bad_inputs_are_named_with_what_exists(spark, tmp_path):
+def test_bad_inputs_are_named_with_what_exists(spark, tmp_path, bootstrapped):
     df = spark.range(0, 4, 1, 2).selectExpr("id % 2 as key", "id as v")
     with pytest.raises(ss.ConfigurationError, match="key [01] is in more than one row"):
-        ss.state.bootstrap(df, "key", uid="op", state_name="s", value_column="v", path=str(tmp_path / "dup"))
+        ss.state.bootstrap(df, "key", uid="op", state_name="s", value_column="v", path=str(tmp_path / "dup"),
+                           parallelism=2)
     with pytest.raises(ss.ConfigurationError, match="'nope' not in the DataFrame; its columns: key, v"):
         ss.state.bootstrap(df, "nope", uid="op", state_name="s", value_column="v", path=str(tmp_path / "x"))
-    path = ss.state.bootstrap(df, "v", uid="op", state_name="s", value_column="key", path=str(tmp_path / "sp"))
     with pytest.raises(ss.ConfigurationError, match="already a savepoint or checkpoint"):
-        ss.state.bootstrap(df, "v", uid="op", state_name="s", value_column="key", path=path)
-    with pytest.raises(ss.ConfigurationError, match="no operator with uid 'other'; its operators: 'op'"):
-        ss.state.read(spark, path, "other", "s")
-    with pytest.raises(ss.ConfigurationError, match="no state named 'total'; its keyed states: 's'"):
-        ss.state.read(spark, path, "op", "total")
+        ss.state.bootstrap(df, "v", uid="op", state_name="s", value_column="key", path=bootstrapped)
+    with pytest.raises(ss.ConfigurationError, match="no operator with uid 'other'; its operators: 'sum'"):
+        ss.state.read(spark, bootstrapped, "other", "total")
+    with pytest.raises(ss.ConfigurationError, match="no state named 'count'; its keyed states: 'total'"):
+        ss.state.read(spark, bootstrapped, "sum", "count")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ss.RestoreError, match="empty.*not a completed checkpoint or savepoint"):
         ss.state.metadata(spark, str(tmp_path / "empty"))
