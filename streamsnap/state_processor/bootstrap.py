@@ -170,6 +170,9 @@ def bootstrap(df, key_column, *, uid: str, state_name: str, path: str, value_col
     if len(map_key_names) > 1:
         raise ConfigurationError("bootstrap: map_key_column must be one column")
     spark = df.sparkSession
+    from streamsnap.api.preflight import check_executors
+
+    check_executors(spark.sparkContext)     # the tasks write with streamsnap: can executors import it?
     if parallelism is None:
         parallelism = min(max_parallelism, max(1, spark.sparkContext.defaultParallelism))
     check_parallelism(max_parallelism, parallelism)

@@ -62,6 +62,9 @@ def _check_uid(metadata: CheckpointMetadata, uid: str, path: str) -> None:
 
 def _run(spark, tasks: list[dict], fn: Callable[[dict], Iterator[pa.RecordBatch]], schema):
     """A DataFrame of `fn(task)` over all tasks, one Spark task (partition) per task."""
+    from streamsnap.api.preflight import check_executors
+
+    check_executors(spark.sparkContext)     # the tasks decode with streamsnap: can executors import it?
     def run(batches):
         for batch in batches:
             for index in batch.column(0).to_pylist():

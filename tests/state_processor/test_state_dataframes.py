@@ -20,6 +20,17 @@ def event(i: int) -> dict:
     return {"key": i % KEYS, "value": i}
 
 
+FAR = 10**13     # a processing-time timer that never fires during the test
+
+
+class SumWithTimer(RunningSum):
+    """The running sum, and a timer per key: timers are keyed state the reader shows too."""
+
+    def process_element(self, row, ctx):
+        ctx.timer_service().register_processing_time_timer(FAR)
+        yield from super().process_element(row, ctx)
+
+
 def latest_checkpoint(directory) -> str:
     return max(glob.glob(f"{directory}/*/chk-*"), key=lambda p: int(p.rsplit("-", 1)[1]))
 
@@ -31,7 +42,7 @@ def test_state_read_from_a_checkpoint_equals_the_state_its_source_positions_impl
     config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt"), retention="retain_on_cancellation")
     env = ss.StreamEnvironment(parallelism=2, spark=spark, state_backend=state_backend, checkpointing=config)
     (env.from_source(ss.sources.Generator(event, rate=20_000), uid="gen")
-        .key_by("key").process(RunningSum(), uid="sum").sink_to(ss.sinks.Print(), uid="out"))
+        .key_by("key").process(SumWithTimer(), uid="sum").sink_to(ss.sinks.Discard(), uid="out"))
     client = env.execute_async("state reader")
     wait_completed(client, 2)
     client.cancel()     # waits until the job ended; the checkpoint is retained
@@ -47,6 +58,9 @@ def test_state_read_from_a_checkpoint_equals_the_state_its_source_positions_impl
     state = ss.state.read(spark, checkpoint, "sum", "total")
     assert state.columns == ["key", "value"]
     assert {r.key: r.value for r in state.collect()} == dict(expected)
+
+    timers = ss.state.read(spark, checkpoint, "sum", "_timers.user-timers.processing_time").collect()
+    assert sorted(r.key for r in timers) == sorted(expected) and {r.map_key._1 for r in timers} == {FAR}
 
     described = {(r.uid, r.state_name): r for r in ss.state.metadata(spark, checkpoint).collect()}
     total = described[("sum", "total")]
