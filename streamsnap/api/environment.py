@@ -275,7 +275,7 @@ class StreamEnvironment:
             resumed = CheckpointStorage(self.checkpointing.directory, job_id).newest_completed_location()
             if resumed is not None:
                 restored_uids = set(read_metadata(resumed.metadata_url).operators)
-        self._prepare_sources(job_id)
+        self._prepare_sources(job_id, restored_uids)
         # Directories, pickling, sink output: before any Spark job (api/preflight.py).
         preflight.run(self._graph, self.checkpointing, restored_uids)
         spark = self._spark or embedded_session(execution_graph.num_tasks)
@@ -291,9 +291,10 @@ class StreamEnvironment:
         master.start()
         return master
 
-    def _prepare_sources(self, job_id: str) -> None:
+    def _prepare_sources(self, job_id: str, restored_uids: set[str]) -> None:
         """Let sources write what their readers need (DataFrames: a Parquet copy) into the job's
-        directory in checkpoint storage, where every Spark task can read it."""
+        directory in checkpoint storage, where every Spark task can read it; a source whose
+        state is restored reads the files its checkpointed splits name."""
         job_directory = None
         if self.checkpointing is not None:
             from streamsnap.checkpoint.storage import CheckpointStorage
@@ -302,7 +303,7 @@ class StreamEnvironment:
         for node in self._graph.nodes.values():
             source = getattr(node.operator, "source", None)
             if source is not None:
-                source.prepare(job_directory)
+                source.prepare(job_directory, node.uid in restored_uids)
 
     def execute(self, job_name: str = "streamsnap job", *, restore_from: str | None = None,
                 allow_non_restored_state: bool = False, job_id: str | None = None) -> JobResult:

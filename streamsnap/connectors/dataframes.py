@@ -15,8 +15,9 @@ object store on a cluster). From there on the source *is* the bounded file sourc
 and a split's state is `[path, rows already emitted]`, so a restore — after a SIGKILL, or from a
 savepoint at another parallelism — resumes every file exactly where the checkpoint left it.
 The restored positions name their files by path, so a restore reads the very copy the
-checkpoint was taken over, even if the DataFrame would now return other rows; a new
-(non-restored) run materializes a new copy. The copies stay with the job's directory (delete
+checkpoint was taken over, even if the DataFrame would now return other rows; a run that
+restores the source's state (`restore_from=`, or a new driver resuming the job) writes nothing,
+a new (non-restored) run materializes a new copy. The copies stay with the job's directory (delete
 it, or its `inputs/`, when no checkpoint or savepoint of the job is needed any more).
 
 Without checkpointing there is no job storage: the copy goes to `staging_dir` if given, else a
@@ -97,8 +98,12 @@ class DataFrameSource(FileSource):
     def validate(self) -> None:
         """Nothing to list yet: the files are written at execute() (`prepare`)."""
 
-    def prepare(self, job_directory: str | None) -> None:
-        """Write the data once into `<job directory>/inputs/` (or the staging directory)."""
+    def prepare(self, job_directory: str | None, restored: bool) -> None:
+        """Write the data once into `<job directory>/inputs/` (or the staging directory) — not
+        when the run restores this source: its splits name the copy the checkpoint was taken over."""
+        if restored:
+            log.info("from_dataframe '%s': restored, reading the copy its checkpointed splits name", self.name)
+            return
         if self._data is None:
             raise ConfigurationError(
                 f"from_dataframe '{self.name}': this source was unpickled without its data; "
