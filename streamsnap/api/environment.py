@@ -207,6 +207,38 @@ class StreamEnvironment:
                             batch_size=batch_size, csv_options=csv_options)
         return self.from_source(source, name=name or "files", uid=uid, parallelism=parallelism)
 
+    def from_dataframe(self, df, *, name: str | None = None, uid: str | None = None,
+                       parallelism: int | None = None, batch_size: int = 4096,
+                       staging_dir: str | None = None) -> DataStream:
+        """A bounded stream of a Spark DataFrame's rows, read in parallel and replayable.
+
+        The DataFrame is written once as Parquet (one file per partition) when the job executes,
+        into the job's checkpoint storage (`<dir>/<job id>/inputs/`; without checkpointing into
+        `staging_dir` or a local temporary directory); its files are then the splits of a bounded
+        file source, each checkpointed with its row position, so a restore continues exactly
+        where the checkpoint left off. See `streamsnap.connectors.dataframes`.
+        """
+        from streamsnap.connectors.dataframes import DataFrameSource
+
+        label = name or "dataframe"
+        return self._from_data(DataFrameSource(df, name=label, batch_size=batch_size, staging_dir=staging_dir),
+                               label, uid, parallelism)
+
+    def from_arrow(self, table, *, name: str | None = None, uid: str | None = None,
+                   parallelism: int | None = None, splits: int | None = None, batch_size: int = 4096,
+                   staging_dir: str | None = None) -> DataStream:
+        """A bounded stream of a pyarrow Table's rows, cut into `splits` ranges (default: one per
+        subtask) written as Parquet files when the job executes; otherwise as `from_dataframe`."""
+        from streamsnap.connectors.dataframes import DataFrameSource
+
+        label = name or "arrow"
+        return self._from_data(DataFrameSource(table, name=label, batch_size=batch_size, splits=splits,
+                                               staging_dir=staging_dir), label, uid, parallelism)
+
+    def _from_data(self, source, name: str, uid: str | None, parallelism: int | None) -> DataStream:
+        source.parallelism = self.parallelism if parallelism is None else parallelism
+        return self.from_source(source, name=name, uid=uid, parallelism=parallelism)
+
     # ------------------------------------------------------------------ execution
     def _plan(self, job_name: str):
         self._graph.job_name = job_name
@@ -257,6 +289,7 @@ class StreamEnvironment:
             resumed = CheckpointStorage(self.checkpointing.directory, job_id).newest_completed_location()
             if resumed is not None:
                 restored_uids = set(read_metadata(resumed.metadata_url).operators)
+        self._prepare_sources(job_id, restored_uids)
         # Directories, pickling, sink output: before any Spark job (api/preflight.py).
         preflight.run(self._graph, self.checkpointing, restored_uids)
         slots = len(plan_slots(execution_graph, self.slot_sharing))
@@ -286,6 +319,20 @@ class StreamEnvironment:
             if CLI_DEFAULTS.get("on_web_url"):
                 CLI_DEFAULTS["on_web_url"](job_name, web.url)
         return master, web
+
+    def _prepare_sources(self, job_id: str, restored_uids: set[str]) -> None:
+        """Let sources write what their readers need (DataFrames: a Parquet copy) into the job's
+        directory in checkpoint storage, where every Spark task can read it; a source whose
+        state is restored reads the files its checkpointed splits name."""
+        job_directory = None
+        if self.checkpointing is not None:
+            from streamsnap.checkpoint.storage import CheckpointStorage
+
+            job_directory = CheckpointStorage(self.checkpointing.directory, job_id).job_directory
+        for node in self._graph.nodes.values():
+            source = getattr(node.operator, "source", None)
+            if source is not None:
+                source.prepare(job_directory, node.uid in restored_uids)
 
     def execute(self, job_name: str = "streamsnap job", *, restore_from: str | None = None,
                 allow_non_restored_state: bool = False, job_id: str | None = None) -> JobResult:

@@ -67,6 +67,18 @@ class JobResult:
             raise KeyError(f"no collect sink named {sink!r}; sinks: {', '.join(self.collected) or 'none'}")
         return self.collected[sink]
 
+    def to_dataframe(self, spark, sink: str | None = None):
+        """The rows of a Collect sink as a Spark DataFrame (types inferred by Arrow over all rows;
+        large outputs belong in a FileSink, read with `FileSink.to_dataframe(spark)`)."""
+        import pyarrow as pa
+
+        rows = self.rows(sink)
+        if not rows:
+            from pyspark.sql.types import StructType
+
+            return spark.createDataFrame([], StructType([]))
+        return spark.createDataFrame(pa.Table.from_pylist(rows))
+
     @property
     def records_in(self) -> int:
         """Rows the sources emitted in the last attempt (see `attempt`, `restored_checkpoint`)."""

@@ -117,6 +117,13 @@ class Source(ABC):
     def validate(self) -> None:
         """Raise ConfigurationError for settings that cannot work (called at build time)."""
 
+    def prepare(self, job_directory: str | None, restored: bool) -> None:
+        """Called on the driver by every execute(), before anything is pickled for Spark: write
+        what the readers need to storage they all reach (`job_directory`: the job's directory in
+        checkpoint storage, None without checkpointing). `restored`: the run restores this
+        source's state (its splits come from the checkpoint, `splits()` is not asked).
+        DataFrame sources materialize here."""
+
 
 class SinkWriter(ABC):
     @abstractmethod

@@ -264,6 +264,16 @@ class FileSink(Sink):
     def create_writer(self, ctx: OperatorContext) -> SinkWriter:
         return FileSinkWriter(self, ctx)
 
+    def to_dataframe(self, spark):
+        """The committed output as a Spark DataFrame — while the job runs, or after it.
+
+        In-progress files are hidden (`.inprogress-...`) and Spark skips hidden files, so this
+        sees exactly the rows of completed checkpoints (exactly-once), never a half-written file.
+        Parquet is read with `mergeSchema` (a `schema="widen"` stream may have widened it)."""
+        if self.format == "parquet":
+            return spark.read.option("mergeSchema", "true").parquet(self.path)
+        return spark.read.json(self.path)
+
 
 class FileSinkWriter(SinkWriter):
     def __init__(self, sink: FileSink, ctx: OperatorContext):

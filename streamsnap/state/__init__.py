@@ -36,3 +36,16 @@ __all__ = [
     "default_max_parallelism", "hash_key", "hash_keys", "hash_keys_columns",
     "key_group_range_for_subtask", "subtask_for_key_group", "subtasks_for_key_groups",
 ]
+
+
+_STATE_PROCESSOR = ("read", "metadata", "bootstrap")
+
+
+def __getattr__(name: str):
+    """`ss.state.read / metadata / bootstrap` (streamsnap.state_processor), imported on first use:
+    they need Spark, which the task-side state code never does."""
+    if name in _STATE_PROCESSOR:
+        import streamsnap.state_processor as state_processor
+
+        return getattr(state_processor, name)
+    raise AttributeError(f"module 'streamsnap.state' has no attribute {name!r}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import textwrap
 import time
 
@@ -49,6 +51,43 @@ class RunningSum(ss.KeyedProcessFunction):
         for column in self.carry:
             out[column] = row[column]
         yield out
+
+
+class SlowRunningSum(RunningSum):
+    """A running sum carrying `i` that takes ~2 s per 18 000 rows: a replayable source's readers
+    are still mid-input when one of them is killed."""
+
+    def __init__(self):
+        super().__init__(carry=("i",))
+
+    def process_element(self, row, ctx):
+        if row["i"] % 10 == 0:
+            time.sleep(0.002)
+        yield from super().process_element(row, ctx)
+
+
+def kill_a_reader_mid_input(spark, tmp_path, add_source, n: int) -> None:
+    """A bounded source of rows {key, value=1, i} for i in 0..n-1 (built by `add_source(env)`, its
+    uid "reader") feeds SlowRunningSum; after the first completed checkpoint a reader subtask is
+    SIGKILLed. The job must restore once and emit every row exactly once."""
+    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt"))
+    # Small network batches bound the data in flight ahead of a barrier under backpressure,
+    # so checkpoints complete while the readers are still mid-file.
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
+                               restart=ss.RestartStrategy.fixed_delay(3, 0.0),
+                               network=ss.NetworkConfig(batch_size=256, credits=2, output_queue_frames=2))
+    add_source(env).key_by("key").process(SlowRunningSum(), name="sum", uid="sum").sink_to(ss.sinks.Collect())
+    client = env.execute_async("replayable source with a failure")
+    wait_status(client, "RUNNING")
+    wait_completed(client, 1, timeout=30)
+    reader = [s for s in client.subtasks() if s.vertex == "reader"][0]
+    assert reader.state == "RUNNING"
+    os.kill(reader.pid, signal.SIGKILL)
+    result = client.wait(120)
+    assert result.restarts == 1
+    rows = result.rows()
+    assert sorted(r["i"] for r in rows) == list(range(n))
+    assert sum(final_by_key(rows, "key", "total").values()) == n
 
 
 def final_by_key(rows, key, value):

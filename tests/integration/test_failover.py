@@ -253,32 +253,8 @@ def test_a_file_source_resumes_from_its_split_offsets_after_a_kill(spark, tmp_pa
     for f in range(n_files):
         rows = [{"key": (f * per_file + j) % 11, "value": 1, "i": f * per_file + j} for j in range(per_file)]
         pq.write_table(pa.Table.from_pylist(rows), str(data / f"part-{f:02d}.parquet"), row_group_size=300)
-
-    class SlowSum(RunningSum):
-        def process_element(self, row, ctx):
-            if row["i"] % 10 == 0:
-                time.sleep(0.002)  # ~2 s of work: the readers are mid-file when one is killed
-            yield from super().process_element(row, ctx)
-
-    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt"))
-    # Small network batches bound the data in flight ahead of a barrier under backpressure,
-    # so checkpoints complete while the readers are still mid-file.
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
-                               restart=ss.RestartStrategy.fixed_delay(3, 0.0),
-                               network=ss.NetworkConfig(batch_size=256, credits=2, output_queue_frames=2))
-    (env.read_files(str(data), format="parquet", batch_size=256, uid="files")
-        .key_by("key").process(SlowSum(), name="sum", uid="sum").sink_to(ss.sinks.Collect()))
-    client = env.execute_async("files with a failure")
-    wait_status(client, "RUNNING")
-    wait_completed(client, 1, timeout=30)
-    reader = [s for s in client.subtasks() if s.vertex == "files"][0]
-    assert reader.state == "RUNNING"
-    os.kill(reader.pid, signal.SIGKILL)
-    result = client.wait(120)
-    assert result.restarts == 1
-    rows = result.rows()
-    assert sorted(r["i"] for r in rows) == list(range(n_files * per_file))
-    assert sum(final_by_key(rows, "key", "total").values()) == n_files * per_file
+    support.kill_a_reader_mid_input(
+        spark, tmp_path, lambda env: env.read_files(str(data), format="parquet", batch_size=256, uid="reader"), n_files * per_file)
 
 
 def test_a_failure_after_a_completed_stop_with_savepoint_restores_from_it(spark, tmp_path, monkeypatch):

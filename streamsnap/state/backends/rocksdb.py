@@ -834,6 +834,22 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
                                     offsets)
 
 
+def canonical_entries(backend: "RocksDBKeyedStateBackend"
+                      ) -> Iterator[tuple[int, list[tuple[str, str, str, dict]]]]:
+    """(key group, [(state name, kind, serializer tag, wire entries)]) of everything in the
+    database, decoded as a restore decodes a canonical block — expired TTL entries included.
+    The offline state reader's hook (`streamsnap.state_processor`), over a pinned view."""
+    iterator = backend._db.iter()
+    iterator.seek_to_first()
+    if not iterator.valid():
+        return
+    states = {m.sid: (m.name, m.kind, m.tag) for m in backend._meta.values()}
+    view = RocksDBKeyedStateSnapshot(backend, None, 0, backend.directory, iterator, states)
+    for kg, blocks in view._blocks():
+        yield kg, [(name, kind, tag, dict(zip(unpack_keys(keys), unpack_value(values))))
+                   for name, kind, tag, keys, values in blocks]
+
+
 # ---------------------------------------------------------------------------------------------
 # the backend
 
@@ -1280,4 +1296,4 @@ class RocksDBKeyedStateBackend:
 
 __all__ = ["RocksDBConfig", "RocksDBKeyedStateBackend", "RocksDBKeyedStateSnapshot",
            "RocksDBListState", "RocksDBMapState", "RocksDBReducingState", "RocksDBState",
-           "RocksDBValueState", "encode_key", "import_rocksdict"]
+           "RocksDBValueState", "canonical_entries", "encode_key", "import_rocksdict"]

@@ -1,0 +1,15 @@
+"""State Processor: a checkpoint's or savepoint's state as Spark DataFrames, and savepoints
+written from DataFrames (Flink's State Processor API, Spark's `statestore` source).
+
+    ss.state.read(spark, path, uid, state_name)     # DataFrame of (key, value) / (key, map_key, value)
+    ss.state.metadata(spark, path)                  # operators, states, parallelism, sizes
+    ss.state.bootstrap(df, "key", uid=..., state_name=..., path=..., value_column=...)
+
+`reader.py` plans on the driver and decodes in Spark tasks (`scan.py`, `tables.py`);
+`bootstrap.py` writes canonical keyed state files from Spark tasks and `_metadata` last.
+"""
+
+from streamsnap.state_processor.bootstrap import bootstrap
+from streamsnap.state_processor.reader import metadata, read
+
+__all__ = ["bootstrap", "metadata", "read"]

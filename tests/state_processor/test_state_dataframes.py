@@ -1,0 +1,122 @@
+"""State as Spark DataFrames on real Spark: read a job's checkpoint, bootstrap a savepoint a job
+continues from, and the errors for bad inputs."""
+
+from __future__ import annotations
+
+import glob
+from collections import defaultdict
+
+import pytest
+
+import streamsnap as ss
+from tests.integration.support import RunningSum, both_backends, final_by_key, wait_completed
+
+pytestmark = pytest.mark.spark
+
+KEYS = 13
+
+
+def event(i: int) -> dict:
+    return {"key": i % KEYS, "value": i}
+
+
+FAR = 10**13     # a processing-time timer that never fires during the test
+
+
+class SumWithTimer(RunningSum):
+    """The running sum, and a timer per key: timers are keyed state the reader shows too."""
+
+    def process_element(self, row, ctx):
+        ctx.timer_service().register_processing_time_timer(FAR)
+        yield from super().process_element(row, ctx)
+
+
+def latest_checkpoint(directory) -> str:
+    return max(glob.glob(f"{directory}/*/chk-*"), key=lambda p: int(p.rsplit("-", 1)[1]))
+
+
+@both_backends
+def test_state_read_from_a_checkpoint_equals_the_state_its_source_positions_imply(spark, tmp_path, state_backend):
+    """The checkpoint's keyed state, read with Spark, is exactly the running sums of the rows its
+    source splits had emitted (read from the same checkpoint's operator state)."""
+    config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt"), retention="retain_on_cancellation")
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, state_backend=state_backend, checkpointing=config)
+    (env.from_source(ss.sources.Generator(event, rate=20_000), uid="gen")
+        .key_by("key").process(SumWithTimer(), uid="sum").sink_to(ss.sinks.Discard(), uid="out"))
+    client = env.execute_async("state reader")
+    wait_completed(client, 2)
+    client.cancel()     # waits until the job ended; the checkpoint is retained
+    checkpoint = latest_checkpoint(tmp_path / "ckpt")
+
+    expected = defaultdict(int)
+    positions = ss.state.read(spark, checkpoint, "gen", "source-splits").collect()
+    assert sorted(r.subtask for r in positions) == [0, 1]
+    for row in positions:
+        split, splits, emitted = row.value
+        for k in range(emitted):
+            expected[(split + splits * k) % KEYS] += split + splits * k
+    state = ss.state.read(spark, checkpoint, "sum", "total")
+    assert state.columns == ["key", "value"]
+    assert {r.key: r.value for r in state.collect()} == dict(expected)
+
+    timers = ss.state.read(spark, checkpoint, "sum", "_timers.user-timers.processing_time").collect()
+    assert sorted(r.key for r in timers) == sorted(expected) and {r.map_key._1 for r in timers} == {FAR}
+
+    described = {(r.uid, r.state_name): r for r in ss.state.metadata(spark, checkpoint).collect()}
+    total = described[("sum", "total")]
+    assert (total.state_type, total.kind, total.keys, total.parallelism, total.max_parallelism) == \
+        ("keyed", "value", KEYS, 2, 128)
+    assert total.operator_bytes > 0
+    assert described[("gen", "source-splits")].kind == "split"
+
+
+@pytest.fixture(scope="module")
+def bootstrapped(spark, tmp_path_factory) -> str:
+    """A savepoint of operator "sum" whose value state "total" holds key * 1000 for every key."""
+    start = spark.range(0, KEYS, 1, 2).selectExpr("id as key", "id * 1000 as total")
+    return ss.state.bootstrap(start, "key", uid="sum", state_name="total", value_column="total",
+                              path=str(tmp_path_factory.mktemp("bootstrap") / "savepoint"), parallelism=3)
+
+
+@both_backends
+def test_a_savepoint_bootstrapped_from_a_dataframe_restores_into_a_job_that_continues(spark, bootstrapped, state_backend):
+    path = bootstrapped
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, state_backend=state_backend)
+    (env.from_source(ss.sources.Generator(event, count=1300), uid="gen")
+        .key_by("key").process(RunningSum(), uid="sum").sink_to(ss.sinks.Collect()))
+    result = env.execute("bootstrapped", restore_from=path)
+    assert final_by_key(result.rows(), "key", "total") == \
+        {k: k * 1000 + sum(i for i in range(1300) if i % KEYS == k) for k in range(KEYS)}
+
+
+def test_list_and_map_state_with_composite_keys_round_trip_through_a_savepoint(spark, tmp_path):
+    rows = spark.createDataFrame([("a", 1, "x", 10), ("a", 1, "y", 11), ("b", 2, "x", 20)],
+                                 "user string, shard long, item string, qty long").coalesce(1)
+    lists = ss.state.bootstrap(rows, ["user", "shard"], uid="op", state_name="items", kind="list",
+                               value_column=["item", "qty"], path=str(tmp_path / "lists"), parallelism=2)
+    got = {(r.key["_1"], r.key["_2"]): sorted((v["item"], v["qty"]) for v in r.value)
+           for r in ss.state.read(spark, lists, "op", "items").collect()}
+    assert got == {("a", 1): [("x", 10), ("y", 11)], ("b", 2): [("x", 20)]}
+    maps = ss.state.bootstrap(rows, "user", uid="op", state_name="qty", kind="map", map_key_column="item",
+                              value_column="qty", path=str(tmp_path / "maps"), parallelism=2)
+    read = ss.state.read(spark, maps, "op", "qty")
+    assert read.columns == ["key", "map_key", "value"]
+    assert sorted(tuple(r) for r in read.collect()) == [("a", "x", 10), ("a", "y", 11), ("b", "x", 20)]
+
+
+def test_bad_inputs_are_named_with_what_exists(spark, tmp_path, bootstrapped):
+    df = spark.range(0, 4, 1, 2).selectExpr("id % 2 as key", "id as v")
+    with pytest.raises(ss.ConfigurationError, match="key [01] is in more than one row"):
+        ss.state.bootstrap(df, "key", uid="op", state_name="s", value_column="v", path=str(tmp_path / "dup"),
+                           parallelism=2)
+    with pytest.raises(ss.ConfigurationError, match="'nope' not in the DataFrame; its columns: key, v"):
+        ss.state.bootstrap(df, "nope", uid="op", state_name="s", value_column="v", path=str(tmp_path / "x"))
+    with pytest.raises(ss.ConfigurationError, match="already a savepoint or checkpoint"):
+        ss.state.bootstrap(df, "v", uid="op", state_name="s", value_column="key", path=bootstrapped)
+    with pytest.raises(ss.ConfigurationError, match="no operator with uid 'other'; its operators: 'sum'"):
+        ss.state.read(spark, bootstrapped, "other", "total")
+    with pytest.raises(ss.ConfigurationError, match="no state named 'count'; its keyed states: 'total'"):
+        ss.state.read(spark, bootstrapped, "sum", "count")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ss.RestoreError, match="empty.*not a completed checkpoint or savepoint"):
+        ss.state.metadata(spark, str(tmp_path / "empty"))
