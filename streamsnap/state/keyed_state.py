@@ -6,14 +6,16 @@ record. Storage is a `StateTable`: per key group one dict ``key -> stored value`
 
 Why copy-on-write: a checkpoint's synchronous part must be quick and must not serialize,
 while the asynchronous part serializes on another thread as the mailbox thread keeps changing
-state. So a snapshot only captures references, and writers copy whatever a snapshot may still
-be reading, at two levels, decided by *epochs* (the backend's epoch increases at each
-snapshot; ``backend._required_epoch`` is the epoch of the newest snapshot still running, -1
-when none is):
+state. So a snapshot only captures references, and writers preserve whatever a snapshot may
+still be reading, at two levels:
 
-* a key group's dict is stamped with the epoch it was created in; a write to a dict whose
-  stamp is <= the required epoch first replaces it by a shallow copy (`StateTable.own`);
-* mutable stored values carry their epoch too (`_ListEntry`, `_MapEntry`, `_Cell` for a
+* a key group a running snapshot captured is *frozen* (its value column copied, keys only
+  where the last encoding cannot stand in) before its first write, or by the snapshot's
+  thread, whichever comes first; the dict itself is never copied
+  (`streamsnap.state.copy_on_write`, `StateTable.own`);
+* mutable stored values carry the epoch they were created in (the backend's epoch increases
+  at each snapshot; ``backend._required_epoch`` is the epoch of the newest snapshot still
+  running, -1 when none is), too (`_ListEntry`, `_MapEntry`, `_Cell` for a
   Value/Reducing state holding a container): an in-place `add`/`put` — or handing a mutable
   value to user code, which may mutate it — first copies the value if a snapshot may hold it.
 
@@ -28,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from copy import deepcopy
 from typing import TYPE_CHECKING, Any
 
+from streamsnap.state.copy_on_write import FrozenGroup, GroupCapture, freeze
 from streamsnap.state.descriptors import (LIST, MAP, REDUCING, VALUE, ListStateDescriptor,
                                           MapStateDescriptor, ReducingStateDescriptor,
                                           StateDescriptor, ValueStateDescriptor)
@@ -90,9 +93,10 @@ class _MapEntry:
 
 
 class StateTable:
-    """Storage of one named keyed state: key group -> {key: stored value}, copy-on-write."""
+    """Storage of one named keyed state: key group -> {key: stored value}, and the key groups
+    that running snapshots captured but nobody froze yet (`streamsnap.state.copy_on_write`)."""
 
-    __slots__ = ("name", "kind", "descriptor", "serializer", "tag", "maps", "stamps", "backend",
+    __slots__ = ("name", "kind", "descriptor", "serializer", "tag", "maps", "pending", "backend",
                  "removals", "key_cache")
 
     def __init__(self, backend: "HashMapKeyedStateBackend", descriptor: StateDescriptor,
@@ -105,7 +109,9 @@ class StateTable:
         # The serializer tag, marked "+ttl" when entries are `_Stamped` (see state.ttl).
         self.tag = state_tag(self.serializer.tag, descriptor.ttl)
         self.maps: dict[int, dict] = {kg: {} for kg in key_groups}
-        self.stamps: dict[int, int] = dict.fromkeys(key_groups, backend._epoch)
+        # Key group -> capture of running snapshots, until frozen. A write to a key group
+        # listed here freezes it first (`freeze_pending`).
+        self.pending: dict[int, GroupCapture] = {}
         # Keys removed per key group, ever: while it stays put, a key group's dict only gained
         # keys at its end (an update keeps a key's place), which lets a snapshot reuse the keys
         # the previous one encoded (`key_cache`, owned by the heap backend's snapshots).
@@ -113,25 +119,68 @@ class StateTable:
         self.key_cache: dict[int, Any] = {}
 
     def remove(self, key_group: int, key: Any) -> None:
-        """Drop `key` from `key_group` (copy-on-write), counted in `removals`. Every removal of
-        a key from a key group's dict must come through here."""
+        """Drop `key` from `key_group`, counted in `removals`. Every removal of a key from a
+        key group's dict must come through here."""
         m = self.own(key_group)
         if m.pop(key, _MISSING) is not _MISSING:
             self.removals[key_group] += 1
 
     def own(self, key_group: int) -> dict:
-        """The dict of `key_group`, copied first if a running snapshot may be reading it."""
-        m = self.maps[key_group]
-        backend = self.backend
-        if self.stamps[key_group] <= backend._required_epoch:
-            m = m.copy()
-            self.maps[key_group] = m
-            self.stamps[key_group] = backend._epoch
-        return m
+        """The dict of `key_group`, ready to be written: frozen first for the snapshots that
+        captured it (KeyError: not a key group of this table)."""
+        if key_group in self.pending:
+            self.freeze_pending(key_group)
+        return self.maps[key_group]
 
-    def capture(self) -> list[tuple[int, dict]]:
-        """References to the non-empty key group dicts (the synchronous part of a snapshot)."""
-        return [(kg, m) for kg, m in self.maps.items() if m]
+    def freeze_pending(self, key_group: int) -> None:
+        """Freeze the pending capture of `key_group`, if there still is one (any thread)."""
+        with self.backend._freeze_lock:
+            capture = self.pending.get(key_group)
+            if capture is not None:
+                self._freeze(key_group, capture)
+
+    def frozen(self, key_group: int, capture: GroupCapture) -> FrozenGroup:
+        """`capture` frozen, now if nobody did yet (the snapshot's thread)."""
+        frozen = capture.frozen
+        if frozen is None:
+            with self.backend._freeze_lock:
+                frozen = capture.frozen or self._freeze(key_group, capture)
+        return frozen
+
+    def _freeze(self, key_group: int, capture: GroupCapture) -> FrozenGroup:
+        # Under the lock. The capture leaves `pending` only once frozen: a writer that does not
+        # find it there may write at once.
+        cache = self.key_cache if self.descriptor.ttl is None else None
+        frozen = capture.frozen = freeze(capture.entries, cache, key_group,
+                                         self.removals[key_group])
+        if self.pending.get(key_group) is capture:
+            del self.pending[key_group]
+        return frozen
+
+    def capture(self) -> list[tuple[int, GroupCapture]]:
+        """The synchronous part of a snapshot: a capture of each non-empty key group, joined
+        with a pending one where there is one (nothing was written there since)."""
+        captured = []
+        pending = self.pending
+        with self.backend._freeze_lock:
+            for kg, m in self.maps.items():
+                if m:
+                    capture = pending.get(kg)
+                    if capture is None:
+                        capture = pending[kg] = GroupCapture(m)
+                    capture.holders += 1
+                    captured.append((kg, capture))
+        return captured
+
+    def release(self, captured: list[tuple[int, GroupCapture]]) -> None:
+        """A snapshot no longer needs `captured`: captures nobody else holds and nobody froze
+        leave `pending`, so writes there stop freezing."""
+        pending = self.pending
+        with self.backend._freeze_lock:
+            for kg, capture in captured:
+                capture.holders -= 1
+                if capture.holders <= 0 and pending.get(kg) is capture:
+                    del pending[kg]
 
     def num_entries(self) -> int:
         return sum(len(m) for m in self.maps.values())
@@ -160,14 +209,14 @@ def check_map_key(state_name: str, key: Any) -> None:
 class KeyedState:
     """Common plumbing of the keyed state kinds."""
 
-    __slots__ = ("name", "_backend", "_table", "_maps", "_stamps", "_serializer", "_checks")
+    __slots__ = ("name", "_backend", "_table", "_maps", "_pending", "_serializer", "_checks")
 
     def __init__(self, backend: "HashMapKeyedStateBackend", table: StateTable):
         self.name = table.name
         self._backend = backend
         self._table = table
         self._maps = table.maps
-        self._stamps = table.stamps
+        self._pending = table.pending
         self._serializer = table.serializer
         # Whether writes of containers are checked for encodability (fail at the write, not
         # at the next checkpoint); serializers without a check skip the call.
@@ -186,13 +235,12 @@ class KeyedState:
     def _write_map(self) -> dict:
         backend = self._backend
         kg = backend._current_key_group
+        if kg in self._pending:
+            self._table.freeze_pending(kg)
         try:
-            stamp = self._stamps[kg]
+            return self._maps[kg]
         except KeyError:
             raise backend._key_group_error(self.name) from None
-        if stamp <= backend._required_epoch:
-            return self._table.own(kg)
-        return self._maps[kg]
 
     def _check(self, value: Any) -> None:
         if self._checks and value.__class__ not in PLAIN_TYPES:
@@ -245,11 +293,12 @@ class ValueState(KeyedState):
         """Set the current key's value; None clears it."""
         backend = self._backend
         kg = backend._current_key_group
+        if kg in self._pending:
+            self._table.freeze_pending(kg)
         try:
-            stamp = self._stamps[kg]
+            m = self._maps[kg]
         except KeyError:
             raise backend._key_group_error(self.name) from None
-        m = self._table.own(kg) if stamp <= backend._required_epoch else self._maps[kg]
         if value.__class__ in PLAIN_TYPES:
             m[backend._current_key] = value
         elif value is None:
@@ -289,11 +338,13 @@ class ValueState(KeyedState):
         """
         values = put_many_values(self.name, keys, values)
         backend = self._backend
-        table, maps, stamps = self._table, self._maps, self._stamps
-        required, epoch = backend._required_epoch, backend._epoch
+        table, maps, pending = self._table, self._maps, self._pending
+        epoch = backend._epoch
         for key, kg, value in zip(keys.unique, keys.key_groups, values):
+            if kg in pending:
+                table.freeze_pending(kg)
             try:
-                m = table.own(kg) if stamps[kg] <= required else maps[kg]
+                m = maps[kg]
             except KeyError:
                 backend._current_key_group = kg
                 raise backend._key_group_error(self.name) from None
@@ -511,8 +562,9 @@ def unwrap(stored: Any) -> Any:
     return stored
 
 
-def entries_to_wire(kind: str, entries: dict, serializer: Serializer) -> list:
-    """Wire values (in `entries` order) with a non-native serializer: values become bytes."""
+def entries_to_wire(kind: str, stored: Iterable, serializer: Serializer) -> list:
+    """Wire values of `stored` values (in order) with a non-native serializer: values become
+    bytes."""
     plain_dumps = serializer.dumps
 
     def dumps(v: Any) -> Any:
@@ -521,10 +573,10 @@ def entries_to_wire(kind: str, entries: dict, serializer: Serializer) -> list:
         return plain_dumps(v.value if v.__class__ is _Cell else v)
 
     if kind == LIST:
-        return [[dumps(x) for x in e.items] for e in entries.values()]
+        return [[dumps(x) for x in e.items] for e in stored]
     if kind == MAP:
-        return [{uk: dumps(uv) for uk, uv in e.data.items()} for e in entries.values()]
-    return [dumps(v) for v in entries.values()]
+        return [{uk: dumps(uv) for uk, uv in e.data.items()} for e in stored]
+    return [dumps(v) for v in stored]
 
 
 def entries_from_wire(kind: str, wire: dict, serializer: Serializer, epoch: int,
@@ -553,7 +605,7 @@ def entries_from_wire(kind: str, wire: dict, serializer: Serializer, epoch: int,
             return {k: _ListEntry(epoch, items) for k, items in wire.items()}
         if kind == MAP:
             return {k: _MapEntry(epoch, data) for k, data in wire.items()}
-        if all(v.__class__ in PLAIN_TYPES for v in wire.values()):
+        if PLAIN_TYPES.issuperset(map(type, wire.values())):   # a C loop: no per-entry bytecode
             return wire
         return {k: (v if v.__class__ in PLAIN_TYPES else _Cell(epoch, v)) for k, v in wire.items()}
     loads = serializer.loads

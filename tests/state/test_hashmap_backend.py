@@ -211,11 +211,15 @@ def test_snapshot_sync_part_is_independent_of_state_size(location):
     model = Model(HashMapKeyedStateBackend("op", MAX_P, FULL))
     fill(model, range(20000))
     snapshot = model.backend.snapshot(1, location)
-    # the synchronous part captured references only: same dict objects as the live tables
+    # the synchronous part captured references only: the live dicts, nothing frozen yet
     part = snapshot._parts[0]
-    live = model.backend._tables[part.name].maps
-    assert all(live[kg] is entries for kg, entries in part.key_groups)
+    table = model.backend._tables[part.name]
+    assert all(table.maps[kg] is capture.entries and capture.frozen is None
+               for kg, capture in part.key_groups)
+    assert set(table.pending) == {kg for kg, _ in part.key_groups}
     snapshot.discard()
+    # a discarded snapshot leaves nothing pending: writes no longer freeze
+    assert all(not t.pending for t in model.backend._tables.values())
 
 
 def test_concurrent_run_while_mailbox_thread_mutates(location, new_backend):
@@ -528,43 +532,44 @@ _ops = st.lists(st.tuples(st.sampled_from(["set", "clear_value", "add", "clear_l
                                            "remove", "mutate"]), _keys, _values), max_size=60)
 
 
+def apply_op(model, op: str, key, value, reference: dict) -> None:
+    """One random operation on `model` and on `reference` (the expected dump)."""
+    use_key(model.backend, key)
+    if op == "set":
+        model.value.update(value)
+        reference[("value", key)] = value
+    elif op == "clear_value":
+        model.value.clear()
+        reference.pop(("value", key), None)
+    elif op == "add":
+        model.list.add(value)
+        reference.setdefault(("list", key), []).append(value)
+    elif op == "clear_list":
+        model.list.clear()
+        reference.pop(("list", key), None)
+    elif op == "put":
+        model.map.put(str(value), value)
+        reference.setdefault(("map", key), {})[str(value)] = value
+    elif op == "remove":
+        model.map.remove(str(value))
+        entry = reference.get(("map", key), {})
+        entry.pop(str(value), None)
+        if not entry:
+            reference.pop(("map", key), None)
+    elif op == "mutate":
+        current = model.value.value()
+        if isinstance(current, list):          # in-place change of a stored list
+            current.append(value)
+            reference[("value", key)] = current
+            model.value.update(current)
+
+
 @pytest.mark.parametrize("kind", BACKEND_KINDS)
 @settings(max_examples=100, deadline=None)
 @given(before=_ops, after=_ops)
 def test_snapshot_equals_model_at_snapshot_time(kind, before, after):
     """Random operations, a snapshot, more operations: the snapshot holds the first model."""
     import tempfile
-
-    def apply(model, ops, reference):
-        for op, key, value in ops:
-            use_key(model.backend, key)
-            if op == "set":
-                model.value.update(value)
-                reference[("value", key)] = value
-            elif op == "clear_value":
-                model.value.clear()
-                reference.pop(("value", key), None)
-            elif op == "add":
-                model.list.add(value)
-                reference.setdefault(("list", key), []).append(value)
-            elif op == "clear_list":
-                model.list.clear()
-                reference.pop(("list", key), None)
-            elif op == "put":
-                model.map.put(str(value), value)
-                reference.setdefault(("map", key), {})[str(value)] = value
-            elif op == "remove":
-                model.map.remove(str(value))
-                entry = reference.get(("map", key), {})
-                entry.pop(str(value), None)
-                if not entry:
-                    reference.pop(("map", key), None)
-            elif op == "mutate":
-                current = model.value.value()
-                if isinstance(current, list):          # in-place change of a stored list
-                    current.append(value)
-                    reference[("value", key)] = current
-                    model.value.update(current)
 
     def new_backend(kg_range):
         backend = make_backend(kind, MAX_P, kg_range)
@@ -575,12 +580,14 @@ def test_snapshot_equals_model_at_snapshot_time(kind, before, after):
     try:
         model = Model(new_backend(FULL))
         reference: dict = {}
-        apply(model, before, reference)
+        for op in before:
+            apply_op(model, *op, reference)
         expected = copy.deepcopy(reference)
         with tempfile.TemporaryDirectory() as directory:
             location = "file://" + directory
             snapshot = model.backend.snapshot(1, location)
-            apply(model, after, reference)
+            for op in after:
+                apply_op(model, *op, reference)
             handle = snapshot.run()
             got = {} if handle is None else {
                 k: v for k, v in restored(new_backend, [handle], location).dump().items()}

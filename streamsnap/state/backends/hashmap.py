@@ -4,14 +4,14 @@ State lives in Python dicts: per state name, per key group, ``key -> value`` (se
 `streamsnap.state.keyed_state`). A checkpoint has two parts, as in Flink:
 
 * `snapshot()` — the synchronous part, on the mailbox thread while no record is processed:
-  it only captures references to the non-empty key-group dicts and advances the backend's
-  epoch, so copy-on-write protects what was captured. Cost: O(states × key groups), no
-  serialization, no I/O.
+  it only registers a capture of each non-empty key group and advances the backend's epoch.
+  Cost: O(states × key groups), no entry touched, no serialization, no I/O.
 * `Snapshot.run()` — the asynchronous part, on any thread, while the mailbox thread keeps
-  processing records: serializes the captured dicts and writes one file. The keys of a key
-  group that only gained keys since the previous snapshot are not encoded again: that
-  snapshot's encoding is reused and extended (`streamsnap.state.backends.encoded_keys`), the
-  bytes being the same.
+  processing records: freezes the captured key groups no write froze yet (their value
+  columns: `streamsnap.state.copy_on_write`), serializes them and writes one file. The keys of
+  a key group that only gained keys since the previous snapshot are not read or encoded
+  again: that snapshot's encoding is reused and extended (`streamsnap.state.encoded_keys`),
+  the bytes being the same.
 
 File format (one file per snapshot, in the checkpoint directory)::
 
@@ -59,7 +59,8 @@ from streamsnap.clock import Clock, SystemClock
 from streamsnap.checkpoint.handles import FileHandle, KeyGroupsStateHandle
 from streamsnap.errors import ConfigurationError, RestoreError
 from streamsnap.state.assignment import SubtaskRestoreState
-from streamsnap.state.backends.encoded_keys import EncodedKeys, pack_keys_reusing
+from streamsnap.state.copy_on_write import FrozenGroup, GroupCapture
+from streamsnap.state.encoded_keys import EncodedKeys
 from streamsnap.state.descriptors import STATE_KINDS, StateDescriptor
 from streamsnap.state.errors import StateError, StateSerializationError
 from streamsnap.state.key_groups import KeyGroupRange, check_max_parallelism
@@ -70,8 +71,8 @@ from streamsnap.state.keyed_state_ttl import TTL_STATE_CLASSES, drop_expired
 from streamsnap.state import local_recovery
 from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.ttl import check_same_ttl, clock_millis, is_ttl_tag, tag_mismatch
-from streamsnap.state.serialization import (Serializer, array_header, find_unencodable,
-                                            key_error, pack_array_body, pack_value, unpack_keys,
+from streamsnap.state.serialization import (Serializer, find_unencodable,
+                                            key_error, pack_value, unpack_keys,
                                             unpack_value, value_error)
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 
@@ -103,45 +104,54 @@ class _RestoredState:
 
 @dataclass
 class _CapturedState:
-    """One state's captured key-group dicts, as the synchronous snapshot part took them."""
+    """One state's captured key groups, as the synchronous snapshot part took them: captures
+    of a live table (frozen later, `streamsnap.state.copy_on_write`) or dicts nobody writes."""
 
     name: str
     kind: str
     tag: str
     serializer: Serializer | None   # None: the dicts already hold wire values
-    key_groups: list[tuple[int, dict]]
+    key_groups: list[tuple[int, GroupCapture | dict]]
     ttl_cutoff: int | None = None   # TTL states: entries stamped at or before it are expired
-    # Live non-TTL states: the table's cache of encoded keys and its removal counts at capture.
-    key_cache: dict[int, EncodedKeys] | None = None
-    removals: dict[int, int] | None = None
+    table: StateTable | None = None     # the live table the captures belong to
+    key_cache: dict[int, EncodedKeys] | None = None   # live non-TTL states: its encoded keys
 
-    def live(self, entries: dict) -> dict:
-        """The entries to write: all, or for a TTL state those not expired."""
-        if self.ttl_cutoff is None:
-            return entries
-        return drop_expired(self.kind, entries, self.ttl_cutoff)
-
-    def encode(self, key_group: int, entries: dict) -> tuple[bytes, bytes]:
-        """(keys, values): two parallel msgpack arrays of one key group's entries."""
-        header = array_header(len(entries))
-        try:
-            if self.key_cache is None:
-                keys = pack_array_body(entries, header=header)
+    def frozen(self) -> list[tuple[int, FrozenGroup]]:
+        """Every captured key group frozen (now, where no write froze it yet), expired TTL
+        entries left out, empty ones dropped."""
+        out = []
+        for kg, captured in self.key_groups:
+            if isinstance(captured, dict):
+                group = FrozenGroup(captured)
             else:
-                keys = pack_keys_reusing(self.key_cache, key_group, self.removals[key_group],
-                                         entries)
+                group = self.table.frozen(kg, captured)
+            if self.ttl_cutoff is not None:
+                group = FrozenGroup(drop_expired(self.kind, group.as_dict(), self.ttl_cutoff))
+            if len(group):
+                out.append((kg, group))
+        return out
+
+    def release(self) -> None:
+        """The snapshot is done with its captures (writes there stop freezing)."""
+        if self.table is not None:
+            self.table.release(self.key_groups)
+
+    def encode(self, key_group: int, group: FrozenGroup) -> tuple[bytes, bytes]:
+        """(keys, values): two parallel msgpack arrays of one key group's entries."""
+        try:
+            keys = group.encode_keys(self.key_cache, key_group)
         except (TypeError, ValueError, OverflowError) as e:
-            raise self._diagnose(entries, None) from e
+            raise self._diagnose(group, None) from e
         serializer = self.serializer
         try:
             if serializer is None:
-                return keys, pack_array_body(entries.values(), pack_value, header)
+                return keys, group.pack_values(pack_value)
             if serializer.native:
-                return keys, pack_array_body(entries.values(), _pack_native, header)
+                return keys, group.pack_values(_pack_native)
         except (TypeError, ValueError, OverflowError) as e:
-            raise self._diagnose(entries, serializer) from e
+            raise self._diagnose(group, serializer) from e
         try:
-            wire = entries_to_wire(self.kind, entries, serializer)
+            wire = entries_to_wire(self.kind, group.stored_values(), serializer)
         except Exception as e:
             raise StateSerializationError(
                 f"state '{self.name}': {type(serializer).__name__} failed to serialize a value: "
@@ -149,13 +159,15 @@ class _CapturedState:
         try:
             return keys, pack_value(wire)
         except (TypeError, ValueError, OverflowError) as e:
-            raise self._diagnose(entries, None) from e
+            raise self._diagnose(group, None) from e
 
-    def _diagnose(self, entries: dict, serializer: Serializer | None) -> StateSerializationError:
-        for key, stored in entries.items():
+    def _diagnose(self, group: FrozenGroup, serializer: Serializer | None) -> StateSerializationError:
+        # Keys reused from an earlier encoding were encodable: only the others are checked.
+        for key in group.new_keys():
             if find_unencodable(key, keys=True) is not None:
                 return key_error(self.name, key)
-            if serializer is not None:
+        if serializer is not None:
+            for stored in group.stored_values():
                 value = unwrap(stored)
                 if find_unencodable(value) is not None:
                     return value_error(self.name, value, serializer)
@@ -200,7 +212,9 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
         self._local_store = backend.local_store
 
     def _release(self) -> None:
-        self._parts = None
+        parts, self._parts = self._parts, None
+        for part in parts or ():
+            part.release()
         if self._token is not None:
             self._backend._release_snapshot(self._token)
             self._token = None
@@ -210,12 +224,11 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
         if not parts:
             return None
         backend = self._backend
-        by_key_group: dict[int, list[tuple[_CapturedState, dict]]] = {}
+        # Freeze what no write froze yet, all first: writes from now on do not wait for it.
+        by_key_group: dict[int, list[tuple[_CapturedState, FrozenGroup]]] = {}
         for part in parts:
-            for kg, entries in part.key_groups:
-                entries = part.live(entries)
-                if entries:
-                    by_key_group.setdefault(kg, []).append((part, entries))
+            for kg, group in part.frozen():
+                by_key_group.setdefault(kg, []).append((part, group))
         name = filesystem.unique_name(f"{safe_file_prefix(backend.operator_uid)}-keyed")
         self._url = filesystem.join(self.location, name)
         offsets: dict[int, tuple[int, int]] = {}
@@ -225,8 +238,8 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
             position = len(MAGIC)
             for kg in sorted(by_key_group):
                 self._check_not_discarded()
-                states = [[part.name, part.kind, part.tag, *part.encode(kg, entries)]
-                          for part, entries in by_key_group[kg]]
+                states = [[part.name, part.kind, part.tag, *part.encode(kg, group)]
+                          for part, group in by_key_group.pop(kg)]
                 payload = msgpack.packb([FORMAT_VERSION, kg, states], use_bin_type=True)
                 pending.write(payload)
                 pending.write(_checksum(payload))
@@ -359,6 +372,9 @@ class HashMapKeyedStateBackend:
         self._live_snapshots: dict[int, int] = {}   # token -> epoch it captured
         self._next_token = 0
         self._lock = threading.Lock()
+        # Orders freezing a captured key group (either thread) against the mailbox thread's
+        # writes there (`streamsnap.state.copy_on_write`).
+        self._freeze_lock = threading.Lock()
         self._disposed = False
         self.is_restored = False
         self.last_completed_checkpoint_id: int | None = None
@@ -430,12 +446,14 @@ class HashMapKeyedStateBackend:
         restored = self._restored.get(name)
         if restored is not None:
             self._check_compatible(restored.name, restored.kind, restored.tag, table)
-            # The wire dicts may be captured by a running snapshot: stamp everything with
-            # epoch -1 so the first write to each dict or entry copies it.
+            # A running snapshot may hold the wire dicts: the table writes its dicts in place,
+            # so it gets copies then; and entries are stamped with epoch -1, so the first
+            # in-place change of a list, map or mutable value copies it.
+            held = bool(self._live_snapshots)
             for kg, wire in restored.maps.items():
-                table.maps[kg] = entries_from_wire(table.kind, wire, table.serializer, -1,
+                table.maps[kg] = entries_from_wire(table.kind, dict(wire) if held else wire,
+                                                   table.serializer, -1,
                                                    ttl=descriptor.ttl is not None)
-                table.stamps[kg] = -1
             del self._restored[name]
         classes = STATE_CLASSES if descriptor.ttl is None else TTL_STATE_CLASSES
         state = classes[descriptor.kind](self, table)
@@ -471,7 +489,7 @@ class HashMapKeyedStateBackend:
     # -- snapshots -------------------------------------------------------------------------
 
     def snapshot(self, checkpoint_id: int, location: str) -> KeyedStateSnapshot:
-        """Synchronous part of a checkpoint: capture references, no serialization, no I/O."""
+        """Synchronous part of a checkpoint: register captures, no serialization, no I/O."""
         if self._disposed:
             raise StateError(f"operator '{self.operator_uid}': snapshot after dispose")
         parts = []
@@ -481,13 +499,12 @@ class HashMapKeyedStateBackend:
             if captured:
                 if table.descriptor.ttl is None:
                     parts.append(_CapturedState(table.name, table.kind, table.tag,
-                                                table.serializer, captured,
-                                                key_cache=table.key_cache,
-                                                removals=dict(table.removals)))
+                                                table.serializer, captured, table=table,
+                                                key_cache=table.key_cache))
                 else:
                     parts.append(_CapturedState(table.name, table.kind, table.tag,
                                                 table.serializer, captured,
-                                                now - table.descriptor.ttl.ttl_ms))
+                                                now - table.descriptor.ttl.ttl_ms, table=table))
         for restored in self._restored.values():
             captured = [(kg, m) for kg, m in restored.maps.items() if m]
             if captured:
@@ -559,7 +576,11 @@ class HashMapKeyedStateBackend:
             self._check_compatible(name, kind, tag, table)
             entries = entries_from_wire(kind, wire, table.serializer, self._epoch,
                                         ttl=is_ttl_tag(tag))
-            table.own(kg).update(entries)
+            live = table.own(kg)
+            if live:
+                live.update(entries)
+            else:
+                table.maps[kg] = entries    # a dict of its own (decoded): no copy
             return
         restored = self._restored.get(name)
         if restored is None:
@@ -579,7 +600,7 @@ class HashMapKeyedStateBackend:
         self._disposed = True
         for table in self._tables.values():
             table.maps.clear()
-            table.stamps.clear()
+            table.pending.clear()
         self._tables.clear()
         self._states.clear()
         self._restored.clear()

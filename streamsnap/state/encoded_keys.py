@@ -11,7 +11,8 @@ What makes reuse exact: a key group's dict keeps insertion order, an update keep
 place, and new keys go to the end. So as long as no key was removed from the key group
 (`StateTable.removals` unchanged), its first `count` keys are the ones encoded last time, in
 the same order, and only the keys after them need encoding — found from the end of the dict
-(`reversed`), without touching the others. As a guard, the key at position `count - 1` must
+(`reversed`), without touching the others (`reusable_tail`, when a snapshot freezes the key
+group: `streamsnap.state.copy_on_write`). As a guard, the key at position `count - 1` must
 still be the very object encoded last; any doubt re-encodes all keys. The bytes written are
 the same as a full encode's: the file format does not change.
 
@@ -38,24 +39,14 @@ class EncodedKeys:
     body: bytes       # msgpack of the keys, without the array header
 
 
-def pack_keys_reusing(cache: dict[int, EncodedKeys], key_group: int, removals: int,
-                      entries: dict) -> bytes:
-    """msgpack array of `entries`' keys, as `pack_keys(list(entries))`, reusing `cache` (the
-    last snapshot's encoding of `key_group`) when only keys were added since; records this
-    encoding in `cache` for the next snapshot. `entries` must not change meanwhile (it is a
-    captured, copy-on-write protected dict)."""
+def reusable_tail(known: EncodedKeys, removals: int, entries: dict) -> tuple[list, Any] | None:
+    """(keys added after `known`'s, oldest first; the last key) when `known` — the last
+    encoding of this key group — still covers the first keys of `entries`, else None. Reads
+    only the keys from the end back to `known.last`."""
     count = len(entries)
-    if not count:
-        return array_header(0)
-    known = cache.get(key_group)
-    body = None
-    if known is not None and known.removals == removals and known.count <= count:
-        newest = list(islice(reversed(entries), count - known.count + 1))
-        if newest[-1] is known.last:
-            added = newest[-2::-1]   # oldest first, without the last known key
-            body = pack_array_body(added, header=known.body) if added else known.body
-            last = newest[0]
-    if body is None:
-        body, last = pack_array_body(entries), next(reversed(entries))
-    cache[key_group] = EncodedKeys(count, last, removals, body)
-    return array_header(count) + body
+    if known.removals != removals or known.count > count or not count:
+        return None
+    newest = list(islice(reversed(entries), count - known.count + 1))
+    if newest[-1] is not known.last:
+        return None
+    return newest[-2::-1], newest[0]   # oldest first, without the last known key
