@@ -146,7 +146,7 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         os.kill(victim.pid, signal.SIGKILL)
         while True:
             recoveries = client.recoveries()
-            if recoveries and "first_output_at" in recoveries[0]:
+            if recoveries and {"first_output_at", "running_at"} <= recoveries[0].keys():
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"large state K={keys}: no output after the kill within {timeout:.0f} s")
