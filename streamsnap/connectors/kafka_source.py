@@ -31,6 +31,7 @@ import time
 import zlib
 from collections import OrderedDict
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
@@ -189,6 +190,7 @@ class KafkaReader(SourceReader):
         self._next_discovery = 0.0
         self._by_checkpoint: OrderedDict[int, dict] = OrderedDict()
         self._group_id = source.group_id or f"streamsnap-{ctx.job_id[:16]}-{ctx.uid}"
+        self._multi_topic = source.pattern is not None or len(source.topics) > 1
 
     # ---------------------------------------------------------------- state
     def restore_global_state(self, elements: list) -> None:
@@ -340,30 +342,31 @@ class KafkaReader(SourceReader):
             if source.bounded:
                 self._check_positions()
             return
-        runs: list[tuple[tuple[str, int], list, int]] = []
-        key = None
-        values: list = []
-        last = -1
         for m in messages:
-            error = m.error()
-            if error is not None:
+            if m.error() is not None:
                 raise KafkaSourceError(f"Kafka source reading {m.topic()}[{m.partition()}] from "
-                                       f"{source.bootstrap!r} failed: {error.str()}")
-            k = (m.topic(), m.partition())
-            if k != key:
-                if values:
-                    runs.append((key, values, last))
-                key, values = k, []
-            offset = m.offset()
-            stop = self._splits[k][1]
-            if stop is not None and 0 <= stop <= offset:
-                continue
-            values.append(m)
-            last = offset
-        if values:
-            runs.append((key, values, last))
-        for k, msgs, last_offset in runs:
-            self._ready.append((k, self._to_batch(k, msgs), last_offset + 1))
+                                       f"{source.bootstrap!r} failed: {m.error().str()}")
+        # One list comprehension per field (no per-message branching): runs of one partition
+        # are found with numpy on the partition numbers (and topics, when there are several).
+        partitions = np.array([m.partition() for m in messages], dtype=np.int64)
+        change = np.flatnonzero(partitions[1:] != partitions[:-1]) + 1
+        if self._multi_topic:
+            topics = [m.topic() for m in messages]
+            change = np.union1d(change, np.array([i for i in range(1, len(topics)) if topics[i] != topics[i - 1]],
+                                                 dtype=np.int64))
+        else:
+            topic = messages[0].topic()
+        values = [m.value() for m in messages]
+        for start, end in zip([0, *change.tolist()], [*change.tolist(), len(messages)]):
+            key = (topics[start] if self._multi_topic else topic, int(partitions[start]))
+            stop = self._splits[key][1]
+            last = messages[end - 1].offset()
+            if stop is not None and 0 <= stop <= last:
+                kept = [i for i in range(start, end) if messages[i].offset() < stop]
+                if not kept:
+                    continue
+                end, last = kept[-1] + 1, messages[kept[-1]].offset()
+            self._ready.append((key, self._to_batch(key, messages[start:end], values[start:end]), last + 1))
         if source.bounded:
             self._check_positions()
 
@@ -386,17 +389,16 @@ class KafkaReader(SourceReader):
         if done:
             self._consumer.incremental_unassign(done)
 
-    def _to_batch(self, key, messages: list) -> pa.RecordBatch:
+    def _to_batch(self, key, messages: list, values: list) -> pa.RecordBatch:
         source = self._source
         if source.format == "raw":
             return pa.RecordBatch.from_arrays([
                 pa.array([m.key() for m in messages], pa.binary()),
-                pa.array([m.value() for m in messages], pa.binary()),
+                pa.array(values, pa.binary()),
                 pa.array([key[0]] * len(messages), pa.string()),
                 pa.array([key[1]] * len(messages), pa.int32()),
                 pa.array([m.offset() for m in messages], pa.int64()),
                 pa.array([m.timestamp()[1] for m in messages], pa.int64())], schema=RAW_SCHEMA)
-        values = [m.value() for m in messages]
         if None in values:
             first = next(m for m in messages if m.value() is None)
             raise KafkaSourceError(f"Kafka source: message {key[0]}[{key[1]}]@{first.offset()} has no value "
