@@ -3,7 +3,8 @@
 `python -m benchmarks.kafka [events] [runs]` starts the local broker (scripts/kafka-broker),
 fills a 2-partition input topic with JSON events {"key": i % 1000, "value": i, "ts": i}, and runs, in
 turn (A B C A B C ...), the same pipeline with the exactly-once Kafka sink, the at-least-once
-one, and a discarding sink (what reading Kafka alone costs). Throughput is events over the time
+one, and a discarding sink (what reading Kafka alone costs). Before them it measures the CPU
+time per message of the source reader and the exactly-once sink writer alone (`profile`). Throughput is events over the time
 from the job running to the job finished — for exactly-once that includes the final checkpoint
 and the last commit, i.e. until every row is visible to read_committed consumers. The output
 topic's committed row count is checked after each Kafka-sink run.
@@ -14,6 +15,7 @@ connector jar, and no Maven repository is reachable from these machines.
 
 from __future__ import annotations
 
+import resource
 import statistics
 import sys
 import tempfile
@@ -52,6 +54,56 @@ def fill(bootstrap: str, topic: str, n: int) -> float:
         producer.poll(0)
     assert producer.flush(120) == 0
     return time.monotonic() - started
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def profile(bootstrap: str, topic: str) -> dict:
+    """CPU seconds per message of the connectors alone, in this process (no Spark): one source
+    reader reading the whole topic, then one exactly-once sink writer writing it back with a
+    transaction per 10 batches, and the JSON encoding alone. CPU time, so a busy machine
+    changes these less than the wall-clock throughput."""
+    from streamsnap.runtime.operators import OperatorContext
+
+    def ctx(uid):
+        return OperatorContext(name=uid, uid=uid, subtask_index=0, parallelism=1, max_parallelism=128, attempt=0,
+                               job_id=f"bench-{uuid.uuid4().hex[:8]}", task_name=uid,
+                               extra={"checkpointing": True})
+
+    source = ss.sources.Kafka(bootstrap, [topic], stop_at="latest", schema=SCHEMA, batch_size=50_000)
+    reader = source.create_reader(ctx("source"))
+    reader.assign_splits(source.splits(1))
+    reader.open()
+    started, batches = _cpu(), []
+    while not reader.is_finished():
+        batch = reader.poll()
+        if batch is not None:
+            batches.append(batch)
+    read = _cpu() - started
+    reader.close()
+    n = sum(b.num_rows for b in batches)
+    out = f"bench-profile-{uuid.uuid4().hex[:8]}"
+    kafka_support.create_topic(bootstrap, out, 2)
+    writer = ss.sinks.Kafka(bootstrap, out, key="key").create_writer(ctx("sink"))
+    writer.open()
+    started = _cpu()
+    for i, batch in enumerate(batches):
+        writer.write(batch)
+        if i % 10 == 9:
+            writer.prepare_commit(i)
+            writer.commit(i)
+    writer.prepare_commit(len(batches))
+    writer.commit(len(batches))
+    written = _cpu() - started
+    started = _cpu()
+    for batch in batches:
+        encode_json(batch)
+    encoded = _cpu() - started
+    return {"messages": n, "source_us_per_message": read / n * 1e6, "sink_us_per_message": written / n * 1e6,
+            "json_encode_us_per_message": encoded / n * 1e6}
 
 
 def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int) -> dict:
@@ -93,6 +145,10 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
         topic = f"bench-in-{uuid.uuid4().hex[:8]}"
         kafka_support.create_topic(bootstrap, topic, 2)
         print(f"filling {topic} with {n} events: {fill(bootstrap, topic, n):.1f} s", flush=True)
+        costs = profile(bootstrap, topic)
+        print("connector CPU per message (one process, no Spark): " + ", ".join(
+            f"{k.removesuffix('_us_per_message')} {v:.2f} us" for k, v in costs.items() if k != "messages"),
+            flush=True)
         run_once(spark, bootstrap, topic, "discard", n)          # warm workers and imports
         measured: dict[str, list[dict]] = {"exactly_once": [], "at_least_once": [], "discard": []}
         for _ in range(runs):
@@ -103,7 +159,7 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
                       f"{m['checkpoints']} checkpoints)", flush=True)
         summary = {sink: statistics.median(m["events_per_second"] for m in ms) for sink, ms in measured.items()}
         print("median events/s: " + ", ".join(f"{s} {v / 1e6:.2f} M" for s, v in summary.items()))
-        return {"summary": summary, "runs": measured}
+        return {"summary": summary, "runs": measured, "connector_cpu": costs}
     finally:
         spark.stop()
         kafka_support.stop_broker(directory)

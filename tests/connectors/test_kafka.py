@@ -144,5 +144,7 @@ def test_an_unbounded_pattern_source_discovers_new_topics(kafka_broker):
     second = fresh_topic(kafka_broker, 2, prefix=f"disc{tag}")
     kafka_support.produce_json(kafka_broker, second, [{"value": 100 + i} for i in range(20)])
     assert sorted(read_all(reader, until=20)) == list(range(100, 120))
-    assert f"{second}:1" in reader.active_splits()
+    # Each partition is its own split for per-partition watermarks.
+    assert reader.active_splits() == sorted([f"{first}:0", f"{second}:0", f"{second}:1"])
+    assert reader.current_split() in (f"{second}:0", f"{second}:1")
     reader.close()

@@ -23,10 +23,10 @@ N = 24_000
 
 
 class SlowSum(RunningSum):
-    """The running sum, slowed to ~5 s of work per subtask so that kills land mid-run."""
+    """The running sum, slowed to ~8 s of work per subtask so that kills land mid-run."""
 
     def process_element(self, row, ctx):
-        if row["i"] % 5 == 0:
+        if row["i"] % 3 == 0:
             time.sleep(0.002)
         yield from super().process_element(row, ctx)
 
