@@ -341,7 +341,13 @@ class TransactionalKafkaWriter(KafkaWriter):
     def recover(self, committables: list) -> None:
         plan = txns.recovery_plan(committables, self._ctx.subtask_index, self._ctx.parallelism,
                                   self._pool.prefix, self._pool.pool_size)
-        self._pool = txns.TransactionPool(plan.prefix, self._ctx.subtask_index, self._pool.pool_size)
+        # An explicit prefix wins for new transactions (e.g. a second job forked from the same
+        # savepoint); the old ids are committed and fenced either way.
+        prefix = self._sink.transactional_id_prefix or plan.prefix
+        self._pool = txns.TransactionPool(prefix, self._ctx.subtask_index, self._pool.pool_size)
+        if prefix != plan.prefix:
+            plan = txns.RecoveryPlan(prefix, plan.commit,
+                                     plan.abort + txns.pool_ids(prefix, self._ctx.subtask_index, self._pool.pool_size))
         for committable in plan.commit:
             self._commit_restored(committable)
         self._fence(plan.abort)
