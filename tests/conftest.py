@@ -59,3 +59,15 @@ def _cancel_leftover_jobs(monkeypatch):
 def _quiet_py4j():
     logging.getLogger("py4j").setLevel(logging.WARNING)
     yield
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """A Kafka-protocol broker on 127.0.0.1 for the session, started and stopped by
+    scripts/kafka-broker; yields its bootstrap address."""
+    from tests import kafka_support
+
+    directory = str(tmp_path_factory.mktemp("kafka-broker"))
+    address = kafka_support.start_broker(directory)
+    yield address
+    kafka_support.stop_broker(directory)

@@ -18,6 +18,9 @@ import streamsnap as "Could not recover from a failed barrier ResultStage".
   (`PYSPARK_PYTHON`, `spark.submit.pyFiles`). Once per SparkContext.
 * **Sink output** — sinks with an existing-output policy (`FileSink(mode=...)`) check it here,
   knowing whether the job resumes from a checkpoint.
+* **External systems** — a source or sink with a `preflight(label)` method checks what it
+  needs outside the job (the Kafka ones: the bootstrap servers answer, the topics exist) and
+  raises a PreflightError naming it.
 """
 
 from __future__ import annotations
@@ -239,6 +242,11 @@ def run(graph, checkpointing, restored_uids=frozenset()) -> None:
         check_output = getattr(sink, "check_output", None)
         if callable(check_output):
             check_output(node.name, node.uid in restored_uids)
+    for node in graph.nodes.values():
+        for endpoint in (getattr(node.operator, "source", None), getattr(node.operator, "sink", None)):
+            check_endpoint = getattr(endpoint, "preflight", None)
+            if callable(check_endpoint):
+                check_endpoint(_operator_label(node))
 
 
 __all__ = ["run", "check_directory", "check_picklable", "check_executors", "probe_executors", "package_zip"]

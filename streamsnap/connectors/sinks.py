@@ -391,4 +391,6 @@ def _commit_file(committable: dict) -> None:
             f"(was the output directory modified outside the job?)")
 
 
-__all__ = ["Collect", "Print", "FileSink", "Discard", "Collector", "Printer", "FORMATS"]
+__all__ = ["Collect", "Print", "FileSink", "Discard", "Collector", "Printer", "FORMATS", "Kafka"]
+
+from streamsnap.connectors.kafka_sink import Kafka  # noqa: E402  (ss.sinks.Kafka)

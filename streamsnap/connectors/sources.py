@@ -205,3 +205,4 @@ class CollectionSource(Generator):
 
 
 from streamsnap.connectors.files import FileSource  # noqa: E402, F401  (re-export: ss.sources.FileSource)
+from streamsnap.connectors.kafka_source import Kafka  # noqa: E402, F401  (ss.sources.Kafka)

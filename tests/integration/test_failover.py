@@ -109,6 +109,22 @@ def kill_in_phase(phase_dir, phase: str, vertex_prefix: str = "", timeout=30) ->
     raise AssertionError(f"no task entered the {phase} phase within {timeout} s")
 
 
+def three_kills(client, rng, phase_dir: str, first_within: float = 4.0, then_within: float = 2.0) -> None:
+    """SIGKILL three times, each on a running attempt: any subtask at a random moment, a task in
+    its checkpoint's asynchronous phase, and the sink's task ("sum" chain) after a checkpoint
+    completed, before it committed (pre-commit → commit). Needs the phase hooks (TEST_HOOKS_ENV)."""
+    wait_status(client, "RUNNING")
+    time.sleep(rng.uniform(1.0, first_within))
+    victim = rng.choice(client.subtasks())
+    os.kill(victim.pid, signal.SIGKILL)
+    wait_restarted(client, 1)
+    time.sleep(rng.uniform(0.5, then_within))
+    kill_in_phase(phase_dir, "async", rng.choice(["events", "sum"]))
+    wait_restarted(client, 2)
+    time.sleep(rng.uniform(0.5, then_within))
+    kill_in_phase(phase_dir, "commit", "sum")
+
+
 def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend: str = "hashmap",
               checkpointing: dict | None = None):
     """Three SIGKILLs, each on a running attempt, with a budget of exactly three restarts: the job
@@ -126,19 +142,7 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend:
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.FileSink(str(out), format="parquet"), name="files", uid="files"))
     client = env.execute_async(f"chaos {mode} seed {seed}")
-    wait_status(client, "RUNNING")
-    # 1: any subtask at a random moment
-    time.sleep(rng.uniform(1.0, 4.0))
-    victim = rng.choice(client.subtasks())
-    os.kill(victim.pid, signal.SIGKILL)
-    wait_restarted(client, 1)
-    # 2: a task while its checkpoint's asynchronous phase runs
-    time.sleep(rng.uniform(0.5, 2.0))
-    kill_in_phase(str(phases), "async", rng.choice(["events", "sum"]))
-    wait_restarted(client, 2)
-    # 3: a sink task after the checkpoint completed, before it committed (pre-commit → commit)
-    time.sleep(rng.uniform(0.5, 2.0))
-    kill_in_phase(str(phases), "commit", "sum")
+    three_kills(client, rng, str(phases))
     result = client.wait(180)
     assert result.restarts == 3 and len(result.recoveries) == 3, causes(client)
     # The first kill comes seconds into a 20 s input, so rows follow its restore; a later one may

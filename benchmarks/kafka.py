@@ -1,0 +1,170 @@
+"""Kafka → W1 (vectorized keyed running sum) → Kafka, exactly-once, 1 s checkpoints, parallelism 2.
+
+`python -m benchmarks.kafka [events] [runs]` starts the local broker (scripts/kafka-broker),
+fills a 2-partition input topic with JSON events {"key": i % 1000, "value": i, "ts": i}, and runs, in
+turn (A B C A B C ...), the same pipeline with the exactly-once Kafka sink, the at-least-once
+one, and a discarding sink (what reading Kafka alone costs). Before them it measures the CPU
+time per message of the source reader and the exactly-once sink writer alone (`profile`). Throughput is events over the time
+from the job running to the job finished — for exactly-once that includes the final checkpoint
+and the last commit, i.e. until every row is visible to read_committed consumers. The output
+topic's committed row count is checked after each Kafka-sink run.
+
+Spark Structured Streaming's side is not run: its Kafka source needs the spark-sql-kafka
+connector jar, and no Maven repository is reachable from these machines.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+import numpy as np
+import pyarrow as pa
+
+import streamsnap as ss
+from benchmarks.workloads import BatchRunningSum, _checkpoint_dir, cleanup
+from streamsnap.connectors.kafka_sink import encode_json
+from tests import kafka_support
+
+KEYS = 1000
+SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64()), ("ts", pa.int64())])  # ts: W1 carries it
+
+
+def fill(bootstrap: str, topic: str, n: int) -> float:
+    """Write n events to `topic` (keyed, so a key stays in one partition); returns seconds taken."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000,
+                         "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_097_151})
+    started = time.monotonic()
+    for start in range(0, n, 100_000):
+        i = np.arange(start, min(n, start + 100_000), dtype=np.int64)
+        batch = pa.RecordBatch.from_arrays([pa.array(i % KEYS), pa.array(i), pa.array(i)], schema=SCHEMA)
+        keys = pa.compute.cast(pa.compute.cast(batch.column("key"), pa.string()), pa.binary()).to_pylist()
+        for value, key in zip(encode_json(batch), keys):
+            try:
+                producer.produce(topic, value, key)
+            except BufferError:
+                producer.poll(0.1)
+                producer.produce(topic, value, key)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    return time.monotonic() - started
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def profile(bootstrap: str, topic: str) -> dict:
+    """CPU seconds per message of the connectors alone, in this process (no Spark): one source
+    reader reading the whole topic, then one exactly-once sink writer writing it back with a
+    transaction per 10 batches, and the JSON encoding alone. CPU time, so a busy machine
+    changes these less than the wall-clock throughput."""
+    from streamsnap.runtime.operators import OperatorContext
+
+    def ctx(uid):
+        return OperatorContext(name=uid, uid=uid, subtask_index=0, parallelism=1, max_parallelism=128, attempt=0,
+                               job_id=f"bench-{uuid.uuid4().hex[:8]}", task_name=uid,
+                               extra={"checkpointing": True})
+
+    source = ss.sources.Kafka(bootstrap, [topic], stop_at="latest", schema=SCHEMA, batch_size=50_000)
+    reader = source.create_reader(ctx("source"))
+    reader.assign_splits(source.splits(1))
+    reader.open()
+    started, batches = _cpu(), []
+    while not reader.is_finished():
+        batch = reader.poll()
+        if batch is not None:
+            batches.append(batch)
+    read = _cpu() - started
+    reader.close()
+    n = sum(b.num_rows for b in batches)
+    out = f"bench-profile-{uuid.uuid4().hex[:8]}"
+    kafka_support.create_topic(bootstrap, out, 2)
+    writer = ss.sinks.Kafka(bootstrap, out, key="key").create_writer(ctx("sink"))
+    writer.open()
+    started = _cpu()
+    for i, batch in enumerate(batches):
+        writer.write(batch)
+        if i % 10 == 9:
+            writer.prepare_commit(i)
+            writer.commit(i)
+    writer.prepare_commit(len(batches))
+    writer.commit(len(batches))
+    written = _cpu() - started
+    started = _cpu()
+    for batch in batches:
+        encode_json(batch)
+    encoded = _cpu() - started
+    return {"messages": n, "source_us_per_message": read / n * 1e6, "sink_us_per_message": written / n * 1e6,
+            "json_encode_us_per_message": encoded / n * 1e6}
+
+
+def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int) -> dict:
+    out_topic = None
+    if sink == "discard":
+        target = ss.sinks.Discard()
+    else:
+        out_topic = f"bench-out-{uuid.uuid4().hex[:8]}"
+        kafka_support.create_topic(bootstrap, out_topic, 2)
+        target = ss.sinks.Kafka(bootstrap, out_topic, key="key", semantic=sink)
+    config = ss.CheckpointConfig(interval=1.0, directory=_checkpoint_dir("kafka-"),
+                                 mode="at_least_once" if sink == "at_least_once" else "exactly_once")
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
+    (env.from_source(ss.sources.Kafka(bootstrap, [source_topic], stop_at="latest", schema=SCHEMA,
+                                      batch_size=50_000), name="kafka", uid="kafka")
+        .key_by("key").process_batches(BatchRunningSum(), name="w1", uid="w1")
+        .sink_to(target, name="out", uid="out"))
+    client = env.execute_async(f"kafka bench {sink}")
+    while client.status() != "RUNNING":
+        time.sleep(0.005)
+    running = time.monotonic()
+    result = client.wait(1800)
+    seconds = time.monotonic() - running
+    checked = None
+    if out_topic is not None:
+        checked = len(kafka_support.read_committed(bootstrap, out_topic, 2))
+        assert checked == n, f"{sink}: {checked} committed rows in {out_topic}, expected {n}"
+    return {"sink": sink, "events_per_second": n / seconds, "seconds": seconds,
+            "checkpoints": result.checkpoints.counts.completed if result.checkpoints else 0, "committed_rows": checked}
+
+
+def main(n: int = 2_000_000, runs: int = 2) -> dict:
+    from streamsnap.cluster.spark_session import embedded_session
+
+    directory = tempfile.mkdtemp(prefix="ssbench-broker-")
+    bootstrap = kafka_support.start_broker(directory)
+    spark = embedded_session(16)
+    try:
+        topic = f"bench-in-{uuid.uuid4().hex[:8]}"
+        kafka_support.create_topic(bootstrap, topic, 2)
+        print(f"filling {topic} with {n} events: {fill(bootstrap, topic, n):.1f} s", flush=True)
+        costs = profile(bootstrap, topic)
+        print("connector CPU per message (one process, no Spark): " + ", ".join(
+            f"{k.removesuffix('_us_per_message')} {v:.2f} us" for k, v in costs.items() if k != "messages"),
+            flush=True)
+        run_once(spark, bootstrap, topic, "discard", n)          # warm workers and imports
+        measured: dict[str, list[dict]] = {"exactly_once": [], "at_least_once": [], "discard": []}
+        for _ in range(runs):
+            for sink in measured:
+                m = run_once(spark, bootstrap, topic, sink, n)
+                measured[sink].append(m)
+                print(f"  {sink:14s} {m['events_per_second'] / 1e6:.2f} M events/s ({m['seconds']:.1f} s, "
+                      f"{m['checkpoints']} checkpoints)", flush=True)
+        summary = {sink: statistics.median(m["events_per_second"] for m in ms) for sink, ms in measured.items()}
+        print("median events/s: " + ", ".join(f"{s} {v / 1e6:.2f} M" for s, v in summary.items()))
+        return {"summary": summary, "runs": measured, "connector_cpu": costs}
+    finally:
+        spark.stop()
+        kafka_support.stop_broker(directory)
+        cleanup()
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:3]))

@@ -1,0 +1,21 @@
+"""benchmarks/kafka.py on a small topic: the job's output is complete and the figures are there."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from benchmarks import kafka as bench
+from tests import kafka_support
+
+
+@pytest.mark.spark
+def test_a_small_kafka_benchmark_run_commits_every_row_and_reports_rates(spark, kafka_broker):
+    topic = f"bench-test-{uuid.uuid4().hex[:8]}"
+    kafka_support.create_topic(kafka_broker, topic, 2)
+    bench.fill(kafka_broker, topic, 5000)
+    costs = bench.profile(kafka_broker, topic)
+    assert costs["messages"] == 5000 and all(v > 0 for v in costs.values())
+    run = bench.run_once(spark, kafka_broker, topic, "exactly_once", 5000)   # asserts 5000 committed rows
+    assert run["committed_rows"] == 5000 and run["events_per_second"] > 0

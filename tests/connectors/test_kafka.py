@@ -1,0 +1,150 @@
+"""Kafka source reader and sink writer against the real broker (scripts/kafka-broker), no Spark."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import KafkaException
+
+import streamsnap as ss
+from streamsnap.connectors.kafka_sink import encode_json
+from streamsnap.runtime.operators import OperatorContext
+from tests import kafka_support
+
+
+def ctx(subtask=0, parallelism=1, attempt=0, restored=False, uid="k"):
+    return OperatorContext(name=uid, uid=uid, subtask_index=subtask, parallelism=parallelism, max_parallelism=128,
+                           attempt=attempt, job_id="job-kafka-tests", task_name=f"{uid} ({subtask + 1}/{parallelism})",
+                           restored_operator=restored, extra={"checkpointing": True})
+
+
+def fresh_topic(bootstrap, partitions=2, prefix="t") -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    kafka_support.create_topic(bootstrap, name, partitions)
+    return name
+
+
+def rows(start, n):
+    return pa.RecordBatch.from_pylist([{"key": i % 3, "v": i} for i in range(start, start + n)])
+
+
+def committed_values(bootstrap, topic):
+    return sorted(json.loads(v)["v"] for _, _, v in kafka_support.read_committed(bootstrap, topic, 2))
+
+
+def test_a_restored_sink_commits_the_pre_committed_transaction_and_fences_its_predecessor(kafka_broker):
+    topic = fresh_topic(kafka_broker)
+    sink = ss.sinks.Kafka(kafka_broker, topic, key="key", transactional_id_prefix=f"fence-{topic}")
+    first = sink.create_writer(ctx())
+    first.open()
+    first.write(rows(0, 10))
+    first.prepare_commit(1)
+    first.commit(1)
+    assert committed_values(kafka_broker, topic) == list(range(10))
+    first.write(rows(10, 5))
+    checkpoint_2 = first.prepare_commit(2)       # checkpoint 2 completes, then the task dies
+    first.write(rows(100, 5))                    # ...with checkpoint 3's transaction open
+    assert committed_values(kafka_broker, topic) == list(range(10))
+    # A librdkafka read_committed consumer does not see open transactions either.
+    assert len(kafka_support.consumer_read_committed(kafka_broker, topic, 2, timeout=2.0)) == 10
+
+    restored = sink.create_writer(ctx(attempt=1, restored=True))
+    restored.recover(checkpoint_2)
+    restored.open()
+    assert committed_values(kafka_broker, topic) == list(range(15))
+    zombie = first._txn["producer"]
+    zombie.produce(topic, b'{"key":0,"v":-1}')
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(3)
+    # Restoring the same checkpoint again (a second failure) commits nothing twice.
+    again = sink.create_writer(ctx(attempt=2, restored=True))
+    again.recover(checkpoint_2)
+    again.write(rows(15, 5))
+    again.commit(3)                               # nothing pre-committed yet: nothing to commit
+    again.prepare_commit(3)
+    again.commit(3)
+    assert committed_values(kafka_broker, topic) == list(range(20))
+
+
+def test_a_rescaled_restore_fences_the_ids_of_the_old_subtasks_it_now_owns(kafka_broker):
+    topic = fresh_topic(kafka_broker)
+    sink = ss.sinks.Kafka(kafka_broker, topic, transactional_id_prefix=f"rescale-{topic}", transaction_pool_size=2)
+    old = [sink.create_writer(ctx(s, 2)) for s in range(2)]
+    state = []
+    for s, writer in enumerate(old):
+        writer.open()
+        writer.write(rows(s * 100, 3))
+        state += writer.prepare_commit(1)
+        writer.write(rows(s * 100 + 50, 3))      # open, never committed
+    single = sink.create_writer(ctx(0, 1, attempt=1, restored=True))
+    single.recover(state)
+    assert committed_values(kafka_broker, topic) == [0, 1, 2, 100, 101, 102]
+    for writer in old:
+        # Fenced: the broker refuses it (tansu drops the connection, so the client times out).
+        with pytest.raises(KafkaException):
+            writer._txn["producer"].commit_transaction(3)
+    assert committed_values(kafka_broker, topic) == [0, 1, 2, 100, 101, 102]
+
+
+def test_json_messages_are_encoded_column_wise_as_json_dumps_would():
+    batch = pa.RecordBatch.from_pylist([
+        {"i": 1, "f": 2.5, "s": 'say "hi"\\', "b": True, "n": None},
+        {"i": None, "f": -1e20, "s": "ünï", "b": False, "n": None}])
+    assert [json.loads(v) for v in encode_json(batch)] == batch.to_pylist()
+    nested = pa.RecordBatch.from_pylist([{"l": [1, 2], "s": "line\nbreak"}])
+    assert [json.loads(v) for v in encode_json(nested)] == nested.to_pylist()
+
+
+def read_all(reader, until=None, timeout=30.0):
+    got = []
+    deadline = time.monotonic() + timeout
+    while not reader.is_finished() and (until is None or len(got) < until):
+        assert time.monotonic() < deadline, f"read {len(got)} rows"
+        batch = reader.poll()
+        if batch is not None:
+            got += batch.column("value").to_pylist()
+    return got
+
+
+def test_the_source_resumes_from_its_checkpointed_offsets_at_another_parallelism(kafka_broker):
+    topic = fresh_topic(kafka_broker, partitions=3)
+    kafka_support.produce_json(kafka_broker, topic, [{"key": i % 7, "value": i} for i in range(3000)], key="key")
+    source = ss.sources.Kafka(kafka_broker, [topic], stop_at="latest", batch_size=100)
+    splits = source.splits(2)
+    readers = [source.create_reader(ctx(s, 2, uid="src")) for s in range(2)]
+    seen, state = [], []
+    for s, reader in enumerate(readers):
+        reader.assign_splits(splits[s::2])
+        reader.open()
+        seen += read_all(reader, until=400)
+        state += reader.snapshot_splits(1)
+        reader.close()
+    assert sum(stop for *_, stop in state) == 3000                  # end offsets fixed at the first read
+    restored = ss.sources.Kafka(kafka_broker, [topic], stop_at="latest").create_reader(ctx(0, 1, 1, True, "src"))
+    restored.assign_splits(state)
+    restored.open()
+    rest = read_all(restored)
+    restored.close()
+    assert sorted(seen + rest) == list(range(3000))                 # each row once
+
+
+def test_an_unbounded_pattern_source_discovers_new_topics(kafka_broker):
+    tag = uuid.uuid4().hex[:6]
+    first = fresh_topic(kafka_broker, 1, prefix=f"disc{tag}")
+    kafka_support.produce_json(kafka_broker, first, [{"value": i} for i in range(10)])
+    source = ss.sources.Kafka(kafka_broker, pattern=f"disc{tag}-.*", discovery_interval=0.2)
+    reader = source.create_reader(ctx(uid="disc"))
+    reader.assign_splits(source.splits(1))
+    reader.open()
+    assert sorted(read_all(reader, until=10)) == list(range(10))
+    second = fresh_topic(kafka_broker, 2, prefix=f"disc{tag}")
+    kafka_support.produce_json(kafka_broker, second, [{"value": 100 + i} for i in range(20)])
+    assert sorted(read_all(reader, until=20)) == list(range(100, 120))
+    # Each partition is its own split for per-partition watermarks.
+    assert reader.active_splits() == sorted([f"{first}:0", f"{second}:0", f"{second}:1"])
+    assert reader.current_split() in (f"{second}:0", f"{second}:1")
+    reader.close()

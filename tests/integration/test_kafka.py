@@ -1,0 +1,113 @@
+"""Kafka → keyed running sum → Kafka on real Spark, against a real broker (scripts/kafka-broker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+import uuid
+
+import pytest
+
+import streamsnap as ss
+from streamsnap.api.environment import TEST_HOOKS_ENV
+from tests import kafka_support
+from tests.integration.support import wait_status
+from tests.integration.test_failover import RunningSum, causes, event, expected_rows, three_kills
+
+pytestmark = pytest.mark.spark
+
+N = 24_000
+
+
+class SlowSum(RunningSum):
+    """The running sum, slowed to ~8 s of work per subtask, so that all three kills land before it ends."""
+
+    def process_element(self, row, ctx):
+        if row["i"] % 3 == 0:
+            time.sleep(0.002)
+        yield from super().process_element(row, ctx)
+
+
+def topics(bootstrap: str, partitions: int = 2) -> tuple[str, str]:
+    """A fresh input topic holding the N events (keyed: a key's rows share a partition, in
+    order, so every run computes the same running sums as `expected_rows`) and a fresh output topic."""
+    name = uuid.uuid4().hex[:8]
+    source, sink = f"in-{name}", f"out-{name}"
+    kafka_support.create_topic(bootstrap, source, partitions)
+    kafka_support.create_topic(bootstrap, sink, partitions)
+    kafka_support.produce_json(bootstrap, source, [event(i) for i in range(N)], key="key")
+    return source, sink
+
+
+def output_rows(bootstrap: str, topic: str) -> list[tuple]:
+    rows = []
+    for _, _, value in kafka_support.read_committed(bootstrap, topic, 2):
+        r = json.loads(value)
+        rows.append((r["key"], r["total"], r["i"]))
+    return rows
+
+
+def job(spark, bootstrap, source, sink, tmp_path, mode="exactly_once", semantic="exactly_once", attempts=3):
+    config = ss.CheckpointConfig(interval=0.5, directory=str(tmp_path / "ckpt"), mode=mode, num_retained=2)
+    # The source reads far ahead of the slow sum: small batches and few in flight keep the data
+    # a barrier waits behind short, so checkpoints (and commits) keep completing.
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
+                               restart=ss.RestartStrategy.fixed_delay(attempts=attempts, delay=0.1),
+                               network=ss.NetworkConfig(batch_size=256, credits=2, output_queue_frames=2))
+    (env.from_source(ss.sources.Kafka(bootstrap, [source], stop_at="latest", batch_size=256), name="events",
+                     uid="events")
+        .key_by("key").process(SlowSum(), name="sum", uid="sum")
+        .sink_to(ss.sinks.Kafka(bootstrap, sink, key="key", semantic=semantic), name="kafka", uid="kafka"))
+    return env
+
+
+def test_chaos_exactly_once_read_committed_sees_the_failure_free_output(spark, kafka_broker, tmp_path, monkeypatch):
+    rng = random.Random(7)
+    source, sink = topics(kafka_broker)
+    phases = tmp_path / "phases"
+    phases.mkdir()
+    monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({"phase_dir": str(phases), "async_delay": 0.2,
+                                                   "notify_delay": 0.2}))
+    client = job(spark, kafka_broker, source, sink, tmp_path).execute_async("kafka chaos")
+    # The third kill lands between a completed checkpoint and its commit: the restored job must
+    # commit that checkpoint's transaction itself (EndTxn with the stored producer id and epoch).
+    three_kills(client, rng, str(phases), first_within=2.5, then_within=1.5)
+    result = client.wait(240)
+    assert result.restarts == 3, causes(client)
+    rows = output_rows(kafka_broker, sink)
+    expected = expected_rows(N)
+    assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} duplicates for read_committed"
+    assert set(rows) == expected, f"missing {len(expected - set(rows))}, unexpected {len(set(rows) - expected)}"
+
+
+def test_chaos_at_least_once_loses_nothing(spark, kafka_broker, tmp_path):
+    source, sink = topics(kafka_broker)
+    client = job(spark, kafka_broker, source, sink, tmp_path, mode="at_least_once",
+                 semantic="at_least_once").execute_async("kafka at least once")
+    wait_status(client, "RUNNING")
+    time.sleep(2.0)
+    os.kill(random.Random(3).choice(client.subtasks()).pid, signal.SIGKILL)
+    result = client.wait(240)
+    assert result.restarts == 1, causes(client)
+    assert {i for _, _, i in output_rows(kafka_broker, sink)} == set(range(N))
+
+
+def test_an_unreachable_broker_or_a_missing_topic_fails_at_execute_naming_it(spark, kafka_broker, tmp_path):
+    def pipeline(source, sink):
+        env = ss.StreamEnvironment(parallelism=1, spark=spark,
+                                   checkpointing=ss.CheckpointConfig(interval=1.0, directory=str(tmp_path / "c")))
+        env.from_source(source, name="events").sink_to(sink, name="out")
+        return env
+
+    dead = "127.0.0.1:1"
+    with pytest.raises(ss.PreflightError, match="127.0.0.1:1.*did not answer"):
+        pipeline(ss.sources.Kafka(dead, ["t"], preflight_timeout=2.0), ss.sinks.Collect()).execute("no broker")
+    with pytest.raises(ss.PreflightError, match="'no-such-topic' do not exist"):
+        pipeline(ss.sources.Kafka(kafka_broker, ["no-such-topic"]), ss.sinks.Collect()).execute("no topic")
+    source, _ = topics(kafka_broker, 1)
+    with pytest.raises(ss.PreflightError, match="sink 'out'.*'missing-out' do not exist"):
+        pipeline(ss.sources.Kafka(kafka_broker, [source], stop_at="latest"),
+                 ss.sinks.Kafka(kafka_broker, "missing-out")).execute("no sink topic")

@@ -1,0 +1,183 @@
+"""The Kafka tests' broker and their read_committed reader.
+
+The broker is the one `scripts/kafka-broker` starts (tansu, in memory, on 127.0.0.1).
+
+`read_committed` reads a partition as a read_committed consumer must see it: rows of committed
+transactions and non-transactional rows, never rows of aborted or open transactions. It reads
+the log itself (Fetch v4, record batches v2) and decides by the transaction markers, because
+tansu (0.6) writes the markers but leaves the aborted-transactions list of its Fetch responses
+empty — so librdkafka's own read_committed shows aborted rows there, while it does hide open
+transactions (`consumer_read_committed` below uses librdkafka, for the checks it can make).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+
+from streamsnap.connectors.kafka_protocol import encode_request, parse_bootstrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "scripts", "kafka-broker")
+
+
+def start_broker(directory: str) -> str:
+    out = subprocess.run([sys.executable, SCRIPT, "start", directory], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"scripts/kafka-broker start failed: {out.stderr or out.stdout}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def stop_broker(directory: str) -> None:
+    subprocess.run([sys.executable, SCRIPT, "stop", directory], check=True, timeout=60)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    futures[topic].result(30)
+
+
+def produce_json(bootstrap: str, topic: str, rows: list[dict], key: str | None = None) -> None:
+    import json
+
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for row in rows:
+        producer.produce(topic, json.dumps(row).encode(), None if key is None else str(row[key]).encode())
+        if len(producer) > 50_000:
+            producer.poll(0.01)
+    assert producer.flush(60) == 0
+
+
+# ===================================================================== read_committed by markers
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def _records(data: bytes, pos: int, count: int):
+    for _ in range(count):
+        length, pos = _varint(data, pos)
+        end = pos + length
+        p = pos + 1                        # attributes
+        _, p = _varint(data, p)            # timestamp delta
+        offset_delta, p = _varint(data, p)
+        key_length, p = _varint(data, p)
+        key = data[p:p + key_length] if key_length >= 0 else None
+        p += max(key_length, 0)
+        value_length, p = _varint(data, p)
+        value = data[p:p + value_length] if value_length >= 0 else None
+        yield offset_delta, key, value
+        pos = end
+
+
+def parse_batches(records: bytes):
+    """(base offset, last offset, producer id, transactional, control, [(offset, key, value)]) per
+    complete record batch (v2, uncompressed)."""
+    pos = 0
+    while len(records) - pos >= 12:
+        base_offset, length = struct.unpack_from(">qi", records, pos)
+        if len(records) - pos - 12 < length:
+            break
+        body = pos + 12
+        attributes, last_delta = struct.unpack_from(">hi", records, body + 9)
+        producer_id, = struct.unpack_from(">q", records, body + 31)
+        count, = struct.unpack_from(">i", records, body + 45)
+        if attributes & 0x07:
+            raise ValueError("compressed record batches are not supported by this test reader")
+        rows = [(base_offset + d, k, v) for d, k, v in _records(records, body + 49, count)]
+        yield base_offset, base_offset + last_delta, producer_id, bool(attributes & 0x10), bool(attributes & 0x20), rows
+        pos = body + length
+
+
+def _fetch(address, topic: str, partition: int, offset: int) -> tuple[int, bytes]:
+    topic_raw = topic.encode()
+    body = struct.pack(">iiiib", -1, 100, 1, 16 << 20, 0) + struct.pack(">i", 1) + \
+        struct.pack(">h", len(topic_raw)) + topic_raw + struct.pack(">iiqi", 1, partition, offset, 16 << 20)
+    with socket.create_connection(address, timeout=10) as conn:
+        conn.sendall(encode_request(1, 4, 9, body))
+        size, = struct.unpack(">i", _read(conn, 4))
+        data = _read(conn, size)
+    pos = 4 + 4 + 4                       # correlation id, throttle, topics count
+    name_length, = struct.unpack_from(">h", data, pos)
+    pos += 2 + name_length + 4            # topic, partitions count
+    _, error, high = struct.unpack_from(">ihq", data, pos)
+    if error:
+        raise RuntimeError(f"Fetch {topic}[{partition}]@{offset} failed with Kafka error {error}")
+    pos += 4 + 2 + 8 + 8
+    aborted, = struct.unpack_from(">i", data, pos)
+    pos += 4 + max(aborted, 0) * 16
+    length, = struct.unpack_from(">i", data, pos)
+    return high, data[pos + 4:pos + 4 + max(length, 0)]
+
+
+def _read(conn, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise EOFError("connection closed")
+        data += chunk
+    return bytes(data)
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, bytes | None, bytes]]:
+    """(partition, key, value) of every committed row, in log order per partition."""
+    address = parse_bootstrap(bootstrap)[0]
+    out = []
+    for partition in range(partitions):
+        offset, pending = 0, {}
+        while True:
+            high, records = _fetch(address, topic, partition, offset)
+            if offset >= high:
+                break
+            progressed = False
+            for base, last, producer_id, transactional, control, rows in parse_batches(records):
+                if last < offset:
+                    continue
+                progressed = True
+                offset = last + 1
+                if control:
+                    marker = rows[0][1]
+                    committed = struct.unpack(">hh", marker)[1] == 1
+                    kept = pending.pop(producer_id, [])
+                    if committed:
+                        out += [(partition, k, v) for _, k, v in kept]
+                elif transactional:
+                    pending.setdefault(producer_id, []).extend(rows)
+                else:
+                    out += [(partition, k, v) for _, k, v in rows]
+            if not progressed:
+                raise RuntimeError(f"no progress reading {topic}[{partition}] at offset {offset} (high {high})")
+    return out
+
+
+def consumer_read_committed(bootstrap: str, topic: str, partitions: int, timeout: float = 5.0) -> list[bytes]:
+    """Values a librdkafka read_committed consumer sees now (hides open transactions)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "streamsnap-tests-verify",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values = []
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = consumer.consume(10_000, 0.5)
+        values += [m.value() for m in batch if m.error() is None]
+    consumer.close()
+    return values
