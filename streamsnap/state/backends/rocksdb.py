@@ -38,6 +38,17 @@ stores it, not at the next checkpoint. Unlike the heap backend, a value read fro
 fresh copy: changing it in place does not change the state; write it back with `update`/`put`
 (the same contract as Flink's RocksDB backend).
 
+Every state read and write goes through a bounded write-back cache of entries
+(`write_cache.WriteCache`, `RocksDBConfig.write_cache_size`): a cached entry (or deletion) is
+the truth for its key, RocksDB for the others. Per-row access to hot keys is then a dict lookup
+and a dict store (values of `PLAIN_TYPES` held decoded, so `ValueState.value()` of a cached key
+decodes nothing); dirty entries reach RocksDB in one write batch when the cache overflows, and
+before anything reads the database directly — snapshots (synchronous part), prefix scans
+(MapState iteration, key listings) — while restores flush and then empty it.
+`flush_write_cache()` / `take_changes()` expose the flush (the latter with the RocksDB keys
+changed since its previous call, for a changelog). The encodings of recent int and str keys
+are remembered, so a row of a hot key does not re-encode it.
+
 Full snapshots (savepoints always; checkpoints with `RocksDBConfig(incremental=False)`) are
 written in the heap backend's canonical format
 (`streamsnap.state.backends.hashmap`: one block per key group, checksummed, keys and values as
