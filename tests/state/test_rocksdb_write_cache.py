@@ -219,7 +219,7 @@ def harnesses(tmp_path):
 
 
 @pytest.mark.parametrize("cache_size", [0, 2048, 16 << 20])
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 def test_random_operations_match_the_heap_model(harnesses, seed, cache_size):
     h = harnesses(seed, cache_size)
     h.rocks_states = h.states(h.rocks)

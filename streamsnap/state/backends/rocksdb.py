@@ -121,7 +121,7 @@ from streamsnap.state.ttl import (check_same_ttl, clock_millis, is_ttl_tag, stat
 
 MIB = 1 << 20
 _MAX_STATES = 1 << 16
-_ENCODED_KEYS = 1 << 16      # int/str keys whose encoding is remembered (then forgotten at once)
+_ENCODED_KEYS = 1 << 14      # int/str keys whose encoding is remembered (~1.6 MB; then forgotten at once)
 DIRECTORY_PREFIX = "streamsnap-rocksdb-p"     # + "<pid>-<operator>-kg<first key group>-<random>"
 
 
