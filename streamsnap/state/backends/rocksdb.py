@@ -515,12 +515,15 @@ class RocksDBValueState(RocksDBState):
     """One value per key. Values of the plain immutable types (`PLAIN_TYPES`) are held decoded
     in the write cache, so a cached read is a dict lookup."""
 
-    __slots__ = ("_default", "_default_plain")
+    __slots__ = ("_default", "_default_plain", "_plain_pack")
 
     def __init__(self, backend, descriptor, sid):
         super().__init__(backend, descriptor, sid)
         self._default = descriptor.default
         self._default_plain = self._default is None or type(self._default) in PLAIN_TYPES
+        # `update` packs msgpack values itself (no `_encode` call) unless a subclass encodes
+        # differently (TTL stamps).
+        self._plain_pack = self._pack if self._native and type(self)._encode is RocksDBState._encode else None
 
     def _default_value(self) -> Any:
         return self._default if self._default_plain else deepcopy(self._default)
@@ -557,8 +560,25 @@ class RocksDBValueState(RocksDBState):
         kg, key = backend._kg, backend._key
         if kg is None or key is None:
             kg, key = backend._current_prefix(self.name)
-        backend._cache.put(kg + self._sid + key, self._encode(value),
-                           value if value.__class__ in PLAIN_TYPES else UNDECODED)
+        rkey = kg + self._sid + key
+        pack = self._plain_pack
+        if pack is None:
+            raw = self._encode(value)
+        else:
+            try:
+                raw = pack(value)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise value_error(self.name, value, self._serializer) from e
+        held = value if value.__class__ in PLAIN_TYPES else UNDECODED
+        # Hot path: a cached entry of the same stored size is replaced in place (the cache's
+        # size does not change, so no accounting and no bound check); else `put`.
+        entries = backend._entries
+        old = entries.get(rkey)
+        if old is not None and old[1] is not None and len(old[1]) == len(raw):
+            entries[rkey] = (held, raw)
+            backend._cache.dirty.add(rkey)
+        else:
+            backend._cache.put(rkey, raw, held)
 
     # -- vectorized access: cache hits, one multi-get for the misses -----------------------
 
