@@ -13,6 +13,7 @@ import pytest
 
 from streamsnap.clock import ManualScheduler
 from streamsnap.errors import ConfigurationError
+from streamsnap.graph.keys import BatchKeys
 from streamsnap.state import (HashMapKeyedStateBackend, KeyGroupRange, ListStateDescriptor,
                               MapStateDescriptor, ReducingStateDescriptor, StateError,
                               StateTtlConfig, ValueStateDescriptor, assign_to_key_group,
@@ -150,8 +151,21 @@ class Harness:
             results.append(read(backend, states, name))
         assert results[0] == results[1], (op, name, key, arg)
 
+    def apply_many(self, name: str, keys: list, values: list) -> None:
+        """Vectorized access (get_many, then put_many) to the distinct `keys` on both."""
+        batch = BatchKeys(keys, np.arange(len(keys)), [assign_to_key_group(k, MAX_P) for k in keys])
+        got = [states[name].get_many(batch) for states in (self.rocks_states, self.model_states)]
+        assert got[0] == got[1], (name, keys)
+        for states in (self.rocks_states, self.model_states):
+            states[name].put_many(batch, values)
+
     def random_step(self) -> None:
         rng = self.rng
+        if rng.random() < 0.05:
+            keys = rng.sample(KEYS, rng.randrange(1, 12))
+            self.apply_many(rng.choice(["value", "ttl_value"]), keys,
+                            [rng.choice([None, rng.randrange(1000), "s"]) for _ in keys])
+            return
         name = rng.choice(list(self.model_states))
         key = rng.choice(KEYS)
         kind = KIND[name]
@@ -390,9 +404,10 @@ def test_take_changes_reports_every_change_since_the_last_call(new_backend):
     use(backend, "before")
     state.clear()
     mapping.put("x", 1)
+    state.put_many(BatchKeys(["many"], np.arange(1), [assign_to_key_group("many", MAX_P)]), [5])
     assert backend._cache.evictions > 0
     changes = backend.take_changes()
-    assert len(changes) == 300 + 1 + 1
+    assert len(changes) == 300 + 1 + 1 + 1
     deleted = [rkey for rkey, raw in changes.items() if raw is None]
     assert deleted == [next(r for r in changes if r.endswith(b"\xa6before") and r[2:4] == backend._meta["v"].sid)]
     assert all(backend._db.get(rkey) == raw for rkey, raw in changes.items())

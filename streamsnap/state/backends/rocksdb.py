@@ -44,7 +44,9 @@ the truth for its key, RocksDB for the others. Per-row access to hot keys is the
 and a dict store (values of `PLAIN_TYPES` held decoded, so `ValueState.value()` of a cached key
 decodes nothing); dirty entries reach RocksDB in one write batch when the cache overflows, and
 before anything reads the database directly — snapshots (synchronous part), prefix scans
-(MapState iteration, key listings) — while restores flush and then empty it.
+(MapState iteration, key listings) — while restores flush and then empty it. Vectorized
+`get_many`/`put_many` read cache hits and multi-get the rest, and write one batch straight to
+RocksDB (refreshing cached entries of its keys), without filling the cache.
 `flush_write_cache()` / `take_changes()` expose the flush (the latter with the RocksDB keys
 changed since its previous call, for a changelog). The encodings of recent int and str keys
 are remembered, so a row of a hot key does not re-encode it.
@@ -580,7 +582,7 @@ class RocksDBValueState(RocksDBState):
         else:
             backend._cache.put(rkey, raw, held)
 
-    # -- vectorized access: cache hits, one multi-get for the misses -----------------------
+    # -- vectorized access: cache hits, one multi-get / one write batch for the rest ---------
 
     def _batch_keys(self, keys) -> list[bytes]:
         backend = self._backend
@@ -613,19 +615,14 @@ class RocksDBValueState(RocksDBState):
 
     def put_many(self, keys, values) -> None:
         """Set the values of the batch's distinct keys (aligned with `keys.unique`); None
-        clears a key. The writes reach RocksDB in the cache's next write batch."""
+        clears a key. One RocksDB write batch (cached entries of these keys follow it)."""
         values = put_many_values(self.name, keys, values)
         backend = self._backend
         backend._check_open(self.name)
         rkeys = self._batch_keys(keys)
         encode = self._encode
-        encoded = [None if value is None else encode(value) for value in values]
-        cache = backend._cache
-        for rkey, raw in zip(rkeys, encoded):
-            if raw is None:
-                cache.delete(rkey)
-            else:
-                cache.put(rkey, raw)
+        backend._cache.write_through(
+            [(rkey, None if value is None else encode(value)) for rkey, value in zip(rkeys, values)])
 
 
 class RocksDBListState(RocksDBState):
@@ -1067,7 +1064,8 @@ class RocksDBKeyedStateBackend:
         return raw
 
     def _read_many(self, rkeys: list[bytes]) -> list[bytes | None]:
-        """`_read` of several keys: cache hits, one multi-get for the misses."""
+        """The stored bytes of several keys: cache hits, one multi-get for the misses (not
+        cached: vectorized access would only churn the cache)."""
         entries = self._entries
         out: list = []
         missing: list[int] = []
@@ -1079,10 +1077,8 @@ class RocksDBKeyedStateBackend:
             else:
                 out.append(entry[1])
         if missing:
-            load = self._cache.load
             for i, raw in zip(missing, self._db.get([rkeys[i] for i in missing])):
                 out[i] = raw
-                load(rkeys[i], raw)
         return out
 
     def _write_entries(self, writes) -> None:

@@ -11,6 +11,8 @@ An entry is *dirty* when the database does not have it yet. The invariant every 
 backend relies on: the cache's entry, when present, is the truth for its key; otherwise the
 database is.
 
+* `write_through(writes)` writes a batch to the database at once (vectorized state access,
+  already batched and mostly over cold keys) and refreshes the cached entries of its keys.
 * `flush()` writes every dirty entry (puts and deletes) in one write batch and leaves them
   cached, clean. Whatever reads the database directly — prefix scans, snapshots, key listings —
   flushes first; whatever writes it directly (restores) flushes, then `clear()`s the cache.
@@ -122,6 +124,25 @@ class WriteCache:
             self.size -= len(old[1])
         entries[rkey] = (ABSENT, None)
         self.dirty.add(rkey)
+        if self.size > self.bound:
+            self._shrink()
+
+    def write_through(self, writes: Writes) -> None:
+        """Write `writes` (RocksDB key, stored bytes | None) to the database now, in one
+        batch — for vectorized writes, already batched, whose keys are mostly not hot: cached
+        entries of those keys are replaced by what was written (clean), others are not cached."""
+        self._write(writes)
+        entries = self.entries
+        dirty = self.dirty
+        for rkey, raw in writes:
+            old = entries.get(rkey)
+            if old is None:
+                continue
+            self.size += (0 if raw is None else len(raw)) - (0 if old[1] is None else len(old[1]))
+            entries[rkey] = (UNDECODED if raw is not None else ABSENT, raw)
+            dirty.discard(rkey)
+        if self._changes is not None:
+            self._changes.update(writes)
         if self.size > self.bound:
             self._shrink()
 
