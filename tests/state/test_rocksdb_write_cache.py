@@ -409,7 +409,9 @@ def test_take_changes_reports_every_change_since_the_last_call(new_backend):
     changes = backend.take_changes()
     assert len(changes) == 300 + 1 + 1 + 1
     deleted = [rkey for rkey, raw in changes.items() if raw is None]
-    assert deleted == [next(r for r in changes if r.endswith(b"\xa6before") and r[2:4] == backend._meta["v"].sid)]
+    value_sid = backend._meta["v"].sid
+    assert len(deleted) == 1
+    assert deleted == [r for r in changes if r.endswith(b"\xa6before") and r[2:4] == value_sid]
     assert all(backend._db.get(rkey) == raw for rkey, raw in changes.items())
     assert backend.take_changes() == {}
     use(backend, 7)

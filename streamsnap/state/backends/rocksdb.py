@@ -123,7 +123,8 @@ from streamsnap.state.ttl import (check_same_ttl, clock_millis, is_ttl_tag, stat
 
 MIB = 1 << 20
 _MAX_STATES = 1 << 16
-_ENCODED_KEYS = 1 << 14      # int/str keys whose encoding is remembered (~1.6 MB; then forgotten at once)
+# int/str keys whose encoding a backend remembers (~1.6 MB), then forgets all at once
+_ENCODED_KEYS = 1 << 14
 DIRECTORY_PREFIX = "streamsnap-rocksdb-p"     # + "<pid>-<operator>-kg<first key group>-<random>"
 
 
@@ -525,7 +526,8 @@ class RocksDBValueState(RocksDBState):
         self._default_plain = self._default is None or type(self._default) in PLAIN_TYPES
         # `update` packs msgpack values itself (no `_encode` call) unless a subclass encodes
         # differently (TTL stamps).
-        self._plain_pack = self._pack if self._native and type(self)._encode is RocksDBState._encode else None
+        plain = self._native and type(self)._encode is RocksDBState._encode
+        self._plain_pack = self._pack if plain else None
 
     def _default_value(self) -> Any:
         return self._default if self._default_plain else deepcopy(self._default)
