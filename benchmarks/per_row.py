@@ -8,6 +8,9 @@ gets, beside the vectorized forms of `workloads.py`.
 * **W1 per-row, README way**: `Generator(lambda i: {"key": i % K, "value": i})` → `key_by("key")`
   → a `KeyedProcessFunction` whose `process_element` emits every running sum
   (`{"key", "total"}`) → a discarding sink. Rate: source rows / s.
+  At parallelism 2 it also runs on RocksDB (`state_backend="rocksdb"`), and on RocksDB
+  without its write cache (`RocksDBConfig(write_cache_size=0)`: a native get and put per row),
+  each against the heap figure of the same run.
 * **word count**: `Generator(sentence)` (five words per sentence, a function of the index) →
   `flat_map(split)` (one row per word) → `map` (lower-cases the word) → `filter` (drops empty
   words: none are) → `key_by("word")` → a keyed count in `ValueState`, emitting every 1000th
@@ -30,6 +33,7 @@ import tempfile
 
 import streamsnap as ss
 from benchmarks import workloads
+from streamsnap.api.config import RocksDBConfig
 from streamsnap.connectors.sources import Generator, GeneratorReader
 
 WORDS = ("stream", "snap", "spark", "flink", "state", "barrier", "checkpoint", "exactly", "once",
@@ -110,7 +114,7 @@ class Count(ss.KeyedProcessFunction):
 
 # ----------------------------------------------------------------------------- the jobs
 def _env(spark, parallelism: int, checkpoint_interval: float | None,
-         state_backend: str = "hashmap") -> ss.StreamEnvironment:
+         state_backend: str | RocksDBConfig = "hashmap") -> ss.StreamEnvironment:
     checkpointing = None
     if checkpoint_interval is not None:
         checkpointing = ss.CheckpointConfig(interval=checkpoint_interval,
@@ -129,7 +133,7 @@ def _run(env, source: StampedGenerator, sink: EndSink, name: str, units: int) ->
 
 
 def run_w1_readme(spark, n: int, k: int, parallelism: int, checkpoint_interval: float | None = 1.0,
-                  state_backend: str = "hashmap") -> dict:
+                  state_backend: str | RocksDBConfig = "hashmap") -> dict:
     """One run of W1 the README way over n rows: source rows / s (see the module docstring)."""
     stamps = tempfile.mkdtemp(prefix="ssbench-perrow-")
     try:
@@ -205,9 +209,11 @@ def measure(spark, n: int, sentences: int, k: int = 1000, runs: int = 3, paralle
             from benchmarks import bytewax_w1
         run_w1_readme(spark, max(1, n // 10), k, p, checkpoint_interval)          # warm workers, imports
         run_word_count(spark, max(1, sentences // 10), p, checkpoint_interval)
-        # At parallelism 2, W1 also runs on RocksDB (issue 13: >= 50 % of the heap figure).
+        # At parallelism 2, W1 also runs on RocksDB (issue 13: >= 50 % of the heap figure), with
+        # its write cache (the default) and without (write_cache_size=0: every state write goes
+        # to RocksDB at once, as before the cache existed).
         on_rocksdb = p == 2
-        w1, wc, bw, rdb = [], [], [], []
+        w1, wc, bw, rdb, rdb_direct = [], [], [], [], []
         for _ in range(runs):
             w1.append(run_w1_readme(spark, n, k, p, checkpoint_interval))
             wc.append(run_word_count(spark, sentences, p, checkpoint_interval))
@@ -215,11 +221,14 @@ def measure(spark, n: int, sentences: int, k: int = 1000, runs: int = 3, paralle
                 bw.append(bytewax_w1.run(n, k, processes=p))
             if on_rocksdb:
                 rdb.append(run_w1_readme(spark, n, k, p, checkpoint_interval, "rocksdb"))
+                rdb_direct.append(run_w1_readme(spark, n, k, p, checkpoint_interval,
+                                                RocksDBConfig(write_cache_size=0)))
         series = [(f"w1_row_readme_p{p}", w1, "events_per_second"), (f"word_count_p{p}", wc, "words_per_second")]
         if with_bytewax:
             series.append((f"bytewax_w1_p{p}", bw, "events_per_second"))
         if on_rocksdb:
             series.append((f"w1_row_readme_rocksdb_p{p}", rdb, "events_per_second"))
+            series.append((f"w1_row_readme_rocksdb_no_write_cache_p{p}", rdb_direct, "events_per_second"))
         for name, measured, unit in series:
             rates = [m["per_second"] for m in measured]
             out[name] = {unit: statistics.median(rates), "runs": rates, "parallelism": p,

@@ -165,6 +165,13 @@ def per_row_rows(results: dict) -> list[tuple]:
                         f"checkpoints), p={p}, events/s", _fmt_rate(rdb["events_per_second"]),
                         f"heap {_fmt_rate(w1['events_per_second'])}", f"{share:.0%}", "≥ 50 % of heap",
                         _verdict(share >= 0.5)))
+        direct = results.get(f"w1_row_readme_rocksdb_no_write_cache_p{p}")
+        if w1 and direct:
+            share = direct["events_per_second"] / w1["events_per_second"]
+            out.append((f"W1 per-row the README way on RocksDB without its write cache "
+                        f"(RocksDBConfig(write_cache_size=0)), p={p}, events/s",
+                        _fmt_rate(direct["events_per_second"]),
+                        f"heap {_fmt_rate(w1['events_per_second'])}", f"{share:.0%}", "", "–"))
         wc = results.get(f"word_count_p{p}")
         if wc:
             target = p == 2

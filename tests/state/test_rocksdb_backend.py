@@ -181,7 +181,8 @@ def test_rescale_from_two_subtasks_to_three(old_kind, new_kind, location, rocks_
 
 def test_state_larger_than_block_cache_and_write_buffers(tmp_path, location):
     config = RocksDBConfig(block_cache_size=64 * 1024, write_buffer_size=64 * 1024,
-                           max_write_buffers=2, local_dir=str(tmp_path / "rocksdb"))
+                           max_write_buffers=2, write_cache_size=64 * 1024,
+                           local_dir=str(tmp_path / "rocksdb"))
     backend = RocksDBKeyedStateBackend("op", MAX_P, FULL, config)
     try:
         value = backend.get_state(ValueStateDescriptor("blob"))
@@ -197,6 +198,7 @@ def test_state_larger_than_block_cache_and_write_buffers(tmp_path, location):
         assert sst_bytes > 4 * config.memory_bound        # the state lives on disk
         usage = backend.memory_usage()
         assert usage["memtables"] <= config.write_buffer_size * config.max_write_buffers
+        assert usage["write_cache"] <= config.write_cache_size
         for i in range(0, n, 7):
             use_key(backend, i)
             assert value.value() == blob[i] and listing.get() == [i, -i]
@@ -256,6 +258,7 @@ def test_keys_are_laid_out_by_key_group(rocks_config, backends):
     for k in keys:
         use_key(backend, k)
         state.update(k)
+    backend.flush_write_cache()
     raw = list(backend._db.keys())
     assert raw == sorted(raw)
     groups = [int.from_bytes(r[:2], "big") for r in raw]

@@ -38,6 +38,19 @@ stores it, not at the next checkpoint. Unlike the heap backend, a value read fro
 fresh copy: changing it in place does not change the state; write it back with `update`/`put`
 (the same contract as Flink's RocksDB backend).
 
+Every state read and write goes through a bounded write-back cache of entries
+(`write_cache.WriteCache`, `RocksDBConfig.write_cache_size`): a cached entry (or deletion) is
+the truth for its key, RocksDB for the others. Per-row access to hot keys is then a dict lookup
+and a dict store (values of `PLAIN_TYPES` held decoded, so `ValueState.value()` of a cached key
+decodes nothing); dirty entries reach RocksDB in one write batch when the cache overflows, and
+before anything reads the database directly — snapshots (synchronous part), prefix scans
+(MapState iteration, key listings) — while restores flush and then empty it. Vectorized
+`get_many`/`put_many` read cache hits and multi-get the rest, and write one batch straight to
+RocksDB (refreshing cached entries of its keys), without filling the cache.
+`flush_write_cache()` / `take_changes()` expose the flush (the latter with the RocksDB keys
+changed since its previous call, for a changelog). The encodings of recent int and str keys
+are remembered, so a row of a hot key does not re-encode it.
+
 Full snapshots (savepoints always; checkpoints with `RocksDBConfig(incremental=False)`) are
 written in the heap backend's canonical format
 (`streamsnap.state.backends.hashmap`: one block per key group, checksummed, keys and values as
@@ -101,6 +114,7 @@ from streamsnap.state.keyed_state import PLAIN_TYPES, check_map_key, put_many_va
 from streamsnap.state.serialization import (Serializer, key_error, unpack_keys, unpack_value,
                                             value_default, value_error)
 from streamsnap.state.backends import rocksdb_incremental
+from streamsnap.state.backends.write_cache import ABSENT, UNDECODED, WriteCache
 from streamsnap.state import local_recovery
 from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
@@ -109,6 +123,8 @@ from streamsnap.state.ttl import (check_same_ttl, clock_millis, is_ttl_tag, stat
 
 MIB = 1 << 20
 _MAX_STATES = 1 << 16
+# int/str keys whose encoding a backend remembers (~1.6 MB), then forgets all at once
+_ENCODED_KEYS = 1 << 14
 DIRECTORY_PREFIX = "streamsnap-rocksdb-p"     # + "<pid>-<operator>-kg<first key group>-<random>"
 
 
@@ -131,6 +147,10 @@ class RocksDBConfig:
     incremental: checkpoints upload only the SST files not uploaded before (native RocksDB
       checkpoints, shared files reference-counted by the coordinator); False: every checkpoint
       is a full canonical snapshot. Savepoints are always full.
+    write_cache_size: bytes of the write-back cache of entries in front of RocksDB (Python
+      objects, counted approximately: see `write_cache`); hot keys' reads and writes stay in it
+      and reach RocksDB in one write batch when it overflows and at every snapshot. 0: no
+      cache, every write goes to RocksDB at once.
     """
 
     block_cache_size: int = 64 * MIB
@@ -138,6 +158,7 @@ class RocksDBConfig:
     max_write_buffers: int = 2
     local_dir: str | None = None
     incremental: bool = True
+    write_cache_size: int = 16 * MIB
 
     def __post_init__(self):
         if not isinstance(self.incremental, bool):
@@ -149,6 +170,10 @@ class RocksDBConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ConfigurationError(
                     f"RocksDBConfig.{name} must be an integer >= {minimum}, got {value!r}")
+        size = self.write_cache_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ConfigurationError(f"RocksDBConfig.write_cache_size must be an integer >= 0 "
+                                     f"(bytes; 0 turns the write cache off), got {size!r}")
         if self.local_dir is not None and (not isinstance(self.local_dir, (str, os.PathLike))
                                            or not str(self.local_dir).strip()):
             raise ConfigurationError(
@@ -157,8 +182,10 @@ class RocksDBConfig:
 
     @property
     def memory_bound(self) -> int:
-        """Bytes RocksDB may hold in memory for one subtask (cache + memtables)."""
-        return self.block_cache_size + self.write_buffer_size * self.max_write_buffers
+        """Bytes the backend may hold in memory for one subtask (block cache + memtables +
+        write cache)."""
+        return (self.block_cache_size + self.write_buffer_size * self.max_write_buffers
+                + self.write_cache_size)
 
 
 def import_rocksdict():
@@ -339,14 +366,19 @@ def _key_default(obj: Any) -> Any:
 _local = threading.local()
 
 
+def new_packers() -> tuple:
+    """A (key packer, value packer) pair, for one thread at a time: reusing a Packer is ~5x
+    faster than packb."""
+    return (msgpack.Packer(use_bin_type=True, default=_key_default).pack,
+            msgpack.Packer(use_bin_type=True, strict_types=True, default=value_default).pack)
+
+
 def _packers() -> tuple:
-    """This thread's (key packer, value packer): reusing a Packer is ~5x faster than packb."""
+    """This thread's `new_packers()`."""
     try:
         return _local.packers
     except AttributeError:
-        _local.packers = (msgpack.Packer(use_bin_type=True, default=_key_default).pack,
-                          msgpack.Packer(use_bin_type=True, strict_types=True,
-                                         default=value_default).pack)
+        _local.packers = new_packers()
         return _local.packers
 
 
@@ -420,10 +452,14 @@ def _ttl_wire_to_stored(kind: str, value: Any) -> Any:
 
 
 class RocksDBState:
-    """Common plumbing of the RocksDB keyed state kinds (same API as the heap states)."""
+    """Common plumbing of the RocksDB keyed state kinds (same API as the heap states).
+
+    Every read and write of an entry goes through the backend's write cache
+    (`write_cache.WriteCache`): a cached entry is the truth for its key, the database is for
+    the others; scans flush the cache first."""
 
     __slots__ = ("name", "descriptor", "kind", "_backend", "_sid", "_serializer", "_native",
-                 "_dumps", "_loads")
+                 "_dumps", "_loads", "_pack")
 
     def __init__(self, backend: "RocksDBKeyedStateBackend", descriptor: StateDescriptor,
                  sid: bytes):
@@ -436,13 +472,14 @@ class RocksDBState:
         self._native = self._serializer.native
         self._dumps = self._serializer.dumps
         self._loads = self._serializer.loads
+        self._pack = backend._pack_value
 
     # -- encoding of one value/element (the wire element) ---------------------------------
 
     def _encode(self, value: Any) -> bytes:
         if self._native:
             try:
-                return encode_value(value)
+                return self._pack(value)
             except (TypeError, ValueError, OverflowError) as e:
                 raise value_error(self.name, value, self._serializer) from e
         try:
@@ -471,38 +508,83 @@ class RocksDBState:
 
     def clear(self) -> None:
         """Remove the current key's entry."""
-        self._backend._db.delete(self._rkey())
+        self._backend._cache.delete(self._rkey())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
 
 class RocksDBValueState(RocksDBState):
-    """One value per key."""
+    """One value per key. Values of the plain immutable types (`PLAIN_TYPES`) are held decoded
+    in the write cache, so a cached read is a dict lookup."""
 
-    __slots__ = ("_default", "_default_plain")
+    __slots__ = ("_default", "_default_plain", "_plain_pack")
 
     def __init__(self, backend, descriptor, sid):
         super().__init__(backend, descriptor, sid)
         self._default = descriptor.default
         self._default_plain = self._default is None or type(self._default) in PLAIN_TYPES
+        # `update` packs msgpack values itself (no `_encode` call) unless a subclass encodes
+        # differently (TTL stamps).
+        plain = self._native and type(self)._encode is RocksDBState._encode
+        self._plain_pack = self._pack if plain else None
 
     def _default_value(self) -> Any:
         return self._default if self._default_plain else deepcopy(self._default)
 
     def value(self) -> Any:
         """The current key's value, or the descriptor's default when none is set."""
-        raw = self._backend._db.get(self._rkey())
-        return self._default_value() if raw is None else self._decode(raw)
+        backend = self._backend
+        kg, key = backend._kg, backend._key
+        if kg is None or key is None:
+            kg, key = backend._current_prefix(self.name)
+        rkey = kg + self._sid + key
+        entry = backend._entries.get(rkey)
+        if entry is None:
+            raw = backend._db.get(rkey)
+            if raw is None:
+                backend._cache.load(rkey, None)
+                return self._default_value()
+            value = self._decode(raw)
+            backend._cache.load(rkey, raw, value if value.__class__ in PLAIN_TYPES else UNDECODED)
+            return value
+        value = entry[0]
+        if value is UNDECODED:
+            return self._decode(entry[1])
+        if value is ABSENT:
+            return self._default_value()
+        return value
 
     def update(self, value: Any) -> None:
         """Set the current key's value; None clears it."""
         if value is None:
             self.clear()
+            return
+        backend = self._backend
+        kg, key = backend._kg, backend._key
+        if kg is None or key is None:
+            kg, key = backend._current_prefix(self.name)
+        rkey = kg + self._sid + key
+        pack = self._plain_pack
+        if pack is None:
+            raw = self._encode(value)
         else:
-            self._backend._db.put(self._rkey(), self._encode(value))
+            try:
+                raw = pack(value)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise value_error(self.name, value, self._serializer) from e
+        held = value if value.__class__ in PLAIN_TYPES else UNDECODED
+        # Hot path: a cached entry of the same stored size is replaced in place (the cache's
+        # size does not change, so no accounting and no bound check); else `put`.
+        entries = backend._entries
+        old = entries.get(rkey)
+        if old is not None and old[1] is not None and len(old[1]) == len(raw):
+            entries[rkey] = (held, raw)
+            backend._cache.dirty.add(rkey)
+        else:
+            backend._cache.put(rkey, raw, held)
 
-    # -- vectorized access: one multi-get / one write batch per call -----------------------
+    # -- vectorized access: cache hits, one multi-get / one write batch for the rest ---------
 
     def _batch_keys(self, keys) -> list[bytes]:
         backend = self._backend
@@ -529,25 +611,20 @@ class RocksDBValueState(RocksDBState):
         rkeys = self._batch_keys(keys)
         if not rkeys:
             return []
-        raws = backend._db.get(rkeys)
         decode = self._decode
-        return [self._default_value() if raw is None else decode(raw) for raw in raws]
+        return [self._default_value() if raw is None else decode(raw)
+                for raw in backend._read_many(rkeys)]
 
     def put_many(self, keys, values) -> None:
         """Set the values of the batch's distinct keys (aligned with `keys.unique`); None
-        clears a key. One RocksDB write batch."""
+        clears a key. One RocksDB write batch (cached entries of these keys follow it)."""
         values = put_many_values(self.name, keys, values)
         backend = self._backend
         backend._check_open(self.name)
         rkeys = self._batch_keys(keys)
-        batch = backend._rocksdict.WriteBatch(raw_mode=True)
         encode = self._encode
-        for rkey, value in zip(rkeys, values):
-            if value is None:
-                batch.delete(rkey)
-            else:
-                batch.put(rkey, encode(value))
-        backend._db.write(batch)
+        backend._cache.write_through(
+            [(rkey, None if value is None else encode(value)) for rkey, value in zip(rkeys, values)])
 
 
 class RocksDBListState(RocksDBState):
@@ -557,18 +634,18 @@ class RocksDBListState(RocksDBState):
 
     def get(self) -> list:
         """The current key's elements ([] when there are none)."""
-        raw = self._backend._db.get(self._rkey())
+        raw = self._backend._read(self._rkey())
         return [] if raw is None else self._decode_list(raw)
 
     def _append(self, encoded: list[bytes]) -> None:
-        db = self._backend._db
+        backend = self._backend
         rkey = self._rkey()
-        raw = db.get(rkey)
+        raw = backend._read(rkey)
         if raw is None:
-            db.put(rkey, _array_header(len(encoded)) + b"".join(encoded))
+            backend._cache.put(rkey, _array_header(len(encoded)) + b"".join(encoded))
             return
         n, header = _array_count(raw)
-        db.put(rkey, _array_header(n + len(encoded)) + raw[header:] + b"".join(encoded))
+        backend._cache.put(rkey, _array_header(n + len(encoded)) + raw[header:] + b"".join(encoded))
 
     def add(self, value: Any) -> None:
         """Append one element."""
@@ -586,7 +663,7 @@ class RocksDBListState(RocksDBState):
         if not encoded:
             self.clear()
             return
-        self._backend._db.put(self._rkey(), _array_header(len(encoded)) + b"".join(encoded))
+        self._backend._cache.put(self._rkey(), _array_header(len(encoded)) + b"".join(encoded))
 
 
 class RocksDBMapState(RocksDBState):
@@ -611,13 +688,13 @@ class RocksDBMapState(RocksDBState):
             user_key = encode_value(key)
         except (TypeError, ValueError, OverflowError):
             return default
-        raw = self._backend._db.get(rkey + user_key)
+        raw = self._backend._read(rkey + user_key)
         return default if raw is None else self._decode(raw)
 
     def put(self, key: Any, value: Any) -> None:
         check_map_key(self.name, key)
         rkey = self._rkey()
-        self._backend._db.put(rkey + self._user_key(key), self._encode(value))
+        self._backend._cache.put(rkey + self._user_key(key), self._encode(value))
 
     def put_all(self, mapping: Mapping[Any, Any]) -> None:
         items = dict(mapping)
@@ -628,11 +705,9 @@ class RocksDBMapState(RocksDBState):
         for k, v in items.items():
             check_map_key(self.name, k)
             encoded.append((rkey + self._user_key(k), self._encode(v)))
-        backend = self._backend
-        batch = backend._rocksdict.WriteBatch(raw_mode=True)
+        put = self._backend._cache.put
         for k, v in encoded:
-            batch.put(k, v)
-        backend._db.write(batch)
+            put(k, v)
 
     def remove(self, key: Any) -> None:
         rkey = self._rkey()
@@ -640,7 +715,7 @@ class RocksDBMapState(RocksDBState):
             user_key = encode_value(key)
         except (TypeError, ValueError, OverflowError):
             return
-        self._backend._db.delete(rkey + user_key)
+        self._backend._cache.delete(rkey + user_key)
 
     def contains(self, key: Any) -> bool:
         rkey = self._rkey()
@@ -648,7 +723,7 @@ class RocksDBMapState(RocksDBState):
             user_key = encode_value(key)
         except (TypeError, ValueError, OverflowError):
             return False
-        return self._backend._db.get(rkey + user_key) is not None
+        return self._backend._read(rkey + user_key) is not None
 
     def keys(self) -> list:
         return [unpack_value(k) for k, _ in self._scan()]
@@ -664,12 +739,9 @@ class RocksDBMapState(RocksDBState):
 
     def clear(self) -> None:
         prefix = self._rkey()
-        backend = self._backend
-        batch = backend._rocksdict.WriteBatch(raw_mode=True)
-        for user_key, _ in backend._scan(prefix, len(prefix)):
-            batch.delete(prefix + user_key)
-        if len(batch):
-            backend._db.write(batch)
+        delete = self._backend._cache.delete
+        for user_key, _ in list(self._backend._scan(prefix, len(prefix))):
+            delete(prefix + user_key)
 
 
 class RocksDBReducingState(RocksDBState):
@@ -683,18 +755,18 @@ class RocksDBReducingState(RocksDBState):
 
     def get(self) -> Any:
         """The reduced value, or None when nothing was added."""
-        raw = self._backend._db.get(self._rkey())
+        raw = self._backend._read(self._rkey())
         return None if raw is None else self._decode(raw)
 
     def add(self, value: Any) -> None:
-        db = self._backend._db
+        backend = self._backend
         rkey = self._rkey()
-        raw = db.get(rkey)
+        raw = backend._read(rkey)
         result = value if raw is None else self._reduce(self._decode(raw), value)
         if result is None:
-            db.delete(rkey)
+            backend._cache.delete(rkey)
         else:
-            db.put(rkey, self._encode(result))
+            backend._cache.put(rkey, self._encode(result))
 
 
 STATE_CLASSES: dict[str, type[RocksDBState]] = {
@@ -893,6 +965,14 @@ class RocksDBKeyedStateBackend:
             shutil.rmtree(self.directory, ignore_errors=True)
             raise
         self._kg_prefixes: dict[int, bytes] = {kg: _kg_bytes(kg) for kg in key_group_range}
+        self._encoded_keys: dict[int | str, bytes] = {}     # recent int/str keys' msgpack
+        # The states' own packers: a backend is used by one thread at a time (its current key
+        # is shared by its states), so they need no thread-local lookup per row.
+        self._pack_key, self._pack_value = new_packers()
+        # Entries read and written since the last flush (see `write_cache`); `_entries` is its
+        # dict, read directly on the hot paths.
+        self._cache = WriteCache(config.write_cache_size, self._write_entries)
+        self._entries = self._cache.entries
         self._current_key: Any = None
         self._current_key_group: int | None = None
         self._kg: bytes | None = None          # encoded current key group (lazily checked)
@@ -944,10 +1024,22 @@ class RocksDBKeyedStateBackend:
                 raise self._key_group_error(state_name) from None
         key = self._key
         if key is None:
-            try:
-                key = self._key = encode_key(self._current_key)
-            except (TypeError, ValueError, OverflowError) as e:
-                raise key_error(state_name, self._current_key) from e
+            current = self._current_key
+            # Only exact ints and strs: their equality is their encoding's (1, 1.0 and True are
+            # equal in Python, three keys here).
+            memo = current.__class__ is int or current.__class__ is str
+            if memo:
+                key = self._encoded_keys.get(current)
+            if key is None:
+                try:
+                    key = self._pack_key(current)
+                except (TypeError, ValueError, OverflowError) as e:
+                    raise key_error(state_name, current) from e
+                if memo:
+                    if len(self._encoded_keys) >= _ENCODED_KEYS:
+                        self._encoded_keys.clear()
+                    self._encoded_keys[current] = key
+            self._key = key
         return kg, key
 
     def _check_open(self, state_name: str) -> None:
@@ -971,12 +1063,79 @@ class RocksDBKeyedStateBackend:
             f"subtask")
 
     def memory_usage(self) -> dict[str, int]:
-        """Bytes RocksDB holds in memory now: block cache and memtables."""
+        """Bytes held in memory now: RocksDB's block cache and memtables, and the write cache
+        (its own estimate)."""
         return {"block_cache": self.block_cache.get_usage(),
-                "memtables": self._db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0}
+                "memtables": self._db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0,
+                "write_cache": self._cache.size}
+
+    # -- entries: through the write cache --------------------------------------------------
+
+    def _read(self, rkey: bytes) -> bytes | None:
+        """The stored bytes of `rkey` (None: no entry): the cache's, else the database's
+        (then cached)."""
+        entry = self._entries.get(rkey)
+        if entry is not None:
+            return entry[1]
+        raw = self._db.get(rkey)
+        self._cache.load(rkey, raw)
+        return raw
+
+    def _read_many(self, rkeys: list[bytes]) -> list[bytes | None]:
+        """The stored bytes of several keys: cache hits, one multi-get for the misses (not
+        cached: vectorized access would only churn the cache)."""
+        entries = self._entries
+        out: list = []
+        missing: list[int] = []
+        for i, rkey in enumerate(rkeys):
+            entry = entries.get(rkey)
+            if entry is None:
+                missing.append(i)
+                out.append(None)
+            else:
+                out.append(entry[1])
+        if missing:
+            for i, raw in zip(missing, self._db.get([rkeys[i] for i in missing])):
+                out[i] = raw
+        return out
+
+    def _write_entries(self, writes) -> None:
+        """One RocksDB write batch of (key, stored bytes | None for a deletion): the write
+        cache's flush."""
+        batch = self._rocksdict.WriteBatch(raw_mode=True)
+        for rkey, raw in writes:
+            if raw is None:
+                batch.delete(rkey)
+            else:
+                batch.put(rkey, raw)
+        self._db.write(batch)
+
+    def flush_write_cache(self) -> dict[bytes, bytes | None]:
+        """Write the write cache's dirty entries to RocksDB in one write batch (every
+        snapshot does this first); returns them: RocksDB key -> stored bytes, None for a
+        deletion."""
+        if self._disposed:
+            raise StateError(f"operator '{self.operator_uid}': flush after dispose")
+        return self._cache.flush()
+
+    def track_changes(self) -> None:
+        """Remember from now on every RocksDB key whose entry changes (for a changelog):
+        see `take_changes`."""
+        self._cache.track_changes()
+
+    def take_changes(self) -> dict[bytes, bytes | None]:
+        """Flush the write cache, then return every RocksDB key whose entry changed since the
+        previous call (or since `track_changes`) with its stored bytes now (None: deleted),
+        and start over. Keys are `key group (2 bytes) state id (2 bytes) msgpack(key) [user
+        key]` (see the module docstring); restores are not changes."""
+        if self._disposed:
+            raise StateError(f"operator '{self.operator_uid}': take_changes after dispose")
+        return self._cache.take_changes()
 
     def _scan(self, prefix: bytes, strip: int) -> Iterator[tuple[bytes, bytes]]:
-        """(key without its first `strip` bytes, value) of every entry starting with `prefix`."""
+        """(key without its first `strip` bytes, value) of every entry starting with `prefix`
+        (after flushing the write cache, so the database has every entry)."""
+        self._cache.flush()
         options = self._rocksdict.ReadOptions()
         upper = _successor(prefix)
         if upper is not None:
@@ -1108,6 +1267,7 @@ class RocksDBKeyedStateBackend:
         """
         if self._disposed:
             raise StateError(f"operator '{self.operator_uid}': snapshot after dispose")
+        self._cache.flush()
         if not full and self.config.incremental:
             shared = rocksdb_incremental.shared_directory_of(location)
             if shared is not None:
@@ -1158,6 +1318,9 @@ class RocksDBKeyedStateBackend:
         files, from either backend and any parallelism; paths relative to `base_location`)."""
         if self._disposed:
             raise StateError(f"operator '{self.operator_uid}': restore after dispose")
+        # The restore writes the database directly: nothing cached may shadow what it writes.
+        self._cache.flush()
+        self._cache.clear()
         if isinstance(state, SubtaskRestoreState):
             if state.max_parallelism != self.max_parallelism:
                 raise RestoreError(
@@ -1266,6 +1429,7 @@ class RocksDBKeyedStateBackend:
             return
         self._disposed = True
         self._meta.clear()
+        self._cache.clear()          # the database is deleted: nothing to flush
         self._current_key = None
         self._current_key_group = None
         self._kg = None

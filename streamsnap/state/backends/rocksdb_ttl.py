@@ -5,7 +5,9 @@ plain states' hot path has no TTL check. Every stored entry (value, list element
 is ``stamp(timestamp, element)`` (layout in `rocksdb`): `_encode` stamps with the time now,
 so the inherited write paths (update, add, put, put_all, write batches) store TTL entries as
 they are; reads check the timestamp, delete what expired, and with ON_READ_AND_WRITE write
-the entry back with a new timestamp.
+the entry back with a new timestamp. Reads and writes go through the backend's write cache like
+the plain states'; these states only ever read an entry's stored bytes (stamp included), never
+a decoded value the cache may hold beside them.
 """
 
 from __future__ import annotations
@@ -42,19 +44,18 @@ class _Ttl:
     def _decode_list(self, raw: bytes) -> list:
         return [self._decode(e) for e in split_ttl_list(raw)]
 
-    def _read_entry(self, rkey: bytes, raw: bytes | None, batch: Any = None) -> Any:
+    def _read_entry(self, rkey: bytes, raw: bytes | None) -> Any:
         """The value of the stored entry `raw` under `rkey` (_MISSING when absent or expired
-        and not returned); deletes it when expired, re-stamps it when reads refresh. Writes go
-        to `batch` when given, else straight to the database."""
+        and not returned); deletes it when expired, re-stamps it when reads refresh."""
         if raw is None:
             return _MISSING
         now = self._backend._ttl_now()
-        db = batch if batch is not None else self._backend._db
+        cache = self._backend._cache
         if stamp_time(raw) + self._ttl_ms <= now:
-            db.delete(rkey)
+            cache.delete(rkey)
             return self._decode(raw) if self._return_expired else _MISSING
         if self._on_read:
-            db.put(rkey, stamp(now, raw[TTL_PREFIX_LEN:]))
+            cache.put(rkey, stamp(now, raw[TTL_PREFIX_LEN:]))
         return self._decode(raw)
 
 
@@ -69,24 +70,21 @@ class RocksDBTtlValueState(_Ttl, RocksDBValueState):
 
     def value(self) -> Any:
         rkey = self._rkey()
-        v = self._read_entry(rkey, self._backend._db.get(rkey))
+        v = self._read_entry(rkey, self._backend._read(rkey))
         return self._default_value() if v is _MISSING else v
 
     def get_many(self, keys) -> list:
-        """Values of the batch's distinct keys: one multi-get, expired entries deleted (and
-        refreshed ones re-stamped) in one write batch."""
+        """Values of the batch's distinct keys (cache hits, one multi-get for the misses),
+        expired entries deleted and refreshed ones re-stamped."""
         backend = self._backend
         backend._check_open(self.name)
         rkeys = self._batch_keys(keys)
         if not rkeys:
             return []
-        batch = backend._rocksdict.WriteBatch(raw_mode=True)
         out = []
-        for rkey, raw in zip(rkeys, backend._db.get(rkeys)):
-            v = self._read_entry(rkey, raw, batch)
+        for rkey, raw in zip(rkeys, backend._read_many(rkeys)):
+            v = self._read_entry(rkey, raw)
             out.append(self._default_value() if v is _MISSING else v)
-        if len(batch):
-            backend._db.write(batch)
         return out
 
 
@@ -102,21 +100,21 @@ class RocksDBTtlReducingState(_Ttl, RocksDBReducingState):
 
     def get(self) -> Any:
         rkey = self._rkey()
-        v = self._read_entry(rkey, self._backend._db.get(rkey))
+        v = self._read_entry(rkey, self._backend._read(rkey))
         return None if v is _MISSING else v
 
     def add(self, value: Any) -> None:
-        db = self._backend._db
+        backend = self._backend
         rkey = self._rkey()
-        raw = db.get(rkey)
-        if raw is None or stamp_time(raw) + self._ttl_ms <= self._backend._ttl_now():
+        raw = backend._read(rkey)
+        if raw is None or stamp_time(raw) + self._ttl_ms <= backend._ttl_now():
             result = value
         else:
             result = self._reduce(self._decode(raw), value)
         if result is None:
-            db.delete(rkey)
+            backend._cache.delete(rkey)
         else:
-            db.put(rkey, self._encode(result))
+            backend._cache.put(rkey, self._encode(result))
 
 
 class RocksDBTtlListState(_Ttl, RocksDBListState):
@@ -129,9 +127,9 @@ class RocksDBTtlListState(_Ttl, RocksDBListState):
         self._init_ttl()
 
     def get(self) -> list:
-        db = self._backend._db
+        backend = self._backend
         rkey = self._rkey()
-        raw = db.get(rkey)
+        raw = backend._read(rkey)
         if raw is None:
             return []
         now = self._backend._ttl_now()
@@ -145,9 +143,9 @@ class RocksDBTtlListState(_Ttl, RocksDBListState):
         elif len(live) == len(elements):
             return values
         if live:
-            db.put(rkey, _array_header(len(live)) + b"".join(live))
+            backend._cache.put(rkey, _array_header(len(live)) + b"".join(live))
         else:
-            db.delete(rkey)
+            backend._cache.delete(rkey)
         return values
 
 
@@ -166,7 +164,7 @@ class RocksDBTtlMapState(_Ttl, RocksDBMapState):
         except (TypeError, ValueError, OverflowError):
             return _MISSING
         rkey = self._rkey() + user_key
-        return self._read_entry(rkey, self._backend._db.get(rkey))
+        return self._read_entry(rkey, self._backend._read(rkey))
 
     def get(self, key: Any, default: Any = None) -> Any:
         v = self._lookup(key)
@@ -178,16 +176,12 @@ class RocksDBTtlMapState(_Ttl, RocksDBMapState):
     def _live(self) -> list[tuple[bytes, Any]]:
         """(user key bytes, value) of the current key's entries, expired ones deleted (and
         returned with RETURN_EXPIRED_IF_NOT_CLEANED_UP), the rest re-stamped on read."""
-        backend = self._backend
         prefix = self._rkey()
-        batch = backend._rocksdict.WriteBatch(raw_mode=True)
         out = []
         for user_key, raw in list(self._scan()):
-            v = self._read_entry(prefix + user_key, raw, batch)
+            v = self._read_entry(prefix + user_key, raw)
             if v is not _MISSING:
                 out.append((user_key, v))
-        if len(batch):
-            backend._db.write(batch)
         return out
 
     def keys(self) -> list:

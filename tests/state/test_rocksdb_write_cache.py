@@ -1,0 +1,442 @@
+"""The RocksDB backend's write-back cache (state/backends/write_cache.py): it never loses nor
+resurrects an entry across flushes, evictions, snapshots (full and incremental), restores,
+rescaling (cut and merge), TTL expiry and clear — checked against the heap backend as the model
+over random operation sequences on real RocksDB databases — and it stays within its bound."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamsnap.clock import ManualScheduler
+from streamsnap.errors import ConfigurationError
+from streamsnap.graph.keys import BatchKeys
+from streamsnap.state import (HashMapKeyedStateBackend, KeyGroupRange, ListStateDescriptor,
+                              MapStateDescriptor, ReducingStateDescriptor, StateError,
+                              StateTtlConfig, ValueStateDescriptor, assign_to_key_group,
+                              key_group_range_for_subtask)
+from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+from streamsnap.state.backends.write_cache import ENTRY_OVERHEAD, WriteCache
+
+MAX_P = 128
+FULL = KeyGroupRange(0, MAX_P - 1)
+TTL = StateTtlConfig(10)
+DESCRIPTORS = (
+    ValueStateDescriptor("value", default=0),
+    ListStateDescriptor("list"),
+    MapStateDescriptor("map"),
+    ReducingStateDescriptor("sum", lambda a, b: a + b),
+    ValueStateDescriptor("ttl_value"),
+    ListStateDescriptor("ttl_list"),
+    MapStateDescriptor("ttl_map"),
+)
+TTL_NAMES = {"ttl_value", "ttl_list", "ttl_map"}
+KIND = {d.name: d.kind for d in DESCRIPTORS}
+KEYS = list(range(40)) + [f"k{i}" for i in range(10)] + [("t", i) for i in range(5)]
+
+
+def descriptors():
+    """Fresh descriptors (a descriptor is marked registered by the first backend using it)."""
+    out = []
+    for d in DESCRIPTORS:
+        if d.kind == "value":
+            new = ValueStateDescriptor(d.name, default=d.default)
+        elif d.kind == "list":
+            new = ListStateDescriptor(d.name)
+        elif d.kind == "map":
+            new = MapStateDescriptor(d.name)
+        else:
+            new = ReducingStateDescriptor(d.name, lambda a, b: a + b)
+        if d.name in TTL_NAMES:
+            new.enable_time_to_live(TTL)
+        out.append(new)
+    return out
+
+
+def use(backend, key):
+    backend.set_current_key(key, assign_to_key_group(key, MAX_P))
+
+
+def read(backend, states: dict, name: str):
+    state = states[name]
+    kind = KIND[name]
+    if kind == "value":
+        return state.value()
+    if kind == "map":
+        return sorted(state.items(), key=repr)
+    return state.get()
+
+
+def snapshot_of(backend) -> dict:
+    """Every (state, key) with an entry -> what the state API reads for it."""
+    states = {d.name: backend.get_state(d) for d in descriptors()}
+    out = {}
+    for name in states:
+        for key in backend.get_keys(name):
+            use(backend, key)
+            got = read(backend, states, name)
+            if got not in (None, [], 0):      # expired TTL entries read as absent
+                out[(name, key)] = got
+    return out
+
+
+class Harness:
+    """A RocksDB backend (tiny write cache: evictions all the time) and the heap model, on one
+    manual TTL clock; checkpoints go through real files, in the checkpoint storage layout so
+    that incremental snapshots are taken."""
+
+    def __init__(self, tmp_path: Path, seed: int, cache_size: int):
+        self.tmp = tmp_path
+        self.rng = random.Random(seed)
+        self.clock = ManualScheduler()
+        self.cache_size = cache_size
+        self.created: list = []
+        self.job = tmp_path / "job"
+        (self.job / "shared").mkdir(parents=True)
+        self.next_checkpoint = 1
+        self.model = HashMapKeyedStateBackend("op", MAX_P, FULL)
+        self.model.ttl_clock = self.clock
+        self.model_states = {d.name: self.model.get_state(d) for d in descriptors()}
+        self.rocks = self.new_rocks(FULL)
+
+    def new_rocks(self, kg_range: KeyGroupRange, incremental: bool = True):
+        config = RocksDBConfig(local_dir=str(self.tmp / "rocksdb"), incremental=incremental,
+                               write_cache_size=self.cache_size)
+        backend = RocksDBKeyedStateBackend("op", MAX_P, kg_range, config, clock=self.clock)
+        self.created.append(backend)
+        return backend
+
+    def states(self, backend) -> dict:
+        return {d.name: backend.get_state(d) for d in descriptors()}
+
+    def location(self) -> str:
+        path = self.job / f"chk-{self.next_checkpoint}"
+        path.mkdir()
+        self.next_checkpoint += 1
+        return "file://" + str(path)
+
+    def checkpoint(self, backend, full: bool):
+        location = self.location()
+        checkpoint_id = self.next_checkpoint - 1
+        handle = backend.snapshot(checkpoint_id, location, full=full).run()
+        backend.notify_checkpoint_complete(checkpoint_id)
+        return handle, location
+
+    # -- operations, applied to both backends ----------------------------------------------
+
+    def apply(self, op: str, name: str, key, arg) -> None:
+        results = []
+        for backend, states in ((self.rocks, self.rocks_states), (self.model, self.model_states)):
+            use(backend, key)
+            state = states[name]
+            kind = KIND[name]
+            if op == "write":
+                if kind == "value":
+                    state.update(arg)
+                elif kind == "list":
+                    state.add_all(arg) if arg else state.add(key)
+                elif kind == "map":
+                    state.put(arg[0], arg[1])
+                else:
+                    state.add(arg)
+            elif op == "replace" and kind == "list":
+                state.update(arg)
+            elif op == "remove" and kind == "map":
+                state.remove(arg[0])
+            elif op == "clear":
+                state.clear()
+            results.append(read(backend, states, name))
+        assert results[0] == results[1], (op, name, key, arg)
+
+    def apply_many(self, name: str, keys: list, values: list) -> None:
+        """Vectorized access (get_many, then put_many) to the distinct `keys` on both."""
+        batch = BatchKeys(keys, np.arange(len(keys)), [assign_to_key_group(k, MAX_P) for k in keys])
+        got = [states[name].get_many(batch) for states in (self.rocks_states, self.model_states)]
+        assert got[0] == got[1], (name, keys)
+        for states in (self.rocks_states, self.model_states):
+            states[name].put_many(batch, values)
+
+    def random_step(self) -> None:
+        rng = self.rng
+        if rng.random() < 0.05:
+            keys = rng.sample(KEYS, rng.randrange(1, 12))
+            self.apply_many(rng.choice(["value", "ttl_value"]), keys,
+                            [rng.choice([None, rng.randrange(1000), "s"]) for _ in keys])
+            return
+        name = rng.choice(list(self.model_states))
+        key = rng.choice(KEYS)
+        kind = KIND[name]
+        op = rng.choice(["write", "write", "write", "clear", "replace", "remove"])
+        if kind == "value":
+            arg = rng.choice([rng.randrange(1000), f"s{rng.randrange(50)}", [1, [2, "x"]], None])
+        elif kind == "list":
+            arg = [rng.randrange(100) for _ in range(rng.randrange(3))]
+        elif kind == "map":
+            arg = (rng.choice(["a", "b", 3, ("u", 1)]), rng.randrange(100))
+        else:
+            arg = rng.randrange(10)
+        self.apply(op, name, key, arg)
+
+    def check(self) -> None:
+        assert snapshot_of(self.rocks) == snapshot_of(self.model)
+        assert self.rocks.memory_usage()["write_cache"] <= self.cache_size
+
+    def restore_same(self, full: bool) -> None:
+        handle, location = self.checkpoint(self.rocks, full)
+        restored = self.new_rocks(FULL)
+        restored.restore([handle] if handle is not None else [], location)
+        self.rocks = restored
+
+    def rescale_cut_and_merge(self, full: bool) -> None:
+        """Restore the state into two subtasks (cut), work on them, then back into one
+        (merge)."""
+        handle, location = self.checkpoint(self.rocks, full)
+        parts = []
+        for index in range(2):
+            part = self.new_rocks(key_group_range_for_subtask(MAX_P, 2, index))
+            part.restore([handle] if handle is not None else [], location)
+            parts.append(part)
+        # Work on each part with the keys it owns, then checkpoint both.
+        for part in parts:
+            self.rocks, self.rocks_states = part, self.states(part)
+            owned = [k for k in KEYS if assign_to_key_group(k, MAX_P) in part.key_group_range]
+            for _ in range(30):
+                self.apply("write", "value", self.rng.choice(owned), self.rng.randrange(1000))
+                self.apply("clear", "list", self.rng.choice(owned), None)
+        handles = []
+        for part in parts:
+            h, location = self.checkpoint(part, full)
+            handles.append((h, location))
+        merged = self.new_rocks(FULL)
+        for h, location in handles:
+            if h is not None:
+                merged.restore([h], location)
+        self.rocks = merged
+
+
+@pytest.fixture
+def harnesses(tmp_path):
+    made = []
+
+    def new(seed, cache_size):
+        harness = Harness(tmp_path / f"h{seed}-{cache_size}", seed, cache_size)
+        made.append(harness)
+        return harness
+
+    yield new
+    for harness in made:
+        for backend in harness.created:
+            backend.dispose()
+
+
+@pytest.mark.parametrize("cache_size", [0, 2048, 16 << 20])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_operations_match_the_heap_model(harnesses, seed, cache_size):
+    h = harnesses(seed, cache_size)
+    h.rocks_states = h.states(h.rocks)
+    for step in range(1, 901):
+        h.random_step()
+        if step % 37 == 0:
+            h.clock.advance(h.rng.choice([1, 4, 9]))       # TTL entries expire under the cache
+        if step % 50 == 0:
+            h.rocks.flush_write_cache()
+        if step % 150 == 0:
+            h.check()
+            action = (step // 150) % 4
+            if action == 0:
+                h.restore_same(full=False)
+            elif action == 1:
+                h.restore_same(full=True)
+            elif action == 2:
+                h.rescale_cut_and_merge(full=False)
+            else:
+                h.rescale_cut_and_merge(full=True)
+            h.rocks_states = h.states(h.rocks)
+            h.check()
+    h.check()
+    if cache_size == 2048:
+        assert h.created[0]._cache.evictions > 0 or h.rocks._cache.evictions > 0
+
+
+# -- targeted cases --------------------------------------------------------------------------
+
+@pytest.fixture
+def new_backend(tmp_path):
+    created = []
+
+    def new(kg_range=FULL, **config):
+        config.setdefault("local_dir", str(tmp_path / "rocksdb"))
+        backend = RocksDBKeyedStateBackend("op", MAX_P, kg_range, RocksDBConfig(**config))
+        created.append(backend)
+        return backend
+
+    yield new
+    for backend in created:
+        backend.dispose()
+
+
+def stored(backend, name: str, key):
+    """What RocksDB itself holds for `key` in value state `name` (None: nothing)."""
+    from streamsnap.state.backends.rocksdb import encode_key
+    sid = backend._meta[name].sid
+    kg = assign_to_key_group(key, MAX_P)
+    return backend._db.get(kg.to_bytes(2, "big") + sid + encode_key(key))
+
+
+def test_writes_stay_in_the_cache_until_a_flush_writes_them_in_one_batch(new_backend):
+    backend = new_backend()
+    state = backend.get_state(ValueStateDescriptor("v", default=0))
+    for k in range(100):
+        use(backend, k)
+        state.update(state.value() + k + 1)
+    assert stored(backend, "v", 5) is None                  # not in RocksDB yet
+    flushes = backend._cache.flushes
+    written = backend.flush_write_cache()
+    assert len(written) == 100 and backend._cache.flushes == flushes + 1
+    assert stored(backend, "v", 5) is not None
+    assert backend.flush_write_cache() == {}               # nothing dirty any more
+    use(backend, 5)
+    assert state.value() == 6
+
+
+def test_eviction_flushes_before_it_drops_and_keeps_the_bound(new_backend):
+    backend = new_backend(write_cache_size=8 * 1024)
+    state = backend.get_state(ValueStateDescriptor("v"))
+    for k in range(2000):
+        use(backend, k)
+        state.update(k * 3)
+        assert backend._cache.size <= 8 * 1024
+    assert backend._cache.evictions > 1000
+    for k in range(2000):
+        use(backend, k)
+        assert state.value() == k * 3
+
+
+def test_a_cleared_entry_is_not_resurrected_by_eviction_snapshot_or_restore(new_backend, tmp_path):
+    backend = new_backend(write_cache_size=4 * 1024, incremental=False)
+    state = backend.get_state(ValueStateDescriptor("v"))
+    listing = backend.get_state(ListStateDescriptor("l"))
+    use(backend, "gone")
+    state.update(1)
+    listing.add(1)
+    backend.flush_write_cache()
+    assert stored(backend, "v", "gone") is not None
+    state.clear()                                          # a dirty tombstone in the cache
+    listing.update([])
+    for k in range(500):                                   # evicts the tombstone (flushed first)
+        use(backend, k)
+        state.update(k)
+    assert stored(backend, "v", "gone") is None
+    use(backend, "gone")
+    assert state.value() is None and listing.get() == []
+    state.update(2)
+    state.clear()                                          # dirty again at snapshot time
+    directory = tmp_path / "snap"
+    directory.mkdir()
+    handle = backend.snapshot(1, "file://" + str(directory)).run()
+    restored = new_backend()
+    restored.restore([handle], "file://" + str(directory))
+    use(restored, "gone")
+    assert restored.get_state(ValueStateDescriptor("v")).value() is None
+    assert "gone" not in restored.get_keys("v") and len(restored.get_keys("v")) == 500
+
+
+def test_restore_is_not_shadowed_by_cached_entries(new_backend, tmp_path):
+    source = new_backend()
+    use(source, "k")
+    source.get_state(ValueStateDescriptor("v")).update("from checkpoint")
+    directory = tmp_path / "snap"
+    directory.mkdir()
+    handle = source.snapshot(1, "file://" + str(directory)).run()
+    target = new_backend()
+    state = target.get_state(ValueStateDescriptor("v"))
+    use(target, "k")
+    assert state.value() is None                           # cached as absent
+    target.restore([handle], "file://" + str(directory))
+    use(target, "k")
+    assert state.value() == "from checkpoint"
+
+
+def test_values_read_are_copies_and_writes_are_encoded_at_once(new_backend):
+    backend = new_backend()
+    state = backend.get_state(ValueStateDescriptor("v"))
+    use(backend, 1)
+    value = [1, {"a": 2}]
+    state.update(value)
+    value.append(3)                                        # after the write: not in the state
+    got = state.value()
+    got.append(4)
+    assert state.value() == [1, {"a": 2}]
+    with pytest.raises(StateError):
+        state.update(object())
+    assert state.value() == [1, {"a": 2}]
+
+
+def test_keys_equal_in_python_but_not_encoded_stay_apart(new_backend):
+    backend = new_backend()
+    state = backend.get_state(ValueStateDescriptor("v"))
+    for key, value in ((1, "int"), (1.0, "float"), (True, "bool"), ("1", "str")):
+        use(backend, key)
+        state.update(value)
+    use(backend, np.int64(1))                              # encodes as the int 1: the same key
+    assert state.value() == "int"
+    for key, value in ((1, "int"), (1.0, "float"), (True, "bool"), ("1", "str")):
+        use(backend, key)
+        assert state.value() == value
+    assert sorted(map(repr, backend.get_keys("v"))) == sorted(["1", "1.0", "True", "'1'"])
+
+
+def test_take_changes_reports_every_change_since_the_last_call(new_backend):
+    backend = new_backend(write_cache_size=4 * 1024)
+    state = backend.get_state(ValueStateDescriptor("v"))
+    mapping = backend.get_state(MapStateDescriptor("m"))
+    with pytest.raises(StateError, match="track_changes"):
+        backend.take_changes()
+    use(backend, "before")
+    state.update(0)
+    backend.track_changes()
+    for k in range(300):                                   # overflows: eviction flushes
+        use(backend, k)
+        state.update(k)
+    use(backend, "before")
+    state.clear()
+    mapping.put("x", 1)
+    state.put_many(BatchKeys(["many"], np.arange(1), [assign_to_key_group("many", MAX_P)]), [5])
+    assert backend._cache.evictions > 0
+    changes = backend.take_changes()
+    assert len(changes) == 300 + 1 + 1 + 1
+    deleted = [rkey for rkey, raw in changes.items() if raw is None]
+    value_sid = backend._meta["v"].sid
+    assert len(deleted) == 1
+    assert deleted == [r for r in changes if r.endswith(b"\xa6before") and r[2:4] == value_sid]
+    assert all(backend._db.get(rkey) == raw for rkey, raw in changes.items())
+    assert backend.take_changes() == {}
+    use(backend, 7)
+    state.update(70)
+    assert list(backend.take_changes().values()) == [b"\x46"]
+
+
+def test_write_cache_accounting_and_validation():
+    writes = []
+    cache = WriteCache(2 * (ENTRY_OVERHEAD + 8), writes.extend)
+    cache.put(b"k1", b"v1")
+    cache.put(b"k1", b"longer")
+    assert cache.size == ENTRY_OVERHEAD + 2 + 6 and not writes
+    cache.delete(b"k2")
+    assert cache.size == 2 * ENTRY_OVERHEAD + 4 + 6
+    cache.put(b"k3", b"v3")                                # over the bound: flush, then evict
+    assert sorted(writes) == [(b"k1", b"longer"), (b"k2", None), (b"k3", b"v3")]
+    assert cache.size <= cache.bound // 2 and cache.evictions >= 2
+    cache.put(b"k4", b"new")
+    cache.load(b"k4", b"old from a stale read")            # never undoes a write
+    assert cache.get(b"k4") is not None and cache.get(b"k4")[1] == b"new"
+    for bad in (-1, True, "1MB"):
+        with pytest.raises(StateError, match="write cache bound"):
+            WriteCache(bad, writes.extend)
+    for bad in (-1, True, "16MB", 1.5):
+        with pytest.raises(ConfigurationError, match="RocksDBConfig.write_cache_size"):
+            RocksDBConfig(write_cache_size=bad)
+    assert RocksDBConfig(write_cache_size=0).memory_bound == RocksDBConfig().memory_bound - (16 << 20)
