@@ -101,6 +101,7 @@ from streamsnap.state.keyed_state import PLAIN_TYPES, check_map_key, put_many_va
 from streamsnap.state.serialization import (Serializer, key_error, unpack_keys, unpack_value,
                                             value_default, value_error)
 from streamsnap.state.backends import rocksdb_incremental
+from streamsnap.state.backends.changelog import ChangelogConfig, KeyedChangelog, check_config
 from streamsnap.state import local_recovery
 from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
@@ -131,6 +132,9 @@ class RocksDBConfig:
     incremental: checkpoints upload only the SST files not uploaded before (native RocksDB
       checkpoints, shared files reference-counted by the coordinator); False: every checkpoint
       is a full canonical snapshot. Savepoints are always full.
+    changelog: True or a `ChangelogConfig`: every state write is also logged, a checkpoint
+      uploads only the log since the last one, RocksDB is materialized in the background
+      (`streamsnap.state.backends.changelog`); needs incremental=True.
     """
 
     block_cache_size: int = 64 * MIB
@@ -138,11 +142,16 @@ class RocksDBConfig:
     max_write_buffers: int = 2
     local_dir: str | None = None
     incremental: bool = True
+    changelog: ChangelogConfig | bool | None = None
 
     def __post_init__(self):
         if not isinstance(self.incremental, bool):
             raise ConfigurationError(f"RocksDBConfig.incremental must be True or False, got "
                                      f"{self.incremental!r}")
+        object.__setattr__(self, "changelog", check_config(self.changelog))
+        if self.changelog is not None and not self.incremental:
+            raise ConfigurationError("RocksDBConfig.changelog needs incremental=True: its "
+                                     "materializations are incremental RocksDB snapshots")
         for name, minimum in (("block_cache_size", 64 * 1024), ("write_buffer_size", 64 * 1024),
                               ("max_write_buffers", 2)):
             value = getattr(self, name)
@@ -895,6 +904,9 @@ class RocksDBKeyedStateBackend:
         self.local_store = local_store
         # Processing time of state TTL (wall clock); injectable for deterministic tests.
         self.ttl_clock: Clock = clock if clock is not None else SystemClock()
+        # Changelog mode: logs every write from here on (wraps `_db` and `_rocksdict`).
+        self.changelog = (KeyedChangelog(self, config.changelog)
+                          if config.changelog is not None else None)
 
     def _ttl_now(self) -> int:
         return clock_millis(self.ttl_clock)
@@ -1092,6 +1104,10 @@ class RocksDBKeyedStateBackend:
         """
         if self._disposed:
             raise StateError(f"operator '{self.operator_uid}': snapshot after dispose")
+        if not full and self.changelog is not None:
+            snapshot = self.changelog.snapshot(checkpoint_id, location)
+            if snapshot is not None:
+                return snapshot
         if not full and self.config.incremental:
             shared = rocksdb_incremental.shared_directory_of(location)
             if shared is not None:
@@ -1133,6 +1149,12 @@ class RocksDBKeyedStateBackend:
         self._uploads.notify_complete(checkpoint_id)
         if self.local_store is not None:
             self.local_store.checkpoint_complete(checkpoint_id)
+        if self.changelog is not None:
+            self.changelog.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if self.changelog is not None:
+            self.changelog.notify_checkpoint_aborted(checkpoint_id)
 
     # -- restore ---------------------------------------------------------------------------
 
@@ -1154,6 +1176,9 @@ class RocksDBKeyedStateBackend:
         else:
             handles = state
             self.is_restored = True
+        if self.changelog is not None:
+            self.changelog.restore(handles, base_location)
+            return
         incremental = [h for h in handles if isinstance(h, IncrementalKeyGroupsStateHandle)]
         if incremental:
             rocksdb_incremental.restore(self, incremental, base_location)
@@ -1249,6 +1274,8 @@ class RocksDBKeyedStateBackend:
         if self._disposed:
             return
         self._disposed = True
+        if self.changelog is not None:
+            self.changelog.dispose()
         self._meta.clear()
         self._current_key = None
         self._current_key_group = None
