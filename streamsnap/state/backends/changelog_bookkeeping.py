@@ -236,7 +236,7 @@ class ChangelogBookkeeping:
         """Its uploads become reusable; its base becomes the base (older segments forgotten).
         Checkpoints cut before it that are still open will never complete: dropped."""
         for older in [c for c in self._records if c < checkpoint_id]:
-            self._forget(older)
+            self._forget(older, aborted=False)
         record = self._records.pop(checkpoint_id, None)
         if record is None:
             return
@@ -258,11 +258,14 @@ class ChangelogBookkeeping:
                 del self._segments[seq]
 
     def checkpoint_aborted(self, checkpoint_id: int) -> None:
-        """Its uploads may be deleted: never reused. A candidate it was the first to reference
-        may be gone with it: dropped, and a new materialization is due."""
-        self._forget(checkpoint_id)
+        """Its uploads may be deleted: never reused. The not yet confirmed materialization it
+        referenced may be gone with it (the coordinator deletes what only the aborted checkpoint
+        registered): dropped, and a new one is due. Dropping it also when another checkpoint
+        registered it first costs a materialization, never a loop of checkpoints reusing
+        deleted files."""
+        self._forget(checkpoint_id, aborted=True)
 
-    def _forget(self, checkpoint_id: int) -> None:
+    def _forget(self, checkpoint_id: int, aborted: bool) -> None:
         record = self._records.pop(checkpoint_id, None)
         if record is None:
             return
@@ -271,7 +274,7 @@ class ChangelogBookkeeping:
             if segment is not None:
                 segment.pending.pop(checkpoint_id, None)
         m = record.materialization
-        if m is None or not record.materialization_new:
+        if not aborted or m is None:
             return
         if self._running.pop(m.id, None) is not None or self._candidate is m:
             if self._candidate is m:

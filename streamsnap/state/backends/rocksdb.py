@@ -56,7 +56,10 @@ rescale the same way (a restoring subtask reads only its key groups of each hand
 Incremental checkpoints (`RocksDBConfig.incremental`, the default) are the other snapshot
 strategy, in `rocksdb_incremental`: a native RocksDB checkpoint (hard links) whose new SST files
 are uploaded to the job's `shared/` directory and reference-counted by the coordinator's
-SharedStateRegistry; savepoints stay full and canonical (this format).
+SharedStateRegistry; savepoints stay full and canonical (this format). With
+`RocksDBConfig(changelog=...)` checkpoints upload a log of the writes instead and RocksDB is
+materialized in the background (`changelog`: hooks in `__init__`, `snapshot`, `restore`, the
+notifications and `dispose`; writes are logged by wrapping `_db` and `_rocksdict`).
 
 TTL states (`streamsnap.state.ttl`, classes in `rocksdb_ttl`) store each entry — value,
 list element, map value — as the canonical TTL wire element ``[timestamp, element]`` with a
