@@ -46,6 +46,7 @@ from streamsnap.checkpoint.handles import ChangelogStateHandle
 from streamsnap.checkpoint.listing import list_checkpoints
 from streamsnap.checkpoint.metadata import read_metadata
 from streamsnap.connectors.sources import Generator, GeneratorReader
+from streamsnap.errors import RestoreError
 
 PARALLELISM = 2
 _STRIDE = 7919  # prime: consecutive steady-phase rows hit keys far apart (distinct key groups)
@@ -106,7 +107,8 @@ def _steady_since(marker_dir: str) -> float | None:
 
 
 def _new_materializations(summary) -> set[int]:
-    """Ids of the materializations a changelog checkpoint references for the first time."""
+    """Ids of the materializations a changelog checkpoint references for the first time (read
+    as soon as it completed: with num_retained=1 the next completion deletes it)."""
     metadata = read_metadata(summary.path.rstrip("/") + "/_metadata")
     return {h.materialization_id for op in metadata.operators.values() for s in op.subtask_states.values()
             for h in s.keyed if isinstance(h, ChangelogStateHandle) and h.materialization_new
@@ -130,6 +132,7 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         .sink_to(ss.sinks.Discard(), name="sink", uid="sink"))
     client = env.execute_async(f"large state K={keys} on {state_backend}")
     seen: dict[int, object] = {}
+    materializing: dict[int, set[int]] = {}   # checkpoint -> new materializations it references
     deadline = time.monotonic() + timeout
     loaded_at = None
 
@@ -137,19 +140,20 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         for summary in list_checkpoints(os.path.join(directory, "ckpt")):
             if summary.is_completed and summary.checkpoint_id not in seen:
                 seen[summary.checkpoint_id] = summary
-
-    materializing: dict[int, set[int]] = {}
+                if settle:
+                    try:
+                        materializing[summary.checkpoint_id] = _new_materializations(summary)
+                    except RestoreError:        # subsumed meanwhile: nothing to learn from it
+                        materializing[summary.checkpoint_id] = set()
 
     def steady():
         # Checkpoints triggered after the load ended, except the first (it uploads the load).
         after = [s for i, s in sorted(seen.items()) if loaded_at is not None and s.triggered_at > loaded_at]
         if not settle or not after:
             return after[1:]
-        for s in after:
-            if s.checkpoint_id not in materializing:
-                materializing[s.checkpoint_id] = _new_materializations(s)
         first = after[0].checkpoint_id
-        settled = next((i for i, s in enumerate(after) if any(m >= first for m in materializing[s.checkpoint_id])),
+        settled = next((i for i, s in enumerate(after)
+                        if any(m >= first for m in materializing.get(s.checkpoint_id, ()))),
                        None)
         return [] if settled is None else after[settled + 1:]
 
