@@ -17,6 +17,13 @@ Figures, per backend:
   the total over the measured ones (RocksDB's compactions rewrite files every few flushes, so
   its uploads alternate between small and large) — steady-phase checkpoints only, the first one
   after the load (it uploads the loaded state) excluded;
+* changelog mode (`RocksDBConfig(changelog=...)`, `settle=True`): the load ends up in log
+  segments and materializations; the measured window starts after the first checkpoint that
+  references a materialization taken after the load (the load's own upload, as the first
+  checkpoint after the load is for the other backends). A longer window then holds the
+  periodic materializations too, so the mean written share is the amortized one (log segments
+  + materializations); `materialized` counts the checkpoints in the window that referenced a
+  new materialization;
 * recovery: one `sum` subtask SIGKILLed in the steady phase; the full restart restores all K
   keys; seconds from the kill to the first row at the sink after the restore (the JobMaster's
   recovery log), and from the kill to RUNNING. With `local_recovery=True` (passed through to
@@ -35,8 +42,11 @@ import numpy as np
 
 import streamsnap as ss
 from benchmarks import workloads
+from streamsnap.checkpoint.handles import ChangelogStateHandle
 from streamsnap.checkpoint.listing import list_checkpoints
+from streamsnap.checkpoint.metadata import read_metadata
 from streamsnap.connectors.sources import Generator, GeneratorReader
+from streamsnap.errors import RestoreError
 
 PARALLELISM = 2
 _STRIDE = 7919  # prime: consecutive steady-phase rows hit keys far apart (distinct key groups)
@@ -96,8 +106,18 @@ def _steady_since(marker_dir: str) -> float | None:
     return max(stamps) if len(stamps) >= PARALLELISM else None
 
 
+def _new_materializations(summary) -> set[int]:
+    """Ids of the materializations a changelog checkpoint references for the first time (read
+    as soon as it completed: with num_retained=1 the next completion deletes it)."""
+    metadata = read_metadata(summary.path.rstrip("/") + "/_metadata")
+    return {h.materialization_id for op in metadata.operators.values() for s in op.subtask_states.values()
+            for h in s.keyed if isinstance(h, ChangelogStateHandle) and h.materialization_new
+            and h.materialization is not None}
+
+
 def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, changed: float = 0.01,
-                interval: float = 1.0, timeout: float = 900.0, unaligned: bool = False, **env_options) -> dict:
+                interval: float = 1.0, timeout: float = 900.0, unaligned: bool = False, label: str | None = None,
+                settle: bool = False, **env_options) -> dict:
     """Run the two-phase job on `state_backend`; see the module docstring for the figures."""
     directory = workloads._checkpoint_dir("state-")
     markers = tempfile.mkdtemp(prefix="markers-", dir=directory)
@@ -112,6 +132,7 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         .sink_to(ss.sinks.Discard(), name="sink", uid="sink"))
     client = env.execute_async(f"large state K={keys} on {state_backend}")
     seen: dict[int, object] = {}
+    materializing: dict[int, set[int]] = {}   # checkpoint -> new materializations it references
     deadline = time.monotonic() + timeout
     loaded_at = None
 
@@ -119,11 +140,22 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         for summary in list_checkpoints(os.path.join(directory, "ckpt")):
             if summary.is_completed and summary.checkpoint_id not in seen:
                 seen[summary.checkpoint_id] = summary
+                if settle:
+                    try:
+                        materializing[summary.checkpoint_id] = _new_materializations(summary)
+                    except RestoreError:        # subsumed meanwhile: nothing to learn from it
+                        materializing[summary.checkpoint_id] = set()
 
     def steady():
         # Checkpoints triggered after the load ended, except the first (it uploads the load).
         after = [s for i, s in sorted(seen.items()) if loaded_at is not None and s.triggered_at > loaded_at]
-        return after[1:]
+        if not settle or not after:
+            return after[1:]
+        first = after[0].checkpoint_id
+        settled = next((i for i, s in enumerate(after)
+                        if any(m >= first for m in materializing.get(s.checkpoint_id, ()))),
+                       None)
+        return [] if settled is None else after[settled + 1:]
 
     try:
         while len(steady()) < steady_checkpoints:
@@ -157,7 +189,9 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
     full = [s.state_size for s in measured]
     written = [s.incremental_size if s.incremental_size is not None else s.state_size for s in measured]
     return {
-        "keys": keys, "backend": str(state_backend), "changed_per_interval": changed, "checkpoints": len(measured),
+        "keys": keys, "backend": label or str(state_backend), "changed_per_interval": changed,
+        "checkpoints": len(measured),
+        "materialized": sum(1 for s in measured if materializing.get(s.checkpoint_id)),
         "p50": float(np.percentile(durations, 50)), "p99": float(np.percentile(durations, 99)),
         "sync_max": max((sub.sync_duration for s in measured if s.checkpoint_id in stats
                          for sub in stats[s.checkpoint_id].subtasks), default=float("nan")),

@@ -10,7 +10,7 @@ savepoints and two-phase-commit sinks.
     result = env.execute("word count")
 """
 
-from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy, RocksDBConfig
+from streamsnap.api.config import ChangelogConfig, CheckpointConfig, NetworkConfig, RestartStrategy, RocksDBConfig
 from streamsnap.api.datastream import DataStream, KeyedStream
 from streamsnap.api.environment import StreamEnvironment
 from streamsnap.api.functions import (
@@ -41,7 +41,7 @@ from streamsnap.state.ttl import StateTtlConfig, TtlStateVisibility, TtlUpdateTy
 __version__ = "0.1.0"
 
 __all__ = [
-    "StreamEnvironment", "DataStream", "KeyedStream", "CheckpointConfig", "RestartStrategy", "NetworkConfig", "RocksDBConfig",
+    "StreamEnvironment", "DataStream", "KeyedStream", "CheckpointConfig", "RestartStrategy", "NetworkConfig", "RocksDBConfig", "ChangelogConfig",
     "KeyedProcessFunction", "KeyedBatchFunction", "BatchKeys", "group_cumsum", "Function", "Context", "RuntimeContext", "CheckpointedFunction",
     "CheckpointListener", "FunctionInitializationContext", "FunctionSnapshotContext",
     "ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",

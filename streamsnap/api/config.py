@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from streamsnap.errors import ConfigurationError
+from streamsnap.state.backends.changelog import ChangelogConfig
 from streamsnap.state.backends.rocksdb import RocksDBConfig
 
 CHECKPOINT_MODES = ("exactly_once", "at_least_once")
@@ -192,5 +193,5 @@ def validate_state_backend(value) -> "str | RocksDBConfig":
     return RocksDBConfig() if value == "rocksdb" else value
 
 
-__all__ = ["CheckpointConfig", "RestartStrategy", "NetworkConfig", "RocksDBConfig",
+__all__ = ["CheckpointConfig", "RestartStrategy", "NetworkConfig", "RocksDBConfig", "ChangelogConfig",
            "validate_state_backend", "CHECKPOINT_MODES", "RETENTION_POLICIES", "STATE_BACKENDS"]

@@ -55,7 +55,8 @@ class StreamEnvironment:
     checkpointing: a CheckpointConfig, or None for no checkpoints (and no exactly-once).
     state_backend: "hashmap" (keyed state on the heap), "rocksdb" (keyed state in an embedded
       RocksDB per subtask, needs the rocksdict package), or a RocksDBConfig to size the RocksDB
-      backend's memory (block cache, write buffers) and choose its local directory.
+      backend's memory (block cache, write buffers), choose its local directory, and turn on
+      changelog checkpoints (`RocksDBConfig(changelog=True)` or a ChangelogConfig).
     restart: what to do when a task fails; default: no restarts without checkpointing,
       RestartStrategy.fixed_delay(3, 1.0) with it.
     spark: a SparkSession; None uses the active one or starts an embedded local[N] session.
@@ -109,6 +110,10 @@ class StreamEnvironment:
         if state_backend != "hashmap":
             from streamsnap.state.backends.rocksdb import import_rocksdict
             import_rocksdict()      # fail here, on the driver, not later inside a Spark task
+            if state_backend.changelog is not None and self.local_recovery:
+                raise ConfigurationError(
+                    "RocksDBConfig(changelog=...) does not support local_recovery=True yet; turn one of "
+                    "them off")
         if restart is not None and not isinstance(restart, RestartStrategy):
             raise ConfigurationError(f"StreamEnvironment.restart must be a RestartStrategy, got {restart!r}")
         if network is not None and not isinstance(network, NetworkConfig):

@@ -30,7 +30,8 @@ from streamsnap.checkpoint.failure_manager import CheckpointFailureManager
 from streamsnap.checkpoint.id_counter import CheckpointIdCounter
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
 from streamsnap.checkpoint.io import CheckpointIO, InlineIO
-from streamsnap.checkpoint.metadata import missing_incremental_files, read_metadata, write_metadata
+from streamsnap.checkpoint.metadata import (damaged_changelog_segments, missing_incremental_files, read_metadata,
+                                            write_metadata)
 from streamsnap.checkpoint.pending import OperatorInfo, PendingCheckpoint, discard_subtask_state
 from streamsnap.checkpoint.reasons import AcknowledgeResult, CheckpointException, CheckpointFailureReason as R
 from streamsnap.checkpoint.request_decider import (DEFAULT_MAX_QUEUED, CheckpointRequestDecider,
@@ -761,8 +762,9 @@ class CheckpointCoordinator:
 
 
 def _read_completed(location: CheckpointStorageLocation, checkpoint_id: int):
-    """Read a retained checkpoint back; a missing file of one of its incremental snapshots
-    makes it unreadable like a damaged `_metadata` (the same fallback rules apply)."""
+    """Read a retained checkpoint back; a missing file of one of its incremental or changelog
+    snapshots, or a damaged changelog segment, makes it unreadable like a damaged `_metadata`
+    (the same fallback rules apply)."""
     metadata = read_metadata(location.metadata_url)
     if metadata.checkpoint_id != checkpoint_id:
         raise RestoreError(f"{location.metadata_url} holds checkpoint {metadata.checkpoint_id}, expected {checkpoint_id}")
@@ -771,6 +773,10 @@ def _read_completed(location: CheckpointStorageLocation, checkpoint_id: int):
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise RestoreError(f"checkpoint {checkpoint_id} at {location.url} references the incremental state file "
                            f"{missing[0]}{more}, which is missing (deleted from the shared directory?)")
+    damaged = damaged_changelog_segments(metadata, location.url)
+    if damaged:
+        more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
+        raise RestoreError(f"checkpoint {checkpoint_id} at {location.url}: {damaged[0]}{more}")
     return metadata
 
 

@@ -146,13 +146,122 @@ class IncrementalKeyGroupsStateHandle:
                    tuple(str(checksum) for _, _, _, checksum in shared))
 
 
-KeyedStateHandle = KeyGroupsStateHandle | IncrementalKeyGroupsStateHandle
+@dataclass(frozen=True)
+class ChangelogSegmentHandle:
+    """One uploaded segment of a keyed backend's changelog (`state.backends.changelog`): the
+    writes between two cuts, per key group, in the job's `shared/` directory.
+    `checksum` is the file's xxh64 (hex)."""
+
+    seq: int
+    file: FileHandle
+    checksum: str
+
+    def to_wire(self) -> list:
+        return [self.seq, self.file.to_wire(), self.checksum]
+
+    @classmethod
+    def from_wire(cls, data: list) -> "ChangelogSegmentHandle":
+        seq, file, checksum = data
+        return cls(int(seq), FileHandle.from_wire(file), str(checksum))
+
+
+@dataclass(frozen=True)
+class ChangelogStateHandle:
+    """Keyed state of one subtask in changelog mode: the materialization (an incremental RocksDB
+    snapshot whose files, bundle included, all live in `shared/`; None: the empty state) that
+    holds the log up to segment `materialized_upto`, and the log segments after it, in order.
+
+    `file` is the checkpoint's private manifest (it names the same materialization and
+    segments; restore checks they agree). `materialization_new`: this is the first checkpoint
+    to reference the materialization (its files count as written by it); `new_segments[i]`:
+    this checkpoint uploaded `segments[i]` (False: reused, so it must still be registered when
+    this one is acknowledged). Only the RocksDB backend restores these handles.
+    """
+
+    file: FileHandle
+    key_group_start: int
+    key_group_end: int  # inclusive
+    checkpoint_id: int
+    materialization_id: int
+    materialized_upto: int
+    materialization: IncrementalKeyGroupsStateHandle | None
+    materialization_new: bool
+    segments: tuple[ChangelogSegmentHandle, ...] = ()
+    new_segments: tuple[bool, ...] = ()
+
+    def __post_init__(self):
+        if len(self.segments) != len(self.new_segments):
+            raise ValueError(f"changelog handle of checkpoint {self.checkpoint_id}: "
+                             f"{len(self.segments)} segments and {len(self.new_segments)} new flags")
+
+    @property
+    def offsets(self) -> dict[int, tuple[int, int]]:
+        return {}
+
+    def _materialization_files(self) -> tuple[FileHandle, ...]:
+        m = self.materialization
+        return () if m is None else (m.file, *m.shared_files)
+
+    @property
+    def shared_files(self) -> tuple[FileHandle, ...]:
+        """Every file in `shared/` it consists of: the materialization's and the segments'."""
+        return (*self._materialization_files(), *(s.file for s in self.segments))
+
+    @property
+    def size(self) -> int:
+        return self.file.size + sum(f.size for f in self.shared_files)
+
+    @property
+    def incremental_size(self) -> int:
+        """Bytes written for this checkpoint: the manifest, the new segments, and the
+        materialization's new files when this is the first checkpoint referencing it."""
+        m = self.materialization
+        materialized = 0 if m is None or not self.materialization_new else m.incremental_size
+        return (self.file.size + materialized
+                + sum(s.file.size for s, new in zip(self.segments, self.new_segments) if new))
+
+    def reused_files(self) -> tuple[FileHandle, ...]:
+        reused = [] if self.materialization_new else list(self._materialization_files())
+        if self.materialization is not None and self.materialization_new:
+            reused += self.materialization.reused_files()
+        return (*reused, *(s.file for s, new in zip(self.segments, self.new_segments) if not new))
+
+    def to_wire(self) -> dict:
+        return {
+            "type": "changelog",
+            "file": self.file.to_wire(),
+            "key_groups": [self.key_group_start, self.key_group_end],
+            "checkpoint_id": self.checkpoint_id,
+            "materialization": [self.materialization_id, self.materialized_upto,
+                                None if self.materialization is None else self.materialization.to_wire(),
+                                self.materialization_new],
+            "segments": [[*s.to_wire(), bool(new)] for s, new in zip(self.segments, self.new_segments)],
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict) -> "ChangelogStateHandle":
+        start, end = data["key_groups"]
+        mid, upto, materialization, new = data["materialization"]
+        segments = data.get("segments", ())
+        return cls(FileHandle.from_wire(data["file"]), int(start), int(end), int(data["checkpoint_id"]),
+                   int(mid), int(upto),
+                   None if materialization is None else IncrementalKeyGroupsStateHandle.from_wire(materialization),
+                   bool(new), tuple(ChangelogSegmentHandle.from_wire(s[:3]) for s in segments),
+                   tuple(bool(s[3]) for s in segments))
+
+
+KeyedStateHandle = KeyGroupsStateHandle | IncrementalKeyGroupsStateHandle | ChangelogStateHandle
+# Handles whose shared files are checked for existence before a restore, and whose reused
+# files must still be registered when acknowledged.
+SHARED_STATE_HANDLES = (IncrementalKeyGroupsStateHandle, ChangelogStateHandle)
 
 
 def keyed_handle_from_wire(data: dict) -> KeyedStateHandle:
-    """A keyed state handle from its wire form (full or incremental)."""
+    """A keyed state handle from its wire form (full, incremental or changelog)."""
     if data.get("type") == "incremental":
         return IncrementalKeyGroupsStateHandle.from_wire(data)
+    if data.get("type") == "changelog":
+        return ChangelogStateHandle.from_wire(data)
     return KeyGroupsStateHandle.from_wire(data)
 
 

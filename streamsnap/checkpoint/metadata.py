@@ -22,7 +22,9 @@ from types import MappingProxyType
 from typing import Mapping
 
 from streamsnap.checkpoint import filesystem
-from streamsnap.checkpoint.handles import IncrementalKeyGroupsStateHandle, OperatorSubtaskState
+import xxhash
+
+from streamsnap.checkpoint.handles import SHARED_STATE_HANDLES, ChangelogStateHandle, OperatorSubtaskState
 from streamsnap.checkpoint.storage import METADATA_FILE_NAME
 from streamsnap.errors import RestoreError
 from streamsnap.runtime.events import CheckpointType
@@ -136,13 +138,38 @@ def missing_incremental_files(metadata: CheckpointMetadata, base_url: str) -> li
     for op in metadata.operators.values():
         for state in op.subtask_states.values():
             for handle in state.keyed:
-                if not isinstance(handle, IncrementalKeyGroupsStateHandle):
+                if not isinstance(handle, SHARED_STATE_HANDLES):
                     continue
                 for f in (handle.file, *handle.shared_files):
                     url = filesystem.join(base_url, f.path)
                     if not filesystem.exists(url):
                         missing.append(url)
     return missing
+
+
+def damaged_changelog_segments(metadata: CheckpointMetadata, base_url: str) -> list[str]:
+    """What is wrong with the changelog segments of `metadata` that exist: a size or checksum
+    that is not the recorded one. Segments are small (the changes since a materialization) and
+    a damaged one would lose those changes, so restore reads and checks them up front, to fall
+    back as for a damaged `_metadata`."""
+    problems = []
+    for op in metadata.operators.values():
+        for state in op.subtask_states.values():
+            for handle in state.keyed:
+                if not isinstance(handle, ChangelogStateHandle):
+                    continue
+                for segment in handle.segments:
+                    url = filesystem.join(base_url, segment.file.path)
+                    try:
+                        data = filesystem.read_bytes(url)
+                    except FileNotFoundError:
+                        continue           # reported by missing_incremental_files
+                    if len(data) != segment.file.size:
+                        problems.append(f"the changelog segment {url} has {len(data)} bytes, the checkpoint "
+                                        f"recorded {segment.file.size} (truncated or replaced)")
+                    elif xxhash.xxh64(data).hexdigest() != segment.checksum:
+                        problems.append(f"the changelog segment {url} is corrupt (checksum mismatch)")
+    return problems
 
 
 def encode_metadata(metadata: CheckpointMetadata) -> bytes:
@@ -210,4 +237,5 @@ def read_metadata(url: str) -> CheckpointMetadata:
 
 
 __all__ = ["OperatorState", "CheckpointMetadata", "write_metadata", "read_metadata",
-           "encode_metadata", "decode_metadata", "state_file_urls", "missing_incremental_files", "FORMAT_VERSION", "METADATA_FILE_NAME"]
+           "encode_metadata", "decode_metadata", "state_file_urls", "missing_incremental_files",
+           "damaged_changelog_segments", "FORMAT_VERSION", "METADATA_FILE_NAME"]

@@ -16,8 +16,8 @@ from typing import Callable, Iterable, Mapping
 
 from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.completed import CheckpointProperties, CompletedCheckpoint
-from streamsnap.checkpoint.handles import (FileHandle, IncrementalKeyGroupsStateHandle, OperatorSubtaskState,
-                                           TaskStateSnapshot)
+from streamsnap.checkpoint.handles import (SHARED_STATE_HANDLES, ChangelogStateHandle, FileHandle,
+                                           OperatorSubtaskState, TaskStateSnapshot)
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, CheckpointMetrics
 from streamsnap.checkpoint.metadata import CheckpointMetadata, OperatorState, state_file_urls, write_metadata
 from streamsnap.checkpoint.reasons import AcknowledgeResult, CheckpointFailureReason
@@ -193,7 +193,7 @@ class PendingCheckpoint:
                 continue
             urls += state_file_urls(state, base)[1]
             for handle in state.keyed:
-                if not isinstance(handle, IncrementalKeyGroupsStateHandle):
+                if not isinstance(handle, SHARED_STATE_HANDLES):
                     continue
                 for f in handle.reused_files():
                     url = filesystem.join(base, f.path)
@@ -213,9 +213,13 @@ class PendingCheckpoint:
             relative = filesystem.relative_to(f.path, base)
             return replace(f, path=relative) if "://" not in relative else f
 
+        def rel_keyed(h):
+            if isinstance(h, ChangelogStateHandle):    # its shared files are relative already
+                return replace(h, file=rel(h.file))
+            return replace(h, file=rel(h.file), shared_files=tuple(rel(s) for s in h.shared_files))
+
         return {uid: OperatorSubtaskState(
-                    tuple(replace(h, file=rel(h.file), shared_files=tuple(rel(s) for s in h.shared_files))
-                          for h in state.keyed),
+                    tuple(rel_keyed(h) for h in state.keyed),
                     tuple(replace(h, file=rel(h.file)) for h in state.operator),
                     tuple(rel(f) for f in state.channel))
                 for uid, state in snapshot.items()}

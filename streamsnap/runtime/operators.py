@@ -259,6 +259,8 @@ class StreamOperator:
             _call_hook(self.function, "notify_checkpoint_complete", checkpoint_id)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if self.keyed_backend is not None and hasattr(self.keyed_backend, "notify_checkpoint_aborted"):
+            self.keyed_backend.notify_checkpoint_aborted(checkpoint_id)
         if self.function is not None:
             _call_hook(self.function, "notify_checkpoint_aborted", checkpoint_id)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import defaultdict
 
 import pytest
@@ -53,12 +54,16 @@ def expected_rows(n: int) -> set[tuple]:
     return rows
 
 
-@pytest.mark.parametrize("incremental", [True, False], ids=["incremental", "full"])
-def test_rocksdb_job_survives_a_sigkill_with_exact_output(spark, tmp_path, incremental):
+@pytest.mark.parametrize("mode", ["incremental", "full", "changelog"])
+def test_rocksdb_job_survives_a_sigkill_with_exact_output(spark, tmp_path, mode):
     local = tmp_path / "rocksdb"
     config = ss.CheckpointConfig(interval=0.5, directory=str(tmp_path / "ckpt"))
+    incremental = mode != "full"
+    # Changelog: a materialization every second, so the restore has a materialization and
+    # segments after it.
+    changelog = ss.ChangelogConfig(materialization_interval=1.0) if mode == "changelog" else None
     backend = RocksDBConfig(block_cache_size=8 << 20, write_buffer_size=1 << 20,
-                            local_dir=str(local), incremental=incremental)
+                            local_dir=str(local), incremental=incremental, changelog=changelog)
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                state_backend=backend,
                                restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.1))
@@ -70,8 +75,17 @@ def test_rocksdb_job_survives_a_sigkill_with_exact_output(spark, tmp_path, incre
     wait_completed(client, 2, timeout=30)
     assert any(p.name.startswith("streamsnap-rocksdb-") for p in local.iterdir())
     shared = tmp_path / "ckpt" / client.job_id / "shared"
-    # Incremental checkpoints put SST files into the job's shared directory; full ones do not.
-    assert any(p.suffix == ".sst" for p in shared.iterdir()) == incremental
+    # Incremental checkpoints put SST files into the job's shared directory; full ones do not;
+    # changelog ones put log segments there (and SST files once a materialization ran).
+    if mode != "changelog":
+        assert any(p.suffix == ".sst" for p in shared.iterdir()) == incremental
+    else:
+        assert any("-changelog-" in p.name for p in shared.iterdir())
+        deadline = time.monotonic() + 20
+        while not any(p.suffix == ".sst" for p in shared.iterdir()):   # a materialization ran
+            assert time.monotonic() < deadline, "no materialization within 20 s"
+            time.sleep(0.05)
+        wait_completed(client, client.checkpoint_stats().counts.completed + 2, timeout=30)
     victim = next(s for s in client.subtasks() if "sum" in s.vertex)
     os.kill(victim.pid, signal.SIGKILL)
     result = client.wait(120)

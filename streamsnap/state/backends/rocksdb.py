@@ -69,7 +69,10 @@ rescale the same way (a restoring subtask reads only its key groups of each hand
 Incremental checkpoints (`RocksDBConfig.incremental`, the default) are the other snapshot
 strategy, in `rocksdb_incremental`: a native RocksDB checkpoint (hard links) whose new SST files
 are uploaded to the job's `shared/` directory and reference-counted by the coordinator's
-SharedStateRegistry; savepoints stay full and canonical (this format).
+SharedStateRegistry; savepoints stay full and canonical (this format). With
+`RocksDBConfig(changelog=...)` checkpoints upload a log of the writes instead and RocksDB is
+materialized in the background (`changelog`: hooks in `__init__`, `snapshot`, `restore`, the
+notifications and `dispose`; writes are logged by wrapping `_db` and `_rocksdict`).
 
 TTL states (`streamsnap.state.ttl`, classes in `rocksdb_ttl`) store each entry — value,
 list element, map value — as the canonical TTL wire element ``[timestamp, element]`` with a
@@ -115,6 +118,7 @@ from streamsnap.state.serialization import (Serializer, key_error, unpack_keys, 
                                             value_default, value_error)
 from streamsnap.state.backends import rocksdb_incremental
 from streamsnap.state.backends.write_cache import ABSENT, UNDECODED, WriteCache
+from streamsnap.state.backends.changelog import ChangelogConfig, KeyedChangelog, check_config
 from streamsnap.state import local_recovery
 from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
@@ -151,6 +155,9 @@ class RocksDBConfig:
       objects, counted approximately: see `write_cache`); hot keys' reads and writes stay in it
       and reach RocksDB in one write batch when it overflows and at every snapshot. 0: no
       cache, every write goes to RocksDB at once.
+    changelog: True or a `ChangelogConfig`: every state write is also logged, a checkpoint
+      uploads only the log since the last one, RocksDB is materialized in the background
+      (`streamsnap.state.backends.changelog`); needs incremental=True.
     """
 
     block_cache_size: int = 64 * MIB
@@ -159,11 +166,16 @@ class RocksDBConfig:
     local_dir: str | None = None
     incremental: bool = True
     write_cache_size: int = 16 * MIB
+    changelog: ChangelogConfig | bool | None = None
 
     def __post_init__(self):
         if not isinstance(self.incremental, bool):
             raise ConfigurationError(f"RocksDBConfig.incremental must be True or False, got "
                                      f"{self.incremental!r}")
+        object.__setattr__(self, "changelog", check_config(self.changelog))
+        if self.changelog is not None and not self.incremental:
+            raise ConfigurationError("RocksDBConfig.changelog needs incremental=True: its "
+                                     "materializations are incremental RocksDB snapshots")
         for name, minimum in (("block_cache_size", 64 * 1024), ("write_buffer_size", 64 * 1024),
                               ("max_write_buffers", 2)):
             value = getattr(self, name)
@@ -991,6 +1003,9 @@ class RocksDBKeyedStateBackend:
         self.local_store = local_store
         # Processing time of state TTL (wall clock); injectable for deterministic tests.
         self.ttl_clock: Clock = clock if clock is not None else SystemClock()
+        # Changelog mode: logs every write from here on (wraps `_db` and `_rocksdict`).
+        self.changelog = (KeyedChangelog(self, config.changelog)
+                          if config.changelog is not None else None)
 
     def _ttl_now(self) -> int:
         return clock_millis(self.ttl_clock)
@@ -1268,6 +1283,10 @@ class RocksDBKeyedStateBackend:
         if self._disposed:
             raise StateError(f"operator '{self.operator_uid}': snapshot after dispose")
         self._cache.flush()
+        if not full and self.changelog is not None:
+            snapshot = self.changelog.snapshot(checkpoint_id, location)
+            if snapshot is not None:
+                return snapshot
         if not full and self.config.incremental:
             shared = rocksdb_incremental.shared_directory_of(location)
             if shared is not None:
@@ -1309,6 +1328,12 @@ class RocksDBKeyedStateBackend:
         self._uploads.notify_complete(checkpoint_id)
         if self.local_store is not None:
             self.local_store.checkpoint_complete(checkpoint_id)
+        if self.changelog is not None:
+            self.changelog.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if self.changelog is not None:
+            self.changelog.notify_checkpoint_aborted(checkpoint_id)
 
     # -- restore ---------------------------------------------------------------------------
 
@@ -1333,6 +1358,9 @@ class RocksDBKeyedStateBackend:
         else:
             handles = state
             self.is_restored = True
+        if self.changelog is not None:
+            self.changelog.restore(handles, base_location)
+            return
         incremental = [h for h in handles if isinstance(h, IncrementalKeyGroupsStateHandle)]
         if incremental:
             rocksdb_incremental.restore(self, incremental, base_location)
@@ -1428,6 +1456,8 @@ class RocksDBKeyedStateBackend:
         if self._disposed:
             return
         self._disposed = True
+        if self.changelog is not None:
+            self.changelog.dispose()
         self._meta.clear()
         self._cache.clear()          # the database is deleted: nothing to flush
         self._current_key = None

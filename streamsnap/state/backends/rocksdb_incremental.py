@@ -145,9 +145,12 @@ class UploadTracker:
 
 
 def take_snapshot(backend: "RocksDBKeyedStateBackend", checkpoint_id: int, location: str,
-                  shared_directory: str) -> "IncrementalSnapshot | None":
+                  shared_directory: str, reusable: dict[str, Upload] | None = None
+                  ) -> "IncrementalSnapshot | None":
     """Synchronous part: a native RocksDB checkpoint into a local directory (flush + hard
-    links). None when the database is empty (the caller returns an empty snapshot)."""
+    links). None when the database is empty (the caller returns an empty snapshot).
+    `reusable`: the uploads it may reference again (default: those of the last checkpoint
+    confirmed to the backend; the changelog passes its materialization's)."""
     iterator = backend._db.iter()
     iterator.seek_to_first()
     if not iterator.valid():
@@ -163,7 +166,7 @@ def take_snapshot(backend: "RocksDBKeyedStateBackend", checkpoint_id: int, locat
         raise
     states = {m.sid: (m.name, m.kind, m.tag) for m in backend._meta.values()}
     return IncrementalSnapshot(backend, token, checkpoint_id, location, local, shared_directory,
-                               states, backend._uploads.reusable())
+                               states, backend._uploads.reusable() if reusable is None else reusable)
 
 
 def _upload(path: str, url: str) -> str:
