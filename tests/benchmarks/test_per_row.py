@@ -38,7 +38,8 @@ def test_word_count_counts_every_word(spark):
 def test_measure_reports_both_pipelines_per_parallelism(spark):
     results = per_row.measure(spark, 4_000, 1_000, k=10, runs=1, parallelisms=(2,), checkpoint_interval=None,
                               bytewax=False)
-    assert set(results) == {"w1_row_readme_p2", "word_count_p2", "w1_row_readme_rocksdb_p2"}
+    assert set(results) == {"w1_row_readme_p2", "word_count_p2", "w1_row_readme_rocksdb_p2",
+                            "w1_row_readme_rocksdb_no_write_cache_p2"}
     assert results["w1_row_readme_p2"]["events_per_second"] > 0
     assert results["w1_row_readme_rocksdb_p2"]["events_per_second"] > 0
     assert results["word_count_p2"]["words_per_second"] > 0

@@ -22,17 +22,19 @@ def test_a_dataframe_source_is_exactly_once_across_a_sigkill(spark, tmp_path):
 
 class SlowerSum(SlowRunningSum):
     def process_element(self, row, ctx):
-        time.sleep(0.001)   # 6000 rows: ~3 s of work per subtask, so the stop comes mid-input
+        time.sleep(0.0005)  # 12 000 rows: ~3 s of work per subtask, so the stop comes mid-input
         yield from super().process_element(row, ctx)
 
 
 def test_a_job_restored_from_a_savepoint_continues_the_same_copy_at_another_parallelism(spark, tmp_path):
-    n = 6000
+    n = 12_000
     df = spark.range(0, n, 1, 6).selectExpr("id % 11 as key", "1 as value", "id as i")
     checkpoints = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt"))
 
     def job(parallelism):
-        env = ss.StreamEnvironment(parallelism=parallelism, spark=spark, checkpointing=checkpoints)
+        # Small network buffers: the savepoint's barrier must not queue behind the whole input.
+        env = ss.StreamEnvironment(parallelism=parallelism, spark=spark, checkpointing=checkpoints,
+                                   network=ss.NetworkConfig(batch_size=256, credits=1, output_queue_frames=1))
         (env.from_dataframe(df, name="frame", uid="frame", batch_size=256)
             .key_by("key").process(SlowerSum(), uid="sum").sink_to(ss.sinks.Collect()))
         return env
