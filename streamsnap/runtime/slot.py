@@ -34,21 +34,21 @@ def run_slot(deployment: Deployment, slot_index: int, host: str | None = None) -
     first, *others = deployment.slots[slot_index]
     context = multiprocessing.get_context("fork")
     children = []
-    # Fork before this process starts any thread of its own (the task's network and
-    # checkpoint threads), so no child inherits a lock held by a thread it does not have.
-    for task_index in others:
-        receiver, sender = context.Pipe(duplex=False)
-        child = context.Process(target=_run_child, args=(deployment, task_index, host, sender, os.getpid()),
-                                name=f"streamsnap-subtask-{task_index}", daemon=False)
-        child.start()
-        sender.close()
-        children.append((task_index, child, receiver))
     try:
+        # Fork before this process starts any thread of its own (the task's network and
+        # checkpoint threads), so no child inherits a lock held by a thread it does not have.
+        for task_index in others:
+            receiver, sender = context.Pipe(duplex=False)
+            child = context.Process(target=_run_child, args=(deployment, task_index, host, sender, os.getpid()),
+                                    name=f"streamsnap-subtask-{task_index}", daemon=False)
+            child.start()
+            sender.close()
+            children.append((task_index, child, receiver))
         outcomes = [run_task(deployment, first, host)]
         for task_index, child, receiver in children:
             outcomes.append(_child_outcome(deployment, task_index, child, receiver))
     except BaseException:
-        # The slot is going away (Spark interrupted it): its subtasks go with it.
+        # The slot is going away (Spark interrupted it, or a fork failed): its subtasks go with it.
         for _, child, _ in children:
             if child.is_alive():
                 child.kill()
