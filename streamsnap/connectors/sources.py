@@ -28,7 +28,10 @@ class Generator(Source):
     fn: a function of the index returning a dict (a row); with `vectorized=True` a function of
       a numpy array of indices returning a RecordBatch / Table / dict of columns.
     count: number of rows, or None for an unbounded stream.
-    rate: rows per second over all subtasks (None = as fast as possible).
+    rate: rows per second over all subtasks (None = as fast as possible). A rate-limited
+      subtask emits in steps of about `PACE` seconds of its rows (at most batch_size), not in
+      whatever trickle its budget allows at each wake-up: a batch carries a fixed cost, and a
+      stream of tiny batches would spend a core on it at rates far below the maximum.
     splits: number of splits (default: the source's parallelism at first start).
     batch_size: rows per emitted batch.
     schema: the output pyarrow.Schema (declared: rows are checked against it); "widen" or None
@@ -97,6 +100,9 @@ class Generator(Source):
         return GeneratorReader(self, ctx)
 
 
+PACE = 0.001
+
+
 class GeneratorReader(SourceReader):
     def __init__(self, source: Generator, ctx: OperatorContext):
         self._source = source
@@ -124,17 +130,27 @@ class GeneratorReader(SourceReader):
         in_split = (count - j + total - 1) // total if j < count else 0
         return in_split - pos
 
+    def _step_rows(self) -> int:
+        """Rows a rate-limited subtask waits for before it emits: PACE seconds of its rate, at
+        most a batch, and no more than what is left to read."""
+        step = max(1, min(self._source.batch_size, int(self._rate * PACE)))
+        if self._source.count is not None:
+            step = min(step, max(1, sum(self._remaining(s) for s in self._splits)))
+        return step
+
     def _allowed(self) -> int:
         if self._rate is None:
             return self._source.batch_size
-        budget = (time.monotonic() - self._started) * self._rate - self._emitted_since_start
-        return min(self._source.batch_size, int(budget))
+        budget = int((time.monotonic() - self._started) * self._rate - self._emitted_since_start)
+        if budget < self._step_rows():
+            return 0
+        return min(self._source.batch_size, budget)
 
     def next_available_in(self) -> float:
         if self._rate is None:
             return 0.0
-        deficit = 1 + self._emitted_since_start - (time.monotonic() - self._started) * self._rate
-        return max(0.001, deficit / self._rate)
+        deficit = self._step_rows() + self._emitted_since_start - (time.monotonic() - self._started) * self._rate
+        return max(0.0005, deficit / self._rate)
 
     def is_finished(self) -> bool:
         return self._source.count is not None and all(self._remaining(s) <= 0 for s in self._splits)

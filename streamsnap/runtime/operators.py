@@ -392,7 +392,10 @@ def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | N
             if columns is not None and key.function is None and len(key.columns) == 1:
                 position = batch.schema.get_field_index(key.columns[0])
                 if position >= 0:
-                    return _column_keys(key, batch, position, columns[position], max_parallelism)
+                    cache = op.__dict__.get("_key_group_cache")
+                    if cache is None:
+                        cache = op._key_group_cache = {}
+                    return _column_keys(key, batch, position, columns[position], max_parallelism, cache)
             keys = key.keys_of_batch(batch, rows)
             groups = key.key_groups(batch, max_parallelism, keys=keys if key.function is not None else None)
         else:
@@ -403,18 +406,31 @@ def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | N
     return keys, groups.tolist()
 
 
+# Distinct string/binary keys whose key group an operator remembers (words, user ids, ...).
+KEY_GROUP_CACHE_ENTRIES = 1 << 16
+
+
 def _column_keys(key: KeySelector, batch: pa.RecordBatch, position: int, values: list,
-                 max_parallelism: int) -> tuple[list, list]:
-    """Keys and key groups of a one-column key whose values are already Python objects; a
-    string or binary key column is hashed once per distinct key (dictionary-encoded: hashing
-    a dictionary column hashes its dictionary), not once per row."""
+                 max_parallelism: int, cache: dict) -> tuple[list, list]:
+    """Keys and key groups of a one-column key whose values are already Python objects.
+
+    A string or binary key is hashed once per distinct key: from the operator's `cache` of
+    key → key group when every key of the batch is in it (a dict lookup per row, a third of
+    hashing the batch's dictionary in Arrow), else dictionary-encoded and hashed in Arrow, the
+    new keys remembered until the cache holds KEY_GROUP_CACHE_ENTRIES."""
     column = batch.column(position)
     if column.null_count and not key.allow_null:
         key._check_columns(batch)   # raises NullKeyError naming the row
     t = column.type
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
             or pa.types.is_large_binary(t):
-        column = pc.dictionary_encode(column)
+        try:
+            return values, [cache[v] for v in values]
+        except KeyError:
+            groups = assign_key_groups(pc.dictionary_encode(column), max_parallelism).tolist()
+            if len(cache) < KEY_GROUP_CACHE_ENTRIES:
+                cache.update(zip(values, groups))
+            return values, groups
     return values, assign_key_groups(column, max_parallelism).tolist()
 
 

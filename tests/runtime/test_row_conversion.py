@@ -148,3 +148,24 @@ def test_keys_and_key_groups_from_converted_columns_equal_the_per_row_ones(value
     general = keys_of(_Op, batch, rows)
     assert fast == general
     assert fast[1] == assign_key_groups(np.array(values, dtype=object).tolist(), 128).tolist()
+
+
+def test_remembered_key_groups_of_string_keys_stay_equal_to_hashing_them(monkeypatch):
+    from streamsnap.runtime import operators
+
+    monkeypatch.setattr(operators, "KEY_GROUP_CACHE_ENTRIES", 6)
+
+    class _Op:
+        class ctx:
+            max_parallelism = 128
+        key = KeySelector.of("k").for_operator("op")
+
+    batches = [["a", "b", "a"], ["a", "b"], ["c", "a", "d", "e", "f", "g"], ["g", "h", "a"], ["b", "a"]]
+    for values in batches:
+        batch = pa.RecordBatch.from_pylist([{"k": v} for v in values])
+        rows, columns = rows_and_columns(batch)
+        keys, groups = operators.keys_of(_Op, batch, rows, columns=columns)
+        assert keys == values
+        assert groups == assign_key_groups(values, 128).tolist()
+    # Remembered until the cache held its bound (after the third batch), never beyond it.
+    assert set(_Op._key_group_cache) == {"a", "b", "c", "d", "e", "f", "g"}
