@@ -5,7 +5,8 @@ written from DataFrames (Flink's State Processor API, Spark's `statestore` sourc
     ss.state.metadata(spark, path)                  # operators, states, parallelism, sizes
     ss.state.bootstrap(df, "key", uid=..., state_name=..., path=..., value_column=...)
 
-`reader.py` plans on the driver and decodes in Spark tasks (`scan.py`, `tables.py`);
+`reader.py` reads with one Spark job planned on the driver (`plan.py`) that decodes in its tasks
+(`scan.py`, `tables.py`);
 `bootstrap.py` writes canonical keyed state files from Spark tasks and `_metadata` last.
 """
 

@@ -102,7 +102,8 @@ class _SubtaskFile:
     def close(self) -> dict:
         self._out.close()
         return KeyGroupsStateHandle(FileHandle(self._name, self._position), self._range.start,
-                                    self._range.end, self._offsets).to_wire()
+                                    self._range.end, self._offsets,
+                                    states=((*self._state, "msgpack"),)).to_wire()
 
 
 def _task_error(exc: Exception) -> Exception | None:

@@ -4,8 +4,10 @@ continues from, and the errors for bad inputs."""
 from __future__ import annotations
 
 import glob
+import shutil
 from collections import defaultdict
 
+import pyarrow as pa
 import pytest
 
 import streamsnap as ss
@@ -29,6 +31,18 @@ class SumWithTimer(RunningSum):
     def process_element(self, row, ctx):
         ctx.timer_service().register_processing_time_timer(FAR)
         yield from super().process_element(row, ctx)
+
+
+def spark_jobs(spark, action) -> int:
+    """How many Spark jobs `action()` ran."""
+    sc = spark.sparkContext
+    group = f"count-{id(action)}"
+    sc.setJobGroup(group, "counting the jobs of one action")
+    try:
+        action()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return len(sc.statusTracker().getJobIdsForGroup(group))
 
 
 def latest_checkpoint(directory) -> str:
@@ -57,6 +71,7 @@ def test_state_read_from_a_checkpoint_equals_the_state_its_source_positions_impl
             expected[(split + splits * k) % KEYS] += split + splits * k
     state = ss.state.read(spark, checkpoint, "sum", "total")
     assert state.columns == ["key", "value"]
+    assert spark_jobs(spark, state.collect) == 1
     assert {r.key: r.value for r in state.collect()} == dict(expected)
 
     timers = ss.state.read(spark, checkpoint, "sum", "_timers.user-timers.processing_time").collect()
@@ -117,6 +132,29 @@ def test_bad_inputs_are_named_with_what_exists(spark, tmp_path, bootstrapped):
         ss.state.read(spark, bootstrapped, "other", "total")
     with pytest.raises(ss.ConfigurationError, match="no state named 'count'; its keyed states: 'total'"):
         ss.state.read(spark, bootstrapped, "sum", "count")
+    with pytest.raises(ss.ConfigurationError, match="'value' column does not fit string.*pass value_type="):
+        ss.state.read(spark, bootstrapped, "sum", "total", value_type=pa.string())
+    with pytest.raises(ss.ConfigurationError, match="uid must be a non-empty str"):
+        ss.state.read(spark, bootstrapped, None, "total")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ss.RestoreError, match="empty.*not a completed checkpoint or savepoint"):
         ss.state.metadata(spark, str(tmp_path / "empty"))
+
+
+def test_a_damaged_savepoint_is_named_on_the_driver_or_by_the_task_that_finds_it(spark, tmp_path, bootstrapped):
+    """A file of the wrong size fails before any Spark job; a corrupt block of the right size can
+    only be found by the task reading it, whose error names the file and the fix."""
+    copy = tmp_path / "copy"
+    shutil.copytree(bootstrapped, copy)
+    keyed = sorted(p for p in copy.iterdir() if "keyed" in p.name)
+    data = keyed[0].read_bytes()
+    keyed[0].write_bytes(data[:-3])
+    with pytest.raises(ss.RestoreError, match=f"is damaged: the keyed state file .*{keyed[0].name}.*has "
+                                              f"{len(data) - 3} bytes.*read another checkpoint"):
+        ss.state.read(spark, str(copy), "sum", "total")
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF
+    keyed[0].write_bytes(bytes(flipped))
+    df = ss.state.read(spark, str(copy), "sum", "total", value_type=pa.int64(), key_type=pa.int64())
+    with pytest.raises(Exception, match="corrupt: checksum mismatch.*restore from an older checkpoint"):
+        df.collect()
