@@ -158,3 +158,44 @@ def test_a_damaged_savepoint_is_named_on_the_driver_or_by_the_task_that_finds_it
     df = ss.state.read(spark, str(copy), "sum", "total", value_type=pa.int64(), key_type=pa.int64())
     with pytest.raises(Exception, match="corrupt: checksum mismatch.*restore from an older checkpoint"):
         df.collect()
+
+
+class Shift(ss.CheckpointedFunction):
+    """Adds the sum of its union operator state "bases" to each row's value."""
+
+    def initialize_state(self, ctx):
+        self.bases = ctx.get_union_list_state("bases")
+        self.shift = sum(self.bases.get())
+
+    def snapshot_state(self, ctx):
+        self.bases.update([self.shift])     # (restored once here: union copies would add up)
+
+    def __call__(self, row):
+        return {"key": row["key"], "value": row["value"] + self.shift}
+
+
+def test_a_savepoint_of_several_operators_and_operator_state_restores_into_a_job_that_uses_them(spark, tmp_path):
+    totals = spark.range(0, KEYS, 1, 2).selectExpr("id as key", "id * 1000 as total")
+    firsts = spark.range(0, KEYS, 1, 1).selectExpr("id as key", "concat('k', id) as first")
+    path = (ss.state.SavepointWriter()
+            .keyed_state(totals, "key", uid="sum", state_name="total", value_column="total", parallelism=3)
+            .keyed_state(firsts, "key", uid="sum", state_name="first", value_column="first")
+            .operator_state([3, 4], uid="shift", state_name="bases", mode="union", parallelism=2)
+            .operator_state([10, 11, 12], uid="shift", state_name="parts")
+            .write(str(tmp_path / "composed")))
+    assert sorted(tuple(r) for r in ss.state.read(spark, path, "shift", "parts").collect()) == \
+        [(0, 10), (0, 12), (1, 11)]
+    assert {r.key: r.value for r in ss.state.read(spark, path, "sum", "first").collect()} == \
+        {k: f"k{k}" for k in range(KEYS)}
+    with pytest.raises(ss.ConfigurationError, match="operator 'sum' has parallelism 3 from an earlier state"):
+        ss.state.SavepointWriter().keyed_state(totals, "key", uid="sum", state_name="a", value_column="total",
+                                               parallelism=3).operator_state([1], uid="sum", state_name="b",
+                                                                             parallelism=2)
+
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    (env.from_source(ss.sources.Generator(event, count=1300), uid="gen")
+        .map(Shift(), uid="shift").key_by("key").process(RunningSum(), uid="sum").sink_to(ss.sinks.Collect()))
+    result = env.execute("composed", restore_from=path)
+    # both subtasks of "shift" got the union state's elements 3 and 4: every value is shifted by 7
+    assert final_by_key(result.rows(), "key", "total") == \
+        {k: k * 1000 + sum(i + 7 for i in range(1300) if i % KEYS == k) for k in range(KEYS)}
