@@ -75,6 +75,9 @@ class StreamEnvironment:
       of its own). False: one slot per subtask (the sum of all operators' parallelism).
     web: an ss.WebConfig to serve the job's REST API, Prometheus `/metrics` and web UI from
       the driver while it runs (`JobClient.web_url`); None (the default) serves nothing.
+    log_level: "DEBUG", "INFO", "WARNING" (default) or "ERROR": the tasks' log level; their
+      records at it and above reach the driver's `logging` under `streamsnap.task.<task>.<subtask>`
+      (`streamsnap.runtime.log_relay`).
     """
 
     def __init__(self, parallelism: int = 2, *, max_parallelism: int = 128,

@@ -49,26 +49,34 @@ class KeyGroupsStateHandle:
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
     # Files of an incremental snapshot this handle also depends on (shared between checkpoints).
     shared_files: tuple[FileHandle, ...] = ()
+    # The states the file holds, (name, kind, serializer tag) each, so a reader can plan on the
+    # driver (`streamsnap.state_processor`); None: written before handles listed them.
+    states: tuple[tuple[str, str, str], ...] | None = None
 
     @property
     def size(self) -> int:
         return self.file.size
 
     def to_wire(self) -> dict:
-        return {
+        wire = {
             "file": self.file.to_wire(),
             "key_groups": [self.key_group_start, self.key_group_end],
             "offsets": [[kg, off, length] for kg, (off, length) in sorted(self.offsets.items())],
             "shared": [f.to_wire() for f in self.shared_files],
         }
+        if self.states is not None:
+            wire["states"] = [list(s) for s in self.states]
+        return wire
 
     @classmethod
     def from_wire(cls, data: dict) -> "KeyGroupsStateHandle":
         start, end = data["key_groups"]
+        states = data.get("states")
         return cls(
             FileHandle.from_wire(data["file"]), int(start), int(end),
             {int(kg): (int(off), int(length)) for kg, off, length in data["offsets"]},
             tuple(FileHandle.from_wire(f) for f in data.get("shared", ())),
+            None if states is None else tuple((str(n), str(k), str(t)) for n, k, t in states),
         )
 
 

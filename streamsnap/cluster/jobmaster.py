@@ -47,6 +47,7 @@ from streamsnap.graph.stream_graph import NodeKind
 from streamsnap.network import auth
 from streamsnap.network.control import ControlConnection, ControlServer
 from streamsnap.runtime.deployment import Deployment, run_slot_partition
+from streamsnap.runtime.log_relay import emit_on_driver
 
 log = logging.getLogger(__name__)
 
@@ -468,6 +469,12 @@ class JobMaster:
 
     # ================================================================ control messages
     def _on_control_message(self, conn: ControlConnection, message: dict) -> None:
+        if message.get("type") == "logs":
+            # Task log records (runtime.log_relay), from any attempt — the records before a
+            # failure matter most — re-emitted on the connection's thread, not the JobMaster's.
+            attempt = message.get("attempt")
+            emit_on_driver(message, attempt[-1] if isinstance(attempt, list) and attempt else None)
+            return
         self._post(lambda: self._handle_message(conn, message))
 
     def _on_control_close(self, conn: ControlConnection, error) -> None:

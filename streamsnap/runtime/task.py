@@ -49,7 +49,7 @@ from streamsnap.runtime.channel_state import overtake_outputs, restore_channel_s
 from streamsnap.runtime.input import CheckpointedInput
 from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators import OperatorContext, Output
-from streamsnap.runtime import schemas, trace
+from streamsnap.runtime import log_relay, schemas, trace
 from streamsnap.runtime.output import RecordWriter
 from streamsnap.runtime.row_chain import fuse_row_chains
 from streamsnap.state.local_recovery import LocalRecoveryStore, default_root
@@ -134,6 +134,7 @@ class StreamTask:
         self.mailbox = Mailbox(self.network.wake)
         self.cancelled = False
         self._control = None
+        self._log_relay = None     # runtime.log_relay: this process's records, to the driver
         self.driver: DriverLink | None = None
         self._server: DataServer | None = None
         self._input: CheckpointedInput | None = None
@@ -201,6 +202,8 @@ class StreamTask:
         self._control = connect_control(d.driver_address, d.secret, self.name,
                                         self._on_control_message, self._on_control_close)
         self.driver = DriverLink(self._control, self.attempt_id.to_wire())
+        self._log_relay = log_relay.install(self.driver.send, d.log_level, self.job_vertex.name,
+                                            self.vertex.index, self.vertex.parallelism, self.host, os.getpid())
         self.driver.send({"type": "register", "task_index": self.vertex.task_index, "pid": os.getpid(),
                           "host": self.host, "data_address": self._data_address()})
         self._await_peers()
@@ -661,9 +664,17 @@ class StreamTask:
             self._async.shutdown(timeout=1.0 if self.cancelled else 60.0)
         if self._server is not None:
             self._server.stop()
+        if self._log_relay is not None:     # before the connection closes: the last records go out
+            log_relay.uninstall(self._log_relay)
+            self._log_relay = None
         if self._control is not None:
             self._control.close()
         self.network.close()
+
+    def flush_logs(self) -> None:
+        """Send the relayed log records now (before a failure report, so they arrive first)."""
+        if self._log_relay is not None:
+            self._log_relay.flush()
 
 
 def _describe_failure(exc: BaseException) -> tuple[str, bool]:
@@ -701,7 +712,8 @@ def run_task(deployment: Deployment, task_index: int, host: str | None = None) -
     except BaseException as exc:
         status = "FAILED"
         text, user = _describe_failure(exc)
-        log.debug("%s failed: %s", task.name, text)
+        log.error("%s failed: %s", task.name, text)      # relayed: the driver's log has it in full
+        task.flush_logs()
         try:
             if task.driver is not None:
                 task.driver.send({"type": "failed", "error": text, "user_error": user,

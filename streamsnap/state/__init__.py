@@ -38,11 +38,11 @@ __all__ = [
 ]
 
 
-_STATE_PROCESSOR = ("read", "metadata", "bootstrap")
+_STATE_PROCESSOR = ("read", "metadata", "bootstrap", "SavepointWriter")
 
 
 def __getattr__(name: str):
-    """`ss.state.read / metadata / bootstrap` (streamsnap.state_processor), imported on first use:
+    """`ss.state.read / metadata / bootstrap / SavepointWriter` (streamsnap.state_processor), imported on first use:
     they need Spark, which the task-side state code never does."""
     if name in _STATE_PROCESSOR:
         import streamsnap.state_processor as state_processor

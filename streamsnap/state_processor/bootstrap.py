@@ -13,6 +13,11 @@ writes one keyed state file per subtask it received — one checksummed block pe
 and returns its handle. The driver writes `_metadata` last (atomically), listing the handles
 with paths relative to the savepoint directory, so the savepoint can be moved. Files of Spark
 task attempts that did not count are deleted before `_metadata` is written.
+
+Several states and operators (`SavepointWriter`, composed state by state as Flink's
+SavepointWriter composes operators): each keyed state is its own job and its own file per
+subtask (a subtask restores all its files' states); operator list state is small, so the driver
+writes it with the operator state backend's own snapshot code, elements dealt to subtasks.
 """
 
 from __future__ import annotations
@@ -21,20 +26,23 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import msgpack
 import numpy as np
 import pyarrow as pa
 
 from streamsnap.checkpoint import filesystem
-from streamsnap.checkpoint.handles import FileHandle, KeyGroupsStateHandle, OperatorSubtaskState
+from streamsnap.checkpoint.handles import (SPLIT_DISTRIBUTE, UNION, FileHandle, KeyGroupsStateHandle,
+                                           OperatorStateHandle, OperatorSubtaskState)
 from streamsnap.checkpoint.metadata import CheckpointMetadata, OperatorState, write_metadata
 from streamsnap.checkpoint.storage import METADATA_FILE_NAME
 from streamsnap.errors import ConfigurationError
 from streamsnap.runtime.events import CheckpointType
 from streamsnap.state.descriptors import LIST, MAP, VALUE
 from streamsnap.state.errors import StateSerializationError
-from streamsnap.state.key_groups import (assign_key_groups, check_parallelism, hash_keys_columns,
+from streamsnap.state.key_groups import (assign_key_groups, check_max_parallelism, check_parallelism,
+                                         hash_keys_columns,
                                          key_group_range_for_subtask, subtasks_for_key_groups)
 from streamsnap.state.serialization import pack_keys, pack_value
 from streamsnap.state.snapshot import safe_file_prefix
@@ -102,7 +110,8 @@ class _SubtaskFile:
     def close(self) -> dict:
         self._out.close()
         return KeyGroupsStateHandle(FileHandle(self._name, self._position), self._range.start,
-                                    self._range.end, self._offsets).to_wire()
+                                    self._range.end, self._offsets,
+                                    states=((*self._state, "msgpack"),)).to_wire()
 
 
 def _task_error(exc: Exception) -> Exception | None:
@@ -139,51 +148,201 @@ def _add_entries(entries: dict, kind: str, keys: list, map_keys: list | None, va
             entries.setdefault(key, {})[map_key] = value
 
 
-def bootstrap(df, key_column, *, uid: str, state_name: str, path: str, value_column=None,
-              kind: str = "value", map_key_column: str | None = None, max_parallelism: int = 128,
-              parallelism: int | None = None) -> str:
-    """Write a savepoint holding keyed state `state_name` of operator `uid`, from `df`.
+@dataclass(frozen=True)
+class _KeyedSpec:
+    df: object
+    uid: str
+    state_name: str
+    kind: str
+    key_names: list[str]
+    value_names: list[str]
+    map_key_names: list[str]
 
-    key_column: the key (a column, or a list of columns for a composite (tuple) key, as in
-      `key_by`). value_column: the value (a column, or a list of columns stored as a dict).
-    kind: "value" (one row per key), "list" (the rows of a key are its list, in no set order)
-      or "map" (map_key_column → value_column per key).
-    max_parallelism: the job's max_parallelism (StreamEnvironment's, default 128; it must match).
-    parallelism: the savepoint's subtasks (files); restoring rescales them to the job's.
-    path: a new (or empty) directory; returns it, for `env.execute(..., restore_from=path)`.
-    The job reads the state with a descriptor of the same name and kind and the default
-    (msgpack) serializer.
+
+@dataclass(frozen=True)
+class _OperatorStateSpec:
+    uid: str
+    state_name: str
+    mode: str
+    values: list
+
+
+OPERATOR_MODES = (SPLIT_DISTRIBUTE, UNION)
+
+
+def _check_name(what: str, value) -> None:
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"bootstrap: {what} must be a non-empty str, got {value!r}")
+
+
+class SavepointWriter:
+    """A savepoint composed of several operators and states, written at once by `write(path)`.
+
+        (ss.state.SavepointWriter(max_parallelism=128)
+           .keyed_state(balances, "account", uid="sum", state_name="total", value_column="amount")
+           .keyed_state(limits, "account", uid="sum", state_name="limit", value_column="limit")
+           .operator_state([0, 0], uid="dedupe", state_name="offsets", mode="split")
+           .write("/tmp/savepoints/start"))
+
+    Each call adds one state of one operator (by uid) and checks its arguments at once; `write`
+    runs one Spark job per keyed state (rows routed to key groups, shuffled, written by the tasks)
+    and writes operator states on the driver (they are small), then `_metadata` last. An
+    operator's parallelism (its files) is the same for all its states: pass it once or let it
+    default (keyed: the Spark default parallelism, capped at max_parallelism; operator state
+    only: 1). A restoring job rescales it like any savepoint's.
     """
-    if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
-        raise ConfigurationError(f"bootstrap takes a pyspark DataFrame, got {type(df).__name__}")
-    if kind not in KINDS:
-        raise ConfigurationError(f"bootstrap: kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
-    for what, value in (("uid", uid), ("state_name", state_name), ("path", path)):
-        if not isinstance(value, str) or not value:
-            raise ConfigurationError(f"bootstrap: {what} must be a non-empty str, got {value!r}")
-    names = list(df.schema.names)
-    key_names = _columns(key_column, "key_column", names)
-    value_names = _columns(value_column, "value_column", names)
-    map_key_names = _columns(map_key_column, "map_key_column", names, required=kind == MAP)
-    if kind != MAP and map_key_column is not None:
-        raise ConfigurationError(f"bootstrap: map_key_column only applies to kind='map', not kind={kind!r}")
-    if len(map_key_names) > 1:
-        raise ConfigurationError("bootstrap: map_key_column must be one column")
-    spark = df.sparkSession
+
+    def __init__(self, max_parallelism: int = 128):
+        check_max_parallelism(max_parallelism)
+        self.max_parallelism = max_parallelism
+        self._keyed: list[_KeyedSpec] = []
+        self._operator: list[_OperatorStateSpec] = []
+        self._parallelism: dict[str, int] = {}
+        self._names: dict[tuple[str, str], str] = {}
+
+    def _add(self, uid: str, state_name: str, what: str, parallelism: int | None) -> None:
+        _check_name("uid", uid)
+        _check_name("state_name", state_name)
+        if (uid, state_name) in self._names:
+            raise ConfigurationError(
+                f"bootstrap: operator {uid!r} already has a {self._names[(uid, state_name)]} named "
+                f"{state_name!r} in this savepoint; give each state of an operator its own name")
+        if parallelism is not None:
+            check_parallelism(self.max_parallelism, parallelism)
+            known = self._parallelism.setdefault(uid, parallelism)
+            if known != parallelism:
+                raise ConfigurationError(
+                    f"bootstrap: operator {uid!r} has parallelism {known} from an earlier state, not "
+                    f"{parallelism}; an operator's states share its subtasks: pass the same "
+                    f"parallelism (or none)")
+        self._names[(uid, state_name)] = what
+
+    def keyed_state(self, df, key_column, *, uid: str, state_name: str, value_column,
+                    kind: str = "value", map_key_column: str | None = None,
+                    parallelism: int | None = None) -> "SavepointWriter":
+        """Keyed state `state_name` of operator `uid` from DataFrame `df` (see `bootstrap`)."""
+        if not hasattr(df, "mapInArrow") or not hasattr(df, "sparkSession"):
+            raise ConfigurationError(f"bootstrap takes a pyspark DataFrame, got {type(df).__name__}")
+        if kind not in KINDS:
+            raise ConfigurationError(f"bootstrap: kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+        names = list(df.schema.names)
+        key_names = _columns(key_column, "key_column", names)
+        value_names = _columns(value_column, "value_column", names)
+        map_key_names = _columns(map_key_column, "map_key_column", names, required=kind == MAP)
+        if kind != MAP and map_key_column is not None:
+            raise ConfigurationError(f"bootstrap: map_key_column only applies to kind='map', not kind={kind!r}")
+        if len(map_key_names) > 1:
+            raise ConfigurationError("bootstrap: map_key_column must be one column")
+        self._add(uid, state_name, "keyed state", parallelism)
+        self._keyed.append(_KeyedSpec(df, uid, state_name, kind, key_names, value_names, map_key_names))
+        return self
+
+    def operator_state(self, values, *, uid: str, state_name: str, mode: str = "split",
+                       parallelism: int | None = None) -> "SavepointWriter":
+        """Operator (non-keyed) list state `state_name` of operator `uid`: `values` (a list, or a
+        small DataFrame collected on the driver: one column gives its values, several a dict per
+        row). mode "split": the elements are dealt round-robin to the operator's subtasks (what
+        `get_list_state` restores, dealt again over the job's subtasks); "union": every restoring
+        subtask gets all of them (`get_union_list_state`)."""
+        if mode not in OPERATOR_MODES:
+            raise ConfigurationError(f"bootstrap: operator state mode must be one of "
+                                     f"{', '.join(map(repr, OPERATOR_MODES))}, got {mode!r}")
+        if hasattr(values, "collect") and hasattr(values, "schema"):
+            columns = list(values.schema.names)
+            rows = values.collect()
+            values = [r[0] for r in rows] if len(columns) == 1 else [r.asDict(recursive=True) for r in rows]
+        elif isinstance(values, (list, tuple)):
+            values = list(values)
+        else:
+            raise ConfigurationError(f"bootstrap: operator state values must be a list or a pyspark "
+                                     f"DataFrame, got {type(values).__name__}")
+        self._add(uid, state_name, "operator state", parallelism)
+        self._operator.append(_OperatorStateSpec(uid, state_name, mode, values))
+        return self
+
+    def write(self, path: str) -> str:
+        """Write the savepoint into `path` (a new or empty directory); returns it, for
+        `env.execute(..., restore_from=path)`."""
+        _check_name("path", path)
+        if not self._keyed and not self._operator:
+            raise ConfigurationError("bootstrap: the savepoint has no state; add some with "
+                                     "keyed_state(...) or operator_state(...) first")
+        target = filesystem.normalize(path)
+        fs, local = filesystem.filesystem(target)
+        if fs.exists(local) and (fs.isfile(local) or fs.ls(local)):
+            what = ("already a savepoint or checkpoint" if fs.exists(f"{local}/{METADATA_FILE_NAME}")
+                    else "not an empty directory")
+            raise ConfigurationError(f"bootstrap: {filesystem.user_path(target)!r} is {what}; pass a new directory")
+        parallelism = dict(self._parallelism)
+        for spec in self._keyed:
+            if spec.uid not in parallelism:
+                default = spec.df.sparkSession.sparkContext.defaultParallelism
+                parallelism[spec.uid] = min(self.max_parallelism, max(1, default))
+        for spec in self._operator:
+            parallelism.setdefault(spec.uid, 1)
+        filesystem.makedirs(target)
+        keyed: dict[str, dict[int, list]] = {}
+        for spec in self._keyed:
+            for subtask, handle in _write_keyed(spec, target, parallelism[spec.uid], self.max_parallelism).items():
+                keyed.setdefault(spec.uid, {}).setdefault(subtask, []).append(handle)
+        operator = _write_operator_states(self._operator, target, parallelism)
+        kept = {h.file.path for by_subtask in (*keyed.values(), *operator.values())
+                for handles in by_subtask.values() for h in handles}
+        for entry in fs.ls(local, detail=False):
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            if name not in kept:   # a Spark task attempt whose result did not count
+                filesystem.delete(filesystem.join(target, name))
+        operators = {}
+        for uid in sorted(parallelism):
+            subtasks = {}
+            for i in range(parallelism[uid]):
+                subtasks[i] = OperatorSubtaskState(keyed=tuple(keyed.get(uid, {}).get(i, ())),
+                                                   operator=tuple(operator.get(uid, {}).get(i, ())))
+            operators[uid] = OperatorState(uid, parallelism[uid], self.max_parallelism, subtasks)
+        now = time.time()
+        write_metadata(target, CheckpointMetadata(BOOTSTRAP_JOB_ID, 0, CheckpointType.SAVEPOINT, now, now,
+                                                  operators))
+        return path
+
+
+def _write_operator_states(specs: list[_OperatorStateSpec], target: str, parallelism: dict[str, int]
+                           ) -> dict[str, dict[int, list[OperatorStateHandle]]]:
+    """Each operator's list states, one file per subtask that has elements, written by the
+    operator state backend's own snapshot (the format a restoring subtask reads)."""
+    from streamsnap.state.operator_state import OperatorStateBackend
+
+    by_uid: dict[str, list[_OperatorStateSpec]] = {}
+    for spec in specs:
+        by_uid.setdefault(spec.uid, []).append(spec)
+    handles: dict[str, dict[int, list[OperatorStateHandle]]] = {}
+    for uid, states in by_uid.items():
+        p = parallelism[uid]
+        for subtask in range(p):
+            backend = OperatorStateBackend(uid)
+            try:
+                for spec in states:
+                    # union: every restoring subtask gets all elements, so one copy (subtask 0) is enough
+                    elements = spec.values[subtask::p] if spec.mode == SPLIT_DISTRIBUTE else \
+                        (spec.values if subtask == 0 else [])
+                    state = (backend.get_list_state(spec.state_name) if spec.mode == SPLIT_DISTRIBUTE
+                             else backend.get_union_list_state(spec.state_name))
+                    state.update(elements)
+                handle = backend.snapshot(0, target).run()
+            finally:
+                backend.dispose()
+            if handle is not None:
+                handles.setdefault(uid, {})[subtask] = [handle]
+    return handles
+
+
+def _write_keyed(spec: _KeyedSpec, target: str, parallelism: int, max_parallelism: int
+                 ) -> dict[int, KeyGroupsStateHandle]:
+    """One keyed state written by one Spark job: {subtask: its file's handle}."""
+    df, uid, state_name, kind = spec.df, spec.uid, spec.state_name, spec.kind
+    key_names, value_names, map_key_names = spec.key_names, spec.value_names, spec.map_key_names
     from streamsnap.api.preflight import check_executors
 
-    check_executors(spark.sparkContext)     # the tasks write with streamsnap: can executors import it?
-    if parallelism is None:
-        parallelism = min(max_parallelism, max(1, spark.sparkContext.defaultParallelism))
-    check_parallelism(max_parallelism, parallelism)
-    target = filesystem.normalize(path)
-    fs, local = filesystem.filesystem(target)
-    if fs.exists(local) and (fs.isfile(local) or fs.ls(local)):
-        what = ("already a savepoint or checkpoint" if fs.exists(f"{local}/{METADATA_FILE_NAME}")
-                else "not an empty directory")
-        raise ConfigurationError(f"bootstrap: {filesystem.user_path(target)!r} is {what}; pass a new directory")
-    filesystem.makedirs(target)
-
+    check_executors(df.sparkSession.sparkContext)     # the tasks write with streamsnap: can executors import it?
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     def tag(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -245,18 +404,29 @@ def bootstrap(df, key_column, *, uid: str, state_name: str, path: str, value_col
         rows = ordered.mapInArrow(write, "subtask int, handle string").collect()
     except Exception as exc:
         raise _task_error(exc) or exc
-    handles = {}
+    handles: dict[int, KeyGroupsStateHandle] = {}
     for row in rows:
         handles.setdefault(row.subtask, KeyGroupsStateHandle.from_wire(json.loads(row.handle)))
-    kept = {h.file.path for h in handles.values()}
-    for entry in fs.ls(local, detail=False):
-        name = entry.rstrip("/").rsplit("/", 1)[-1]
-        if name not in kept:   # a Spark task attempt whose result did not count
-            filesystem.delete(filesystem.join(target, name))
-    operator = OperatorState(uid, parallelism, max_parallelism, {
-        i: OperatorSubtaskState(keyed=(handles[i],)) if i in handles else OperatorSubtaskState()
-        for i in range(parallelism)})
-    now = time.time()
-    write_metadata(target, CheckpointMetadata(BOOTSTRAP_JOB_ID, 0, CheckpointType.SAVEPOINT, now, now,
-                                              {uid: operator}))
-    return path
+    return handles
+
+
+def bootstrap(df, key_column, *, uid: str, state_name: str, path: str, value_column=None,
+              kind: str = "value", map_key_column: str | None = None, max_parallelism: int = 128,
+              parallelism: int | None = None) -> str:
+    """Write a savepoint holding keyed state `state_name` of operator `uid`, from `df` — the
+    one-state case of `SavepointWriter` (several states and operators, operator state).
+
+    key_column: the key (a column, or a list of columns for a composite (tuple) key, as in
+      `key_by`). value_column: the value (a column, or a list of columns stored as a dict).
+    kind: "value" (one row per key), "list" (the rows of a key are its list, in no set order)
+      or "map" (map_key_column → value_column per key).
+    max_parallelism: the job's max_parallelism (StreamEnvironment's, default 128; it must match).
+    parallelism: the savepoint's subtasks (files); restoring rescales them to the job's.
+    path: a new (or empty) directory; returns it, for `env.execute(..., restore_from=path)`.
+    The job reads the state with a descriptor of the same name and kind and the default
+    (msgpack) serializer.
+    """
+    return (SavepointWriter(max_parallelism)
+            .keyed_state(df, key_column, uid=uid, state_name=state_name, value_column=value_column,
+                         kind=kind, map_key_column=map_key_column, parallelism=parallelism)
+            .write(path))

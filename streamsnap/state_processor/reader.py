@@ -7,16 +7,16 @@ streamsnap's own restore code (`scan.py`) and returns Arrow batches, so the stat
 parallel by key-group range and never passes through the driver. Only `_metadata` and the small
 operator (non-keyed) state are read on the driver.
 
-A read is two Spark jobs: a survey (which states each file holds, their kinds, key counts and,
-unless the caller gives them, the Arrow types of the requested state's columns, unified over all
-files), then the read itself with the one resulting schema — the way Spark infers a JSON
-source's schema. A missing operator uid or state name fails after the survey, listing what
-exists; a path that is not a completed checkpoint or savepoint fails at once, naming it.
+A keyed read is one Spark job: the driver plans it first (`plan.py`: which files, which
+states they hold, that every file is there, the column types from a bounded sample), so an
+unknown operator uid or state name, a missing serializer, a type that does not fit or a damaged
+checkpoint fails on the driver, naming it, before any task runs. What only a task can find (a
+corrupt block, a value that does not fit the sampled type) fails that task with a message naming
+the state, operator, subtask and file. `metadata` counts keys with one survey job.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable, Iterator
 
@@ -25,9 +25,10 @@ import pyarrow as pa
 from streamsnap.checkpoint.handles import BROADCAST
 from streamsnap.checkpoint.metadata import CheckpointMetadata, read_metadata
 from streamsnap.checkpoint.storage import resolve_restore_path
-from streamsnap.errors import ConfigurationError
+from streamsnap.errors import ConfigurationError, RestoreError, StreamsnapError
 from streamsnap.state.serialization import Serializer
 from streamsnap.state_processor import tables
+from streamsnap.state_processor.plan import plan_keyed_read
 from streamsnap.state_processor.scan import keyed_tasks, scan
 
 _FLUSH_ROWS = 65_536
@@ -73,71 +74,47 @@ def _run(spark, tasks: list[dict], fn: Callable[[dict], Iterator[pa.RecordBatch]
     return spark.range(0, len(tasks), 1, max(1, len(tasks))).mapInArrow(run, schema)
 
 
-def _survey_task(state_name: str | None, serializer: Serializer | None
-                 ) -> Callable[[dict], Iterator[pa.RecordBatch]]:
-    """Per task: {name: [kind, tag, keys]} and the inferred schema of `state_name` if given."""
-    def survey(task: dict) -> Iterator[pa.RecordBatch]:
-        states: dict[str, list] = {}
-        schemas: list[pa.Schema] = []
-        error = None
-        where = f"state '{state_name}' of operator '{task['uid']}'"
-        for _, blocks in scan(task):
-            for name, kind, tag, wire in blocks:
-                known = states.setdefault(name, [kind, tag, 0])
-                known[2] += len(wire)
-                if name == state_name and error is None:
-                    try:
-                        rows = tables.keyed_rows(name, kind, tag, wire, serializer)
-                        schemas.append(tables.infer_schema(rows, where))
-                    except ConfigurationError as exc:
-                        error = str(exc)
-        schema = None
-        if schemas and error is None:
-            try:
-                merged = pa.unify_schemas(schemas, promote_options="permissive")
-                schema = base64.b64encode(merged.serialize().to_pybytes()).decode("ascii")
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                error = (f"{where}: the values have different types in different key groups "
-                         f"({exc}); pass key_type= / value_type= to read them as one type")
-        out = json.dumps({"uid": task["uid"], "states": states, "schema": schema, "error": error})
-        yield pa.RecordBatch.from_arrays([pa.array([out])], names=["survey"])
-    return survey
+def _survey_task(task: dict) -> Iterator[pa.RecordBatch]:
+    """Per task: {name: [kind, tag, keys]} of the states its file holds."""
+    states: dict[str, list] = {}
+    for _, blocks in scan(task):
+        for name, kind, tag, wire in blocks:
+            states.setdefault(name, [kind, tag, 0])[2] += len(wire)
+    out = json.dumps({"uid": task["uid"], "states": states})
+    yield pa.RecordBatch.from_arrays([pa.array([out])], names=["survey"])
 
 
-def _survey(spark, tasks: list[dict], state_name: str | None, serializer: Serializer | None):
-    """({uid: {name: [kind, tag, keys]}}, schemas) over all tasks; raises a task's error."""
-    rows = _run(spark, tasks, _survey_task(state_name, serializer), _SURVEY_SCHEMA).collect()
+def _survey(spark, tasks: list[dict]) -> dict[str, dict[str, list]]:
+    """{uid: {name: [kind, tag, keys]}} over all tasks (one Spark job)."""
     by_uid: dict[str, dict[str, list]] = {}
-    schemas = []
-    for row in rows:
+    for row in _run(spark, tasks, _survey_task, _SURVEY_SCHEMA).collect():
         result = json.loads(row.survey)
-        if result["error"]:
-            raise ConfigurationError(result["error"])
         states = by_uid.setdefault(result["uid"], {})
         for name, (kind, tag, keys) in result["states"].items():
-            known = states.setdefault(name, [kind, tag, 0])
-            known[2] += keys
-        if result["schema"]:
-            schemas.append(pa.ipc.read_schema(pa.py_buffer(base64.b64decode(result["schema"]))))
-    return by_uid, schemas
+            states.setdefault(name, [kind, tag, 0])[2] += keys
+    return by_uid
 
 
 def _reader_task(state_name: str, schema: pa.Schema, serializer: Serializer | None):
     def read(task: dict) -> Iterator[pa.RecordBatch]:
-        where = f"state '{state_name}' of operator '{task['uid']}'"
+        where = (f"state '{state_name}' of operator '{task['uid']}' (subtask {task['subtask']}, "
+                 f"file {task['handle']['file']['path']})")
         pending: dict[str, list] = {name: [] for name in schema.names}
-        count = 0
-        for _, blocks in scan(task):
-            for name, kind, tag, wire in blocks:
-                if name != state_name:
-                    continue
-                rows = tables.keyed_rows(name, kind, tag, wire, serializer)
-                for column, values in rows.items():
-                    pending[column].extend(values)
-                count = len(pending["key"])
-                if count >= _FLUSH_ROWS:
-                    yield tables.to_batch(pending, schema, where)
-                    pending = {name: [] for name in schema.names}
+        try:
+            for _, blocks in scan(task):
+                for name, kind, tag, wire in blocks:
+                    if name != state_name:
+                        continue
+                    rows = tables.keyed_rows(name, kind, tag, wire, serializer)
+                    for column, values in rows.items():
+                        pending[column].extend(values)
+                    if len(pending["key"]) >= _FLUSH_ROWS:
+                        yield tables.to_batch(pending, schema, where)
+                        pending = {name: [] for name in schema.names}
+        except StreamsnapError:
+            raise
+        except Exception as exc:        # a serializer's loads, a malformed block: say where
+            raise RestoreError(f"reading {where}: {type(exc).__name__}: {exc}") from exc
         if pending["key"]:
             yield tables.to_batch(pending, schema, where)
     return read
@@ -170,28 +147,21 @@ def read(spark, path: str, uid: str, state_name: str, *, key_type: pa.DataType |
     """
     for name, value in (("key_type", key_type), ("value_type", value_type), ("map_key_type", map_key_type)):
         _check_type(value, name)
-    if not isinstance(state_name, str) or not state_name:
-        raise ConfigurationError(f"state_name must be the name of a state (a str), got {state_name!r}")
+    if not hasattr(spark, "sparkContext") or not hasattr(spark, "range"):
+        raise ConfigurationError(f"read takes a SparkSession first, got {type(spark).__name__}")
+    for what, value in (("uid", uid), ("state_name", state_name)):
+        if not isinstance(value, str) or not value:
+            raise ConfigurationError(f"{what} must be a non-empty str, got {value!r}")
     metadata, base = load(path)
     _check_uid(metadata, uid, path)
     operator_states = _operator_state_names(metadata, uid)
     if state_name in operator_states:
         return _read_operator_state(spark, metadata, base, uid, state_name, operator_states[state_name],
                                     serializer, {"key": key_type, "value": value_type})
-    tasks = keyed_tasks(metadata, base, uid)
-    by_uid, schemas = _survey(spark, tasks, state_name, serializer) if tasks else ({}, [])
-    states = by_uid.get(uid, {})
-    if state_name not in states:
-        keyed = ", ".join(repr(n) for n in sorted(states)) or "none"
-        operator = ", ".join(repr(n) for n in sorted(operator_states)) or "none"
-        raise ConfigurationError(
-            f"operator {uid!r} in {path} has no state named {state_name!r}; its keyed states: "
-            f"{keyed}; its operator states: {operator}")
-    kind = states[state_name][0]
-    names = tables.columns_of(kind)
-    schema = tables.unify(schemas, names, {"key": key_type, "value": value_type, "map_key": map_key_type},
-                          f"state '{state_name}' of operator '{uid}'")
-    return _run(spark, tasks, _reader_task(state_name, schema, serializer), _spark_schema(schema))
+    plan = plan_keyed_read(metadata, base, uid, state_name, path, operator_states, serializer,
+                           {"key": key_type, "value": value_type, "map_key": map_key_type})
+    return _run(spark, plan.tasks, _reader_task(state_name, plan.schema, serializer),
+                _spark_schema(plan.schema))
 
 
 def _read_operator_state(spark, metadata: CheckpointMetadata, base: str, uid: str, state_name: str,
@@ -238,7 +208,7 @@ def metadata(spark, path: str):
     (one task per file)."""
     meta, base = load(path)
     tasks = [task for uid in sorted(meta.operators) for task in keyed_tasks(meta, base, uid)]
-    by_uid, _ = _survey(spark, tasks, None, None) if tasks else ({}, [])
+    by_uid = _survey(spark, tasks) if tasks else {}
     rows = []
     for uid in sorted(meta.operators):
         operator = meta.operators[uid]

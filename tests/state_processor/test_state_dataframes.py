@@ -4,8 +4,10 @@ continues from, and the errors for bad inputs."""
 from __future__ import annotations
 
 import glob
+import shutil
 from collections import defaultdict
 
+import pyarrow as pa
 import pytest
 
 import streamsnap as ss
@@ -29,6 +31,18 @@ class SumWithTimer(RunningSum):
     def process_element(self, row, ctx):
         ctx.timer_service().register_processing_time_timer(FAR)
         yield from super().process_element(row, ctx)
+
+
+def spark_jobs(spark, action) -> int:
+    """How many Spark jobs `action()` ran."""
+    sc = spark.sparkContext
+    group = f"count-{id(action)}"
+    sc.setJobGroup(group, "counting the jobs of one action")
+    try:
+        action()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return len(sc.statusTracker().getJobIdsForGroup(group))
 
 
 def latest_checkpoint(directory) -> str:
@@ -57,6 +71,7 @@ def test_state_read_from_a_checkpoint_equals_the_state_its_source_positions_impl
             expected[(split + splits * k) % KEYS] += split + splits * k
     state = ss.state.read(spark, checkpoint, "sum", "total")
     assert state.columns == ["key", "value"]
+    assert spark_jobs(spark, state.collect) == 1
     assert {r.key: r.value for r in state.collect()} == dict(expected)
 
     timers = ss.state.read(spark, checkpoint, "sum", "_timers.user-timers.processing_time").collect()
@@ -117,6 +132,70 @@ def test_bad_inputs_are_named_with_what_exists(spark, tmp_path, bootstrapped):
         ss.state.read(spark, bootstrapped, "other", "total")
     with pytest.raises(ss.ConfigurationError, match="no state named 'count'; its keyed states: 'total'"):
         ss.state.read(spark, bootstrapped, "sum", "count")
+    with pytest.raises(ss.ConfigurationError, match="'value' column does not fit string.*pass value_type="):
+        ss.state.read(spark, bootstrapped, "sum", "total", value_type=pa.string())
+    with pytest.raises(ss.ConfigurationError, match="uid must be a non-empty str"):
+        ss.state.read(spark, bootstrapped, None, "total")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ss.RestoreError, match="empty.*not a completed checkpoint or savepoint"):
         ss.state.metadata(spark, str(tmp_path / "empty"))
+
+
+def test_a_damaged_savepoint_is_named_on_the_driver_or_by_the_task_that_finds_it(spark, tmp_path, bootstrapped):
+    """A file of the wrong size fails before any Spark job; a corrupt block of the right size can
+    only be found by the task reading it, whose error names the file and the fix."""
+    copy = tmp_path / "copy"
+    shutil.copytree(bootstrapped, copy)
+    keyed = sorted(p for p in copy.iterdir() if "keyed" in p.name)
+    data = keyed[0].read_bytes()
+    keyed[0].write_bytes(data[:-3])
+    with pytest.raises(ss.RestoreError, match=f"is damaged: the keyed state file .*{keyed[0].name}.*has "
+                                              f"{len(data) - 3} bytes.*read another checkpoint"):
+        ss.state.read(spark, str(copy), "sum", "total")
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF
+    keyed[0].write_bytes(bytes(flipped))
+    df = ss.state.read(spark, str(copy), "sum", "total", value_type=pa.int64(), key_type=pa.int64())
+    with pytest.raises(Exception, match="corrupt: checksum mismatch.*restore from an older checkpoint"):
+        df.collect()
+
+
+class Shift(ss.CheckpointedFunction):
+    """Adds the sum of its union operator state "bases" to each row's value."""
+
+    def initialize_state(self, ctx):
+        self.bases = ctx.get_union_list_state("bases")
+        self.shift = sum(self.bases.get())
+
+    def snapshot_state(self, ctx):
+        self.bases.update([self.shift])     # (restored once here: union copies would add up)
+
+    def __call__(self, row):
+        return {"key": row["key"], "value": row["value"] + self.shift}
+
+
+def test_a_savepoint_of_several_operators_and_operator_state_restores_into_a_job_that_uses_them(spark, tmp_path):
+    totals = spark.range(0, KEYS, 1, 2).selectExpr("id as key", "id * 1000 as total")
+    firsts = spark.range(0, KEYS, 1, 1).selectExpr("id as key", "concat('k', id) as first")
+    path = (ss.state.SavepointWriter()
+            .keyed_state(totals, "key", uid="sum", state_name="total", value_column="total", parallelism=3)
+            .keyed_state(firsts, "key", uid="sum", state_name="first", value_column="first")
+            .operator_state([3, 4], uid="shift", state_name="bases", mode="union", parallelism=2)
+            .operator_state([10, 11, 12], uid="shift", state_name="parts")
+            .write(str(tmp_path / "composed")))
+    assert sorted(tuple(r) for r in ss.state.read(spark, path, "shift", "parts").collect()) == \
+        [(0, 10), (0, 12), (1, 11)]
+    assert {r.key: r.value for r in ss.state.read(spark, path, "sum", "first").collect()} == \
+        {k: f"k{k}" for k in range(KEYS)}
+    with pytest.raises(ss.ConfigurationError, match="operator 'sum' has parallelism 3 from an earlier state"):
+        ss.state.SavepointWriter().keyed_state(totals, "key", uid="sum", state_name="a", value_column="total",
+                                               parallelism=3).operator_state([1], uid="sum", state_name="b",
+                                                                             parallelism=2)
+
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    (env.from_source(ss.sources.Generator(event, count=1300), uid="gen")
+        .map(Shift(), uid="shift").key_by("key").process(RunningSum(), uid="sum").sink_to(ss.sinks.Collect()))
+    result = env.execute("composed", restore_from=path)
+    # both subtasks of "shift" got the union state's elements 3 and 4: every value is shifted by 7
+    assert final_by_key(result.rows(), "key", "total") == \
+        {k: k * 1000 + sum(i + 7 for i in range(1300) if i % KEYS == k) for k in range(KEYS)}

@@ -249,7 +249,7 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
             pending.flush()
         kg_range = backend.key_group_range
         return KeyGroupsStateHandle(FileHandle(name, position), kg_range.start, kg_range.end,
-                                    offsets)
+                                    offsets, states=tuple(sorted({(p.name, p.kind, p.tag) for p in parts})))
 
 
 def read_key_group_blocks(handle: KeyGroupsStateHandle, base_location: str, key_group_range: KeyGroupRange,

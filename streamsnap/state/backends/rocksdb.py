@@ -915,7 +915,7 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
                 position += length
         kg_range = backend.key_group_range
         return KeyGroupsStateHandle(FileHandle(name, position), kg_range.start, kg_range.end,
-                                    offsets)
+                                    offsets, states=tuple(sorted(self._states.values())))
 
 
 def canonical_entries(backend: "RocksDBKeyedStateBackend"

@@ -290,6 +290,14 @@ def _read_bundle(handle: IncrementalKeyGroupsStateHandle, url: str, operator_uid
     return states, files
 
 
+def bundle_states(handle: IncrementalKeyGroupsStateHandle, base_location: str,
+                  operator_uid: str) -> list[tuple[str, str, str]]:
+    """(name, kind, serializer tag) of each state of a handle's database, from its small
+    private bundle alone (no SST file is read): what the offline state reader plans with."""
+    states, _ = _read_bundle(handle, filesystem.join(base_location, handle.file.path), operator_uid)
+    return [(str(name), str(kind), str(tag)) for _, name, kind, tag in states]
+
+
 def download(handle: IncrementalKeyGroupsStateHandle, base_location: str, target: str,
              operator_uid: str, local: LocalRecoveryStore | None = None) -> list[list]:
     """Download a handle's database into the new directory `target`; returns its state-id

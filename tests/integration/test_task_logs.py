@@ -1,0 +1,37 @@
+"""Task logs reach the driver's log (runtime/log_relay.py): a user function's `logging` call and
+the error that fails the task arrive in the driver's `logging`, named by operator and subtask."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import streamsnap as ss
+
+pytestmark = pytest.mark.spark
+
+
+def chatty(row):
+    if row["i"] == 3:
+        logging.getLogger("user.chatty").warning("row %d looks odd", row["i"])
+    if row["i"] == 7:
+        raise RuntimeError("row 7 is the last straw")
+    return row
+
+
+def test_a_user_functions_log_line_and_its_failure_reach_the_drivers_log(spark, caplog):
+    caplog.set_level(logging.WARNING)
+    env = ss.StreamEnvironment(parallelism=1, spark=spark)
+    (env.from_source(ss.sources.Generator(lambda i: {"i": i}, count=10), name="rows")
+        .map(chatty, name="chatty").sink_to(ss.sinks.Collect()))
+    with pytest.raises(ss.JobExecutionError, match="row 7 is the last straw"):
+        env.execute("task logs")
+    relayed = [r for r in caplog.records if r.name.startswith("streamsnap.task.")]
+    warning = next(r for r in relayed if r.getMessage() == "[user.chatty] row 3 looks odd")
+    assert "chatty" in warning.task_operator and warning.task_subtask == "1/1"
+    assert warning.name == f"streamsnap.task.{warning.task_operator}.0"
+    assert warning.funcName == "chatty" and warning.levelno == logging.WARNING
+    failure = next(r for r in relayed if r.levelno == logging.ERROR)
+    assert "row 7 is the last straw" in failure.getMessage() and failure.task_operator == warning.task_operator
+    assert relayed.index(warning) < relayed.index(failure)
