@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from streamsnap.checkpoint.handles import BROADCAST
+from streamsnap.checkpoint.handles import BROADCAST, ChangelogStateHandle, keyed_handle_from_wire
 from streamsnap.checkpoint.metadata import CheckpointMetadata, read_metadata
 from streamsnap.checkpoint.storage import resolve_restore_path
 from streamsnap.errors import ConfigurationError, RestoreError, StreamsnapError
@@ -205,9 +205,17 @@ def metadata(spark, path: str):
     or operator state, its kind (value/list/map/reducing, or split/union/broadcast), serializer
     and number of keys (elements for operator state). Operators without state have one row with
     a null state. Keyed state names live inside the state files, so they are surveyed with Spark
-    (one task per file)."""
+    (one task per file). The keyed state of a changelog checkpoint (RocksDBConfig(changelog=...))
+    is one row of kind "changelog" without names or counts: its state is a materialization plus
+    log segments the reader cannot decode — read a savepoint of the job instead."""
     meta, base = load(path)
-    tasks = [task for uid in sorted(meta.operators) for task in keyed_tasks(meta, base, uid)]
+    tasks, changelog = [], set()
+    for uid in sorted(meta.operators):
+        for task in keyed_tasks(meta, base, uid):
+            if isinstance(keyed_handle_from_wire(task["handle"]), ChangelogStateHandle):
+                changelog.add(uid)
+            else:
+                tasks.append(task)
     by_uid = _survey(spark, tasks) if tasks else {}
     rows = []
     for uid in sorted(meta.operators):
@@ -218,6 +226,8 @@ def metadata(spark, path: str):
         for name in sorted(states):
             kind, tag, keys = states[name]
             rows.append((*head, name, "keyed", kind, tag, keys))
+        if uid in changelog:
+            rows.append((*head, None, "keyed", "changelog", None, None))
         counts: dict[str, list] = {}
         for state in operator.subtask_states.values():
             for handle in state.operator:
@@ -225,6 +235,6 @@ def metadata(spark, path: str):
                     counts.setdefault(name, [mode, 0])[1] += len(offsets)
         for name in sorted(counts):
             rows.append((*head, name, "operator", counts[name][0], None, counts[name][1]))
-        if not states and not counts:
+        if not states and not counts and uid not in changelog:
             rows.append((*head, None, None, None, None, None))
     return spark.createDataFrame(rows, _METADATA_DDL)

@@ -199,3 +199,30 @@ def test_a_savepoint_of_several_operators_and_operator_state_restores_into_a_job
     # both subtasks of "shift" got the union state's elements 3 and 4: every value is shifted by 7
     assert final_by_key(result.rows(), "key", "total") == \
         {k: k * 1000 + sum(i + 7 for i in range(1300) if i % KEYS == k) for k in range(KEYS)}
+
+
+def test_keyed_state_of_a_changelog_checkpoint_is_listed_as_such_and_its_read_names_the_way_out(spark, tmp_path):
+    from streamsnap.checkpoint.handles import OperatorSubtaskState
+    from streamsnap.checkpoint.metadata import CheckpointMetadata, OperatorState, write_metadata
+    from streamsnap.runtime.events import CheckpointType
+    from streamsnap.state.backends.changelog import ChangelogConfig
+    from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+    from tests.state.test_rocksdb_incremental import FULL, MAX_P, checkpoint, put_counts
+
+    (tmp_path / "job" / "shared").mkdir(parents=True)
+    config = RocksDBConfig(local_dir=str(tmp_path / "db"), changelog=ChangelogConfig(materialization_interval=3600.0))
+    backend = RocksDBKeyedStateBackend("op", MAX_P, FULL, config)
+    try:
+        put_counts(backend, range(100), lambda k: k)
+        _, handle = checkpoint(backend, tmp_path / "job", 1)
+    finally:
+        backend.dispose()
+    operator = OperatorState("op", 1, MAX_P, {0: OperatorSubtaskState(keyed=(handle,))})
+    write_metadata("file://" + str(tmp_path / "job" / "chk-1"),
+                   CheckpointMetadata("job", 1, CheckpointType.CHECKPOINT, 0.0, 0.0, {"op": operator}))
+    path = str(tmp_path / "job" / "chk-1")
+    rows = [r.asDict() for r in ss.state.metadata(spark, path).collect()]
+    assert [(r["uid"], r["state_type"], r["kind"], r["state_name"], r["keys"]) for r in rows] == \
+        [("op", "keyed", "changelog", None, None)]
+    with pytest.raises(ss.ConfigurationError, match="changelog.*savepoint"):
+        ss.state.read(spark, path, "op", "count")
