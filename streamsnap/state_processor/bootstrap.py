@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from streamsnap.checkpoint import filesystem
-from streamsnap.checkpoint.handles import (SPLIT_DISTRIBUTE, UNION, FileHandle, KeyGroupsStateHandle,
+from streamsnap.checkpoint.handles import (BROADCAST, SPLIT_DISTRIBUTE, UNION, FileHandle, KeyGroupsStateHandle,
                                            OperatorStateHandle, OperatorSubtaskState)
 from streamsnap.checkpoint.metadata import CheckpointMetadata, OperatorState, write_metadata
 from streamsnap.checkpoint.storage import METADATA_FILE_NAME
@@ -167,7 +167,7 @@ class _OperatorStateSpec:
     values: list
 
 
-OPERATOR_MODES = (SPLIT_DISTRIBUTE, UNION)
+OPERATOR_MODES = (SPLIT_DISTRIBUTE, UNION, BROADCAST)
 
 
 def _check_name(what: str, value) -> None:
@@ -239,14 +239,21 @@ class SavepointWriter:
 
     def operator_state(self, values, *, uid: str, state_name: str, mode: str = "split",
                        parallelism: int | None = None) -> "SavepointWriter":
-        """Operator (non-keyed) list state `state_name` of operator `uid`: `values` (a list, or a
+        """Operator (non-keyed) state `state_name` of operator `uid`: `values` (a list, or a
         small DataFrame collected on the driver: one column gives its values, several a dict per
         row). mode "split": the elements are dealt round-robin to the operator's subtasks (what
         `get_list_state` restores, dealt again over the job's subtasks); "union": every restoring
-        subtask gets all of them (`get_union_list_state`)."""
+        subtask gets all of them (`get_union_list_state`); "broadcast": `values` is a dict (or a
+        DataFrame of two columns, key and value) that every subtask of a broadcast process
+        function finds in its broadcast state of that name."""
         if mode not in OPERATOR_MODES:
             raise ConfigurationError(f"bootstrap: operator state mode must be one of "
                                      f"{', '.join(map(repr, OPERATOR_MODES))}, got {mode!r}")
+        if mode == BROADCAST:
+            entries = _broadcast_entries(values, state_name)
+            self._add(uid, state_name, "operator state", parallelism)
+            self._operator.append(_OperatorStateSpec(uid, state_name, mode, entries))
+            return self
         if hasattr(values, "collect") and hasattr(values, "schema"):
             columns = list(values.schema.names)
             rows = values.collect()
@@ -305,6 +312,21 @@ class SavepointWriter:
         return path
 
 
+def _broadcast_entries(values, state_name: str) -> list[tuple]:
+    """The (key, value) entries of a bootstrapped broadcast state: a dict, or a DataFrame of
+    two columns."""
+    if hasattr(values, "collect") and hasattr(values, "schema"):
+        if len(values.schema.names) != 2:
+            raise ConfigurationError(
+                f"bootstrap: broadcast state {state_name!r} from a DataFrame needs exactly two columns "
+                f"(key, value), got {values.schema.names}; select them first")
+        return [(r[0], r[1]) for r in values.collect()]
+    if isinstance(values, dict):
+        return list(values.items())
+    raise ConfigurationError(f"bootstrap: broadcast state {state_name!r} takes a dict or a DataFrame of "
+                             f"key and value columns, got {type(values).__name__}")
+
+
 def _write_operator_states(specs: list[_OperatorStateSpec], target: str, parallelism: dict[str, int]
                            ) -> dict[str, dict[int, list[OperatorStateHandle]]]:
     """Each operator's list states, one file per subtask that has elements, written by the
@@ -321,6 +343,11 @@ def _write_operator_states(specs: list[_OperatorStateSpec], target: str, paralle
             backend = OperatorStateBackend(uid)
             try:
                 for spec in states:
+                    if spec.mode == BROADCAST:
+                        # restored from the lowest subtask's copy: subtask 0 holds the one copy
+                        if subtask == 0:
+                            backend.get_broadcast_state(spec.state_name).put_all(dict(spec.values))
+                        continue
                     # union: every restoring subtask gets all elements, so one copy (subtask 0) is enough
                     elements = spec.values[subtask::p] if spec.mode == SPLIT_DISTRIBUTE else \
                         (spec.values if subtask == 0 else [])

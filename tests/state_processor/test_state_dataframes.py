@@ -226,3 +226,33 @@ def test_keyed_state_of_a_changelog_checkpoint_is_listed_as_such_and_its_read_na
         [("op", "keyed", "changelog", None, None)]
     with pytest.raises(ss.ConfigurationError, match="changelog.*savepoint"):
         ss.state.read(spark, path, "op", "count")
+
+
+RULES = ss.MapStateDescriptor("rules")
+
+
+class JudgeByRules(ss.BroadcastProcessFunction):
+    def process_broadcast_element(self, row, ctx):
+        ctx.get_broadcast_state(RULES).put(row["category"], row["limit"])
+
+    def process_element(self, row, ctx):
+        yield {"id": row["id"], "limit": ctx.get_broadcast_state(RULES).get(row["category"])}
+
+
+def test_a_bootstrapped_broadcast_state_reaches_every_subtask_of_the_job(spark, tmp_path):
+    rules = spark.createDataFrame([("food", 5), ("toys", 40)], "category string, limit long")
+    path = (ss.state.SavepointWriter()
+            .operator_state(rules, uid="judge", state_name="rules", mode="broadcast")
+            .write(str(tmp_path / "rules")))
+    assert sorted(tuple(r) for r in ss.state.read(spark, path, "judge", "rules").collect()) == \
+        [("food", 5), ("toys", 40)]
+    with pytest.raises(ss.ConfigurationError, match="broadcast state 'rules' takes a dict"):
+        ss.state.SavepointWriter().operator_state([1, 2], uid="judge", state_name="rules", mode="broadcast")
+
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    items = env.from_source(ss.sources.Generator(
+        lambda i: {"id": i, "category": ("food", "toys")[i % 2]}, count=200), uid="items")
+    updates = env.from_collection([{"category": "other", "limit": 1}], name="updates")
+    items.connect(updates.broadcast(RULES)).process(JudgeByRules(), uid="judge").sink_to(ss.sinks.Collect())
+    result = env.execute("bootstrapped rules", restore_from=path)
+    assert sorted((r["id"], r["limit"]) for r in result.rows()) == [(i, (5, 40)[i % 2]) for i in range(200)]
