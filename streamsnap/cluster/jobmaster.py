@@ -56,6 +56,8 @@ FINAL_CHECKPOINT_RETRY = 0.5
 # How long a cancelled attempt's Spark job may take to end before the JobMaster stops waiting
 # for it (Flink's task cancellation timeout plays the same role).
 SPARK_CANCEL_GRACE = 20.0
+# Failure reasons that name a root cause, by precedence (others, e.g. a lost upstream, rank 0).
+_CAUSE_RANK = {"USER_FUNCTION": 1, "DATA_ERROR": 2}
 
 
 @dataclass
@@ -622,7 +624,20 @@ class JobMaster:
                                  "the Spark job ended before all subtasks finished", "SPARK_JOB_FAILED", attempt)
 
     def _handle_failure(self, cause: str, reason: str, attempt: int) -> None:
-        """A failure of `attempt`: charged once, and only while that attempt is current and live."""
+        """A failure of `attempt`: charged once, and only while that attempt is current and live.
+
+        The first report ends the attempt, but it is not always the root cause: a task whose user
+        function raised closes its channels as it fails, and a downstream task that notices the
+        lost connection may report first. A user or data error of the same attempt arriving
+        while it stops replaces such a cause (not the charge), so the job's error — and the
+        decision that a data error must not restart — are about what actually went wrong."""
+        if self._upgrades_cause(reason, attempt):
+            log.info("job '%s' attempt %d: root cause %s replaces %s", self.settings.job_name, attempt,
+                     reason, self._failure_reason)
+            self._failure, self._failure_reason = cause, reason
+            if self.recovery_log:
+                self.recovery_log[-1]["cause"] = cause
+            return
         if self.status.is_terminal or not self._attempts.charge_failure(attempt):
             log.debug("failure of attempt %d not charged (current attempt %d, %s): %s", attempt,
                       self._attempt, "ended" if self._attempts.ended else "live", cause.splitlines()[0])
@@ -648,6 +663,11 @@ class JobMaster:
             self._after_attempt_stopped()
         else:
             self._timers.call_later(SPARK_CANCEL_GRACE, lambda a=self._attempt: self._spark_job_overdue(a))
+
+    def _upgrades_cause(self, reason: str, attempt: int) -> bool:
+        """Whether a failure report is the root cause of the attempt already failing (above)."""
+        return (self._failing and attempt == self._attempt and not self.status.is_terminal
+                and _CAUSE_RANK.get(reason, 0) > _CAUSE_RANK.get(self._failure_reason, 0))
 
     def _spark_job_overdue(self, attempt: int) -> None:
         """The cancelled attempt's Spark job has not ended: stop waiting for it."""

@@ -672,7 +672,7 @@ class StreamTask:
         self.network.close()
 
     def flush_logs(self) -> None:
-        """Send the relayed log records now (before a failure report, so they arrive first)."""
+        """Send the relayed log records now (right after a failure report, before the task ends)."""
         if self._log_relay is not None:
             self._log_relay.flush()
 
@@ -712,14 +712,16 @@ def run_task(deployment: Deployment, task_index: int, host: str | None = None) -
     except BaseException as exc:
         status = "FAILED"
         text, user = _describe_failure(exc)
-        log.error("%s failed: %s", task.name, text)      # relayed: the driver's log has it in full
-        task.flush_logs()
+        # The report goes first: the log records relayed before it would delay it at the driver,
+        # where a downstream task's report of the channel this one is about to close could win.
         try:
             if task.driver is not None:
                 task.driver.send({"type": "failed", "error": text, "user_error": user,
                                   "data_error": isinstance(exc, DataError)})
         except (TaskCancelled, OSError):
             log.error("%s failed and could not tell the driver: %s", task.name, text)
+        log.error("%s failed: %s", task.name, text)      # relayed: the driver's log has it in full
+        task.flush_logs()
         _close_quietly(task)
     finally:
         task.teardown()

@@ -47,3 +47,19 @@ def test_cancel_finishes_when_the_spark_job_never_ends(short_grace):
         assert master.status.value == "CANCELED"
     finally:
         spark.release.set()
+
+
+def test_a_user_error_reported_after_a_lost_upstream_is_the_jobs_cause_and_a_data_error_stops_restarts():
+    # A task's user function raises and it closes its channels; the downstream task that notices
+    # the lost connection may report first. The attempt is charged once, with the root cause.
+    spark = StandInSpark(ends_on_cancel=True)
+    master = master_for(spark, ss.RestartStrategy.fixed_delay(attempts=5, delay=0.0))
+    master.start()
+    master._post(lambda: master._handle_failure("UpstreamLostError: lost the connection from upstream",
+                                                "TASK_FAILURE", 0))
+    master._post(lambda: master._handle_failure("bad row {'x': 1}", "DATA_ERROR", 0))
+    master._post(lambda: master._handle_failure("another knock-on", "TASK_FAILURE", 0))
+    with pytest.raises(ss.JobExecutionError, match="a data error recurs") as info:
+        master.wait(10)
+    assert info.value.reason == "DATA_ERROR" and "bad row {'x': 1}" in str(info.value)
+    assert spark.jobs_started == 1        # charged once, and a data error is not restarted
