@@ -43,14 +43,17 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     futures[topic].result(30)
 
 
-def produce_json(bootstrap: str, topic: str, rows: list[dict], key: str | None = None) -> None:
+def produce_json(bootstrap: str, topic: str, rows: list[dict], key: str | None = None,
+                 partition: int | None = None) -> None:
+    """Write rows as JSON messages (keyed by the `key` column's text; into `partition` if given)."""
     import json
 
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for row in rows:
-        producer.produce(topic, json.dumps(row).encode(), None if key is None else str(row[key]).encode())
+        producer.produce(topic, json.dumps(row).encode(), None if key is None else str(row[key]).encode(),
+                         **({} if partition is None else {"partition": partition}))
         if len(producer) > 50_000:
             producer.poll(0.01)
     assert producer.flush(60) == 0
