@@ -138,10 +138,13 @@ def _read(conn, n: int) -> bytes:
     return bytes(data)
 
 
-def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, bytes | None, bytes]]:
-    """(partition, key, value) of every committed row, in log order per partition."""
+def read_log(bootstrap: str, topic: str, partitions: int):
+    """(committed, still_open) of a topic, read by its transaction markers: committed is
+    [(partition, key, value)] of every committed and non-transactional row in log order per
+    partition; still_open is {(partition, producer id): rows} of transactions without a marker
+    yet (open, or pre-committed and not yet committed)."""
     address = parse_bootstrap(bootstrap)[0]
-    out = []
+    out, still_open = [], {}
     for partition in range(partitions):
         offset, pending = 0, {}
         while True:
@@ -166,7 +169,13 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[in
                     out += [(partition, k, v) for _, k, v in rows]
             if not progressed:
                 raise RuntimeError(f"no progress reading {topic}[{partition}] at offset {offset} (high {high})")
-    return out
+        still_open.update({(partition, pid): len(rows) for pid, rows in pending.items()})
+    return out, still_open
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, bytes | None, bytes]]:
+    """(partition, key, value) of every committed row, in log order per partition."""
+    return read_log(bootstrap, topic, partitions)[0]
 
 
 def consumer_read_committed(bootstrap: str, topic: str, partitions: int, timeout: float = 5.0) -> list[bytes]:

@@ -15,7 +15,7 @@ import pytest
 import streamsnap as ss
 from streamsnap.api.environment import TEST_HOOKS_ENV
 from tests import kafka_support
-from tests.integration.support import wait_status
+from tests.integration.support import checkpoint_dirs, wait_completed, wait_status
 from tests.integration.test_failover import RunningSum, causes, event, expected_rows, three_kills
 
 pytestmark = pytest.mark.spark
@@ -44,15 +44,17 @@ def topics(bootstrap: str, partitions: int = 2) -> tuple[str, str]:
 
 
 def output_rows(bootstrap: str, topic: str) -> list[tuple]:
-    rows = []
-    for _, _, value in kafka_support.read_committed(bootstrap, topic, 2):
-        r = json.loads(value)
-        rows.append((r["key"], r["total"], r["i"]))
-    return rows
+    return to_rows(kafka_support.read_committed(bootstrap, topic, 2))
 
 
-def job(spark, bootstrap, source, sink, tmp_path, mode="exactly_once", semantic="exactly_once", attempts=3):
-    config = ss.CheckpointConfig(interval=0.5, directory=str(tmp_path / "ckpt"), mode=mode, num_retained=2)
+def to_rows(messages) -> list[tuple]:
+    return [(r["key"], r["total"], r["i"]) for r in (json.loads(v) for _, _, v in messages)]
+
+
+def job(spark, bootstrap, source, sink, tmp_path, mode="exactly_once", semantic="exactly_once", attempts=3,
+        prefix=None, retention="delete_on_cancellation"):
+    config = ss.CheckpointConfig(interval=0.5, directory=str(tmp_path / "ckpt"), mode=mode, num_retained=2,
+                                 retention=retention)
     # The source reads far ahead of the slow sum: small batches and few in flight keep the data
     # a barrier waits behind short, so checkpoints (and commits) keep completing.
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
@@ -61,7 +63,8 @@ def job(spark, bootstrap, source, sink, tmp_path, mode="exactly_once", semantic=
     (env.from_source(ss.sources.Kafka(bootstrap, [source], stop_at="latest", batch_size=256), name="events",
                      uid="events")
         .key_by("key").process(SlowSum(), name="sum", uid="sum")
-        .sink_to(ss.sinks.Kafka(bootstrap, sink, key="key", semantic=semantic), name="kafka", uid="kafka"))
+        .sink_to(ss.sinks.Kafka(bootstrap, sink, key="key", semantic=semantic, transactional_id_prefix=prefix),
+                 name="kafka", uid="kafka"))
     return env
 
 
@@ -94,6 +97,32 @@ def test_chaos_at_least_once_loses_nothing(spark, kafka_broker, tmp_path):
     result = client.wait(240)
     assert result.restarts == 1, causes(client)
     assert {i for _, _, i in output_rows(kafka_broker, sink)} == set(range(N))
+
+
+def test_a_second_run_restored_from_a_cancelled_runs_checkpoint_ends_its_transactions(spark, kafka_broker, tmp_path):
+    """Two execute() calls under one transactional-id prefix: the first Spark job is cancelled
+    mid-transaction (its tasks die with transactions open), the second restores its latest
+    checkpoint. The second commits what that checkpoint pre-committed and fences the first's
+    transactional ids, which aborts the rest: no transaction stays open and a read_committed
+    reader sees every row once."""
+    source, sink = topics(kafka_broker)
+    prefix = f"twice-{sink}"
+    first = job(spark, kafka_broker, source, sink, tmp_path, prefix=prefix, retention="retain_on_cancellation",
+                attempts=0).execute_async("kafka first run")
+    wait_status(first, "RUNNING")
+    wait_completed(first, 2)
+    first.cancel()
+    _, left_open = kafka_support.read_log(kafka_broker, sink, 2)
+    assert left_open, "the first run should have been cancelled with a transaction open"
+    latest = checkpoint_dirs(tmp_path / "ckpt" / first.job_id)[-1]
+    result = job(spark, kafka_broker, source, sink, tmp_path, prefix=prefix).execute(
+        "kafka second run", restore_from=str(latest))
+    assert result.restarts == 0
+    rows, still_open = kafka_support.read_log(kafka_broker, sink, 2)
+    assert still_open == {}, f"transactions of the first run left open: {still_open} (were {left_open})"
+    rows = to_rows(rows)
+    assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} duplicates for read_committed"
+    assert set(rows) == expected_rows(N)
 
 
 def test_an_unreachable_broker_or_a_missing_topic_fails_at_execute_naming_it(spark, kafka_broker, tmp_path):
