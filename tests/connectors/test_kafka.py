@@ -148,3 +148,58 @@ def test_an_unbounded_pattern_source_discovers_new_topics(kafka_broker):
     assert reader.active_splits() == sorted([f"{first}:0", f"{second}:0", f"{second}:1"])
     assert reader.current_split() in (f"{second}:0", f"{second}:1")
     reader.close()
+
+
+AVRO = {"type": "record", "name": "Reading", "fields": [
+    {"name": "key", "type": "long"}, {"name": "value", "type": "long"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "note", "type": ["null", "string"]}]}
+
+
+@pytest.mark.parametrize("framing", ["none", "confluent"])
+def test_avro_rows_written_by_the_sink_are_read_back_by_the_source(kafka_broker, framing):
+    topic = fresh_topic(kafka_broker)
+    sink = ss.sinks.Kafka(kafka_broker, topic, key="key", format="avro", avro_schema=AVRO,
+                          avro_schema_id=None if framing == "none" else 7, semantic="at_least_once")
+    writer = sink.create_writer(ctx(uid="avro-out"))
+    writer.open()
+    rows_in = [{"key": i % 5, "value": i, "at": 1_700_000_000_000 + i, "note": None if i % 3 else f"n{i}"}
+               for i in range(500)]
+    writer.write(pa.RecordBatch.from_pylist(rows_in))
+    writer.prepare_commit(1)
+    writer.close()
+    source = ss.sources.Kafka(kafka_broker, [topic], format="avro", avro_schema=AVRO, avro_framing=framing,
+                              stop_at="latest", batch_size=64)
+    assert source.schema.field("at").type == pa.timestamp("ms", tz="UTC")
+    reader = source.create_reader(ctx(uid="avro-in"))
+    reader.assign_splits(source.splits(1))
+    reader.open()
+    got = []
+    while not reader.is_finished():
+        batch = reader.poll()
+        if batch is not None:
+            assert batch.schema.equals(source.schema)
+            batch = batch.set_column(2, "at", batch.column("at").cast(pa.int64()))
+            got += batch.to_pylist()
+    reader.close()
+    assert sorted(got, key=lambda r: r["value"]) == rows_in
+
+
+def test_an_undecodable_avro_message_fails_naming_its_topic_partition_and_offset(kafka_broker):
+    topic = fresh_topic(kafka_broker, partitions=1)
+    sink = ss.sinks.Kafka(kafka_broker, topic, format="avro", avro_schema=AVRO, semantic="at_least_once")
+    good = sink.encode(pa.RecordBatch.from_pylist([{"key": 1, "value": 2, "at": 3, "note": "x"}]))[0]
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": kafka_broker})
+    for value in (good, good, good + b"\x07", good):         # offset 2 carries a stray byte
+        producer.produce(topic, value, partition=0)
+    assert producer.flush(30) == 0
+    source = ss.sources.Kafka(kafka_broker, [topic], format="avro", avro_schema=AVRO, stop_at="latest")
+    reader = source.create_reader(ctx(uid="avro-bad"))
+    reader.assign_splits(source.splits(1))
+    with pytest.raises(ss.connectors.kafka_source.KafkaSourceError, match=rf"{topic}\[0\]@2 .*avro_schema="):
+        reader.open()                    # a bounded source fetches once to learn the end offsets
+        while not reader.is_finished():
+            reader.poll()
+    reader.close()
