@@ -9,8 +9,9 @@ from the job running to the job finished — for exactly-once that includes the 
 and the last commit, i.e. until every row is visible to read_committed consumers. The output
 topic's committed row count is checked after each Kafka-sink run.
 
-Spark Structured Streaming's side is not run: its Kafka source needs the spark-sql-kafka
-connector jar, and no Maven repository is reachable from these machines.
+Spark Structured Streaming's side is not run here: its Kafka source needs the spark-sql-kafka
+connector jar, which PySpark's wheel does not ship and no reachable repository offers here.
+benchmarks/files_vs_spark.py compares the same W1 pipeline on both engines over Parquet files.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import pyarrow as pa
 import streamsnap as ss
 from benchmarks.workloads import BatchRunningSum, _checkpoint_dir, cleanup
 from streamsnap.connectors.kafka_sink import encode_json
-from tests import kafka_support
+from benchmarks import local_kafka
 
 KEYS = 1000
 SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64()), ("ts", pa.int64())])  # ts: W1 carries it
@@ -86,7 +87,7 @@ def profile(bootstrap: str, topic: str) -> dict:
     reader.close()
     n = sum(b.num_rows for b in batches)
     out = f"bench-profile-{uuid.uuid4().hex[:8]}"
-    kafka_support.create_topic(bootstrap, out, 2)
+    local_kafka.create_topic(bootstrap, out, 2)
     writer = ss.sinks.Kafka(bootstrap, out, key="key").create_writer(ctx("sink"))
     writer.open()
     started = _cpu()
@@ -112,7 +113,7 @@ def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int) -> dic
         target = ss.sinks.Discard()
     else:
         out_topic = f"bench-out-{uuid.uuid4().hex[:8]}"
-        kafka_support.create_topic(bootstrap, out_topic, 2)
+        local_kafka.create_topic(bootstrap, out_topic, 2)
         target = ss.sinks.Kafka(bootstrap, out_topic, key="key", semantic=sink)
     config = ss.CheckpointConfig(interval=1.0, directory=_checkpoint_dir("kafka-"),
                                  mode="at_least_once" if sink == "at_least_once" else "exactly_once")
@@ -129,7 +130,7 @@ def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int) -> dic
     seconds = time.monotonic() - running
     checked = None
     if out_topic is not None:
-        checked = len(kafka_support.read_committed(bootstrap, out_topic, 2))
+        checked = len(local_kafka.read_committed(bootstrap, out_topic, 2))
         assert checked == n, f"{sink}: {checked} committed rows in {out_topic}, expected {n}"
     return {"sink": sink, "events_per_second": n / seconds, "seconds": seconds,
             "checkpoints": result.checkpoints.counts.completed if result.checkpoints else 0, "committed_rows": checked}
@@ -139,11 +140,11 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
     from streamsnap.cluster.spark_session import embedded_session
 
     directory = tempfile.mkdtemp(prefix="ssbench-broker-")
-    bootstrap = kafka_support.start_broker(directory)
+    bootstrap = local_kafka.start_broker(directory)
     spark = embedded_session(16)
     try:
         topic = f"bench-in-{uuid.uuid4().hex[:8]}"
-        kafka_support.create_topic(bootstrap, topic, 2)
+        local_kafka.create_topic(bootstrap, topic, 2)
         print(f"filling {topic} with {n} events: {fill(bootstrap, topic, n):.1f} s", flush=True)
         costs = profile(bootstrap, topic)
         print("connector CPU per message (one process, no Spark): " + ", ".join(
@@ -162,7 +163,7 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
         return {"summary": summary, "runs": measured, "connector_cpu": costs}
     finally:
         spark.stop()
-        kafka_support.stop_broker(directory)
+        local_kafka.stop_broker(directory)
         cleanup()
 
 

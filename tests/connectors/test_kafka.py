@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException
 import streamsnap as ss
 from streamsnap.connectors.kafka_sink import encode_json
 from streamsnap.runtime.operators import OperatorContext
-from tests import kafka_support
+from benchmarks import local_kafka
 
 
 def ctx(subtask=0, parallelism=1, attempt=0, restored=False, uid="k"):
@@ -24,7 +24,7 @@ def ctx(subtask=0, parallelism=1, attempt=0, restored=False, uid="k"):
 
 def fresh_topic(bootstrap, partitions=2, prefix="t") -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    kafka_support.create_topic(bootstrap, name, partitions)
+    local_kafka.create_topic(bootstrap, name, partitions)
     return name
 
 
@@ -33,7 +33,7 @@ def rows(start, n):
 
 
 def committed_values(bootstrap, topic):
-    return sorted(json.loads(v)["v"] for _, _, v in kafka_support.read_committed(bootstrap, topic, 2))
+    return sorted(json.loads(v)["v"] for _, _, v in local_kafka.read_committed(bootstrap, topic, 2))
 
 
 def test_a_restored_sink_commits_the_pre_committed_transaction_and_fences_its_predecessor(kafka_broker):
@@ -50,7 +50,7 @@ def test_a_restored_sink_commits_the_pre_committed_transaction_and_fences_its_pr
     first.write(rows(100, 5))                    # ...with checkpoint 3's transaction open
     assert committed_values(kafka_broker, topic) == list(range(10))
     # A librdkafka read_committed consumer does not see open transactions either.
-    assert len(kafka_support.consumer_read_committed(kafka_broker, topic, 2, timeout=2.0)) == 10
+    assert len(local_kafka.consumer_read_committed(kafka_broker, topic, 2, timeout=2.0)) == 10
 
     restored = sink.create_writer(ctx(attempt=1, restored=True))
     restored.recover(checkpoint_2)
@@ -112,7 +112,7 @@ def read_all(reader, until=None, timeout=30.0):
 
 def test_the_source_resumes_from_its_checkpointed_offsets_at_another_parallelism(kafka_broker):
     topic = fresh_topic(kafka_broker, partitions=3)
-    kafka_support.produce_json(kafka_broker, topic, [{"key": i % 7, "value": i} for i in range(3000)], key="key")
+    local_kafka.produce_json(kafka_broker, topic, [{"key": i % 7, "value": i} for i in range(3000)], key="key")
     source = ss.sources.Kafka(kafka_broker, [topic], stop_at="latest", batch_size=100)
     splits = source.splits(2)
     readers = [source.create_reader(ctx(s, 2, uid="src")) for s in range(2)]
@@ -135,14 +135,14 @@ def test_the_source_resumes_from_its_checkpointed_offsets_at_another_parallelism
 def test_an_unbounded_pattern_source_discovers_new_topics(kafka_broker):
     tag = uuid.uuid4().hex[:6]
     first = fresh_topic(kafka_broker, 1, prefix=f"disc{tag}")
-    kafka_support.produce_json(kafka_broker, first, [{"value": i} for i in range(10)])
+    local_kafka.produce_json(kafka_broker, first, [{"value": i} for i in range(10)])
     source = ss.sources.Kafka(kafka_broker, pattern=f"disc{tag}-.*", discovery_interval=0.2)
     reader = source.create_reader(ctx(uid="disc"))
     reader.assign_splits(source.splits(1))
     reader.open()
     assert sorted(read_all(reader, until=10)) == list(range(10))
     second = fresh_topic(kafka_broker, 2, prefix=f"disc{tag}")
-    kafka_support.produce_json(kafka_broker, second, [{"value": 100 + i} for i in range(20)])
+    local_kafka.produce_json(kafka_broker, second, [{"value": 100 + i} for i in range(20)])
     assert sorted(read_all(reader, until=20)) == list(range(100, 120))
     # Each partition is its own split for per-partition watermarks.
     assert reader.active_splits() == sorted([f"{first}:0", f"{second}:0", f"{second}:1"])

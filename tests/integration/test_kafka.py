@@ -14,7 +14,7 @@ import pytest
 
 import streamsnap as ss
 from streamsnap.api.environment import TEST_HOOKS_ENV
-from tests import kafka_support
+from benchmarks import local_kafka
 from tests.integration.support import checkpoint_dirs, wait_completed, wait_status
 from tests.integration.test_failover import RunningSum, causes, event, expected_rows, three_kills
 
@@ -37,14 +37,14 @@ def topics(bootstrap: str, partitions: int = 2) -> tuple[str, str]:
     order, so every run computes the same running sums as `expected_rows`) and a fresh output topic."""
     name = uuid.uuid4().hex[:8]
     source, sink = f"in-{name}", f"out-{name}"
-    kafka_support.create_topic(bootstrap, source, partitions)
-    kafka_support.create_topic(bootstrap, sink, partitions)
-    kafka_support.produce_json(bootstrap, source, [event(i) for i in range(N)], key="key")
+    local_kafka.create_topic(bootstrap, source, partitions)
+    local_kafka.create_topic(bootstrap, sink, partitions)
+    local_kafka.produce_json(bootstrap, source, [event(i) for i in range(N)], key="key")
     return source, sink
 
 
 def output_rows(bootstrap: str, topic: str) -> list[tuple]:
-    return to_rows(kafka_support.read_committed(bootstrap, topic, 2))
+    return to_rows(local_kafka.read_committed(bootstrap, topic, 2))
 
 
 def to_rows(messages) -> list[tuple]:
@@ -112,13 +112,13 @@ def test_a_second_run_restored_from_a_cancelled_runs_checkpoint_ends_its_transac
     wait_status(first, "RUNNING")
     wait_completed(first, 2)
     first.cancel()
-    _, left_open = kafka_support.read_log(kafka_broker, sink, 2)
+    _, left_open = local_kafka.read_log(kafka_broker, sink, 2)
     assert left_open, "the first run should have been cancelled with a transaction open"
     latest = checkpoint_dirs(tmp_path / "ckpt" / first.job_id)[-1]
     result = job(spark, kafka_broker, source, sink, tmp_path, prefix=prefix).execute(
         "kafka second run", restore_from=str(latest))
     assert result.restarts == 0
-    rows, still_open = kafka_support.read_log(kafka_broker, sink, 2)
+    rows, still_open = local_kafka.read_log(kafka_broker, sink, 2)
     assert still_open == {}, f"transactions of the first run left open: {still_open} (were {left_open})"
     rows = to_rows(rows)
     assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} duplicates for read_committed"
@@ -177,12 +177,12 @@ def test_event_time_windows_over_partitions_with_a_lagging_and_an_idle_one(spark
     1's rows late): every window's sum equals the reference and no row is late."""
     name = uuid.uuid4().hex[:8]
     source, out, late = f"et-in-{name}", f"et-out-{name}", f"et-late-{name}"
-    kafka_support.create_topic(kafka_broker, source, 3)
+    local_kafka.create_topic(kafka_broker, source, 3)
     for topic in (out, late):
-        kafka_support.create_topic(kafka_broker, topic, 2)
-    kafka_support.produce_json(kafka_broker, source, partition_rows(0), partition=0)
+        local_kafka.create_topic(kafka_broker, topic, 2)
+    local_kafka.produce_json(kafka_broker, source, partition_rows(0), partition=0)
     lagging = partition_rows(1)
-    kafka_support.produce_json(kafka_broker, source, lagging[:25], partition=1)
+    local_kafka.produce_json(kafka_broker, source, lagging[:25], partition=1)
     schema = pa.schema([("key", pa.int64()), ("value", pa.int64()), ("ts", pa.int64())])
     strategy = (ss.WatermarkStrategy.for_bounded_out_of_orderness(BOUND).with_timestamp_assigner("ts")
                 .with_idleness(2.0))
@@ -202,10 +202,10 @@ def test_event_time_windows_over_partitions_with_a_lagging_and_an_idle_one(spark
         wait_status(client, "RUNNING")
         for start in range(25, len(lagging), 25):      # ~3 s, pieces well within the idle timeout
             time.sleep(0.15)
-            kafka_support.produce_json(kafka_broker, source, lagging[start:start + 25], partition=1)
+            local_kafka.produce_json(kafka_broker, source, lagging[start:start + 25], partition=1)
         deadline = time.monotonic() + 90
         while True:
-            fired = [json.loads(v) for _, _, v in kafka_support.read_committed(kafka_broker, out, 2)]
+            fired = [json.loads(v) for _, _, v in local_kafka.read_committed(kafka_broker, out, 2)]
             if len(fired) >= len(expected) or time.monotonic() > deadline:
                 break
             assert client.status() == "RUNNING", causes(client)
@@ -214,8 +214,8 @@ def test_event_time_windows_over_partitions_with_a_lagging_and_an_idle_one(spark
         assert client.status() == "RUNNING"
     finally:
         client.cancel()
-    fired = [json.loads(v) for _, _, v in kafka_support.read_committed(kafka_broker, out, 2)]
-    assert kafka_support.read_committed(kafka_broker, late, 2) == []
+    fired = [json.loads(v) for _, _, v in local_kafka.read_committed(kafka_broker, out, 2)]
+    assert local_kafka.read_committed(kafka_broker, late, 2) == []
     windows_fired = [(r["key"], r["window_start"]) for r in fired]
     assert len(windows_fired) == len(set(windows_fired)), "a window fired twice"
     assert all(r["window_end"] - r["window_start"] == WINDOW for r in fired)

@@ -1,6 +1,8 @@
-"""The Kafka tests' broker and their read_committed reader.
+"""The local Kafka broker of the tests and benchmarks, and a read_committed reader for it.
 
-The broker is the one `scripts/kafka-broker` starts (tansu, in memory, on 127.0.0.1).
+Why it exists (and lives here, not in tests/): the Kafka tests and benchmarks/kafka.py share
+it. The broker is the one `scripts/kafka-broker` starts (tansu, in memory, on 127.0.0.1);
+`start_broker`/`stop_broker` run that script, `create_topic`/`produce_json` prepare input.
 
 `read_committed` reads a partition as a read_committed consumer must see it: rows of committed
 transactions and non-transactional rows, never rows of aborted or open transactions. It reads
