@@ -4,7 +4,8 @@
 fills a 2-partition input topic with JSON events {"key": i % 1000, "value": i, "ts": i}, and runs, in
 turn (A B C A B C ...), the same pipeline with the exactly-once Kafka sink, the at-least-once
 one, and a discarding sink (what reading Kafka alone costs). Before them it measures the CPU
-time per message of the source reader and the exactly-once sink writer alone (`profile`). Throughput is events over the time
+time per message of the source reader and the exactly-once sink writer alone (`profile`), and
+of encoding and decoding the same rows as Avro instead of JSON (no broker). Throughput is events over the time
 from the job running to the job finished — for exactly-once that includes the final checkpoint
 and the last commit, i.e. until every row is visible to read_committed consumers. The output
 topic's committed row count is checked after each Kafka-sink run.
@@ -28,11 +29,13 @@ import pyarrow as pa
 
 import streamsnap as ss
 from benchmarks.workloads import BatchRunningSum, _checkpoint_dir, cleanup
+from streamsnap.connectors.avro import AvroCodec
 from streamsnap.connectors.kafka_sink import encode_json
 from benchmarks import local_kafka
 
 KEYS = 1000
 SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64()), ("ts", pa.int64())])  # ts: W1 carries it
+AVRO_SCHEMA = {"type": "record", "name": "Event", "fields": [{"name": c, "type": "long"} for c in SCHEMA.names]}
 
 
 def fill(bootstrap: str, topic: str, n: int) -> float:
@@ -103,8 +106,17 @@ def profile(bootstrap: str, topic: str) -> dict:
     for batch in batches:
         encode_json(batch)
     encoded = _cpu() - started
+    codec = AvroCodec(AVRO_SCHEMA)
+    started = _cpu()
+    avro = [codec.encode(batch) for batch in batches]
+    avro_encoded = _cpu() - started
+    started = _cpu()
+    for values in avro:
+        codec.decode(values)
+    avro_decoded = _cpu() - started
     return {"messages": n, "source_us_per_message": read / n * 1e6, "sink_us_per_message": written / n * 1e6,
-            "json_encode_us_per_message": encoded / n * 1e6}
+            "json_encode_us_per_message": encoded / n * 1e6, "avro_encode_us_per_message": avro_encoded / n * 1e6,
+            "avro_decode_us_per_message": avro_decoded / n * 1e6}
 
 
 def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int) -> dict:

@@ -260,14 +260,17 @@ class AvroCodec:
         struct = pa.StructArray.from_arrays(columns, fields=list(self.arrow_schema))
         if self._storage != self._struct:
             struct = struct.cast(self._storage)
+        # All records into one buffer, cut at the position after each (one BytesIO per batch).
         write, schema, header = self._write, self._parsed, self._header
-        out = []
+        stream = io.BytesIO()
+        put, tell = stream.write, stream.tell
+        ends = []
         for row in struct.to_pylist(maps_as_pydicts="strict"):
-            stream = io.BytesIO()
-            stream.write(header)
+            put(header)
             write(stream, schema, row)
-            out.append(stream.getvalue())
-        return out
+            ends.append(tell())
+        data = stream.getvalue()
+        return [data[start:end] for start, end in zip([0, *ends[:-1]], ends)]
 
 
 __all__ = ["AvroCodec", "AvroDecodeError", "FRAMINGS"]
