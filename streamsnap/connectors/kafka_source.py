@@ -248,6 +248,11 @@ class KafkaReader(SourceReader):
                     "enable.auto.commit": False, "enable.auto.offset.store": False,
                     "isolation.level": self._source.isolation, "enable.partition.eof": False,
                     "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20,
+                    # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1 s) whenever
+                    # its local queue holds queued.min.messages; a broker that answers a fetch with
+                    # more than that (tansu sends ~100 k messages) then stalls a fast reader for a
+                    # second per fetch: 0.15 M messages/s instead of 0.65 M in a bare consumer.
+                    "fetch.queue.backoff.ms": 5,
                     "client.id": f"streamsnap-{self._ctx.task_name}"}
         settings.update(self._source.config)
         self._consumer = Consumer(settings)
