@@ -4,12 +4,14 @@ Why it exists: Avro is the other common encoding of Kafka messages. The user giv
 schema (a record); its fields become the stream's columns, with Arrow types derived from the
 Avro types, so the pipeline has a declared schema before the first message arrives.
 
-Decoding uses fastavro's C decoder. fastavro has no batch-to-columns API, so one poll's values
-are joined into one buffer and decoded record after record (one C call per message, no Python
-per field), and the stream position after each record is checked against the message lengths:
-a message whose bytes do not decode to exactly one record is reported by its index (the source
-names its topic, partition and offset), never silently misread as part of its neighbours. The
-rows then become one Arrow struct array in a single call.
+Decoding: one poll's values are joined into one buffer. Flat records (nullable primitive
+fields) are decoded column by column with numpy (`avro_columns.py`, no Python per message).
+Other schemas, and any batch the columnar decoder does not accept, go through fastavro's C
+decoder record after record (one call per message, no Python per field), with the stream
+position after each record checked against the message lengths: a message whose bytes do not
+decode to exactly one record is reported by its index (the source names its topic, partition
+and offset), never silently misread as part of its neighbours; those rows then become one Arrow
+struct array in a single call.
 
 Logical types travel as their Arrow types (timestamp-millis/-micros → timestamp with UTC,
 local-timestamp-* → timestamp without zone, date → date32, time-* → time32/time64, uuid →
@@ -31,6 +33,7 @@ import json
 import numpy as np
 import pyarrow as pa
 
+from streamsnap.connectors import avro_columns
 from streamsnap.errors import ConfigurationError
 
 FRAMINGS = ("none", "confluent")
@@ -185,6 +188,7 @@ class AvroCodec:
         struct = _Mapper(what).arrow(schema)
         self.arrow_schema = pa.schema(list(struct))
         self._struct = struct
+        self._flat = avro_columns.flat_plan(schema)
         self._storage = _storage(struct)
         self.framing = framing
         self._header = b"" if schema_id is None else b"\x00" + int(schema_id).to_bytes(4, "big")
@@ -220,6 +224,10 @@ class AvroCodec:
         else:
             data = b"".join(values)
         ends = np.cumsum(lengths)
+        if self._flat is not None:
+            batch = avro_columns.decode(self._flat, data, ends, self.arrow_schema)
+            if batch is not None:
+                return batch
         stream = io.BytesIO(data)
         read, tell, schema = self._read, stream.tell, self._parsed
         rows: list = []
