@@ -22,6 +22,9 @@ per-value Python objects such as datetimes. The decimal logical type is not supp
 framing="confluent": every message starts with the Confluent Schema Registry wire header
 (magic byte 0, 4-byte schema id); the source strips it (the schema id is not looked up: the
 given schema must be the writer's), the sink writes it with the given schema id.
+
+Encoding: flat records column by column (`avro_columns.py`), others with fastavro row by row
+into one buffer.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ _LOGICAL = {("long", "timestamp-millis"): pa.timestamp("ms", tz="UTC"),
             ("long", "local-timestamp-micros"): pa.timestamp("us"),
             ("int", "date"): pa.date32(), ("int", "time-millis"): pa.time32("ms"),
             ("long", "time-micros"): pa.time64("us"), ("string", "uuid"): pa.string()}
+
+
+class AvroEncodeError(ValueError):
+    """Rows the sink was given do not fit the Avro schema (the message names the columns)."""
 
 
 class AvroDecodeError(ValueError):
@@ -265,6 +272,13 @@ class AvroCodec:
             raise ConfigurationError(f"Kafka sink: the rows' columns {batch.schema} do not convert to avro_schema's "
                                      f"types {self.arrow_schema} ({exc}). Fix: cast the columns before the sink, "
                                      f"or change avro_schema") from exc
+        nulls = [f.name for f, c in zip(self.arrow_schema, columns) if not f.nullable and c.null_count]
+        if nulls:
+            raise AvroEncodeError(f"Kafka sink: columns {nulls} hold nulls, but avro_schema's fields of those names "
+                                  f"are not nullable. Fix: make them [\"null\", type] unions, or fill the nulls "
+                                  f"before the sink")
+        if self._flat is not None:
+            return avro_columns.encode(self._flat, [c.cast(_storage(c.type)) for c in columns], self._header)
         struct = pa.StructArray.from_arrays(columns, fields=list(self.arrow_schema))
         if self._storage != self._struct:
             struct = struct.cast(self._storage)
@@ -281,4 +295,4 @@ class AvroCodec:
         return [data[start:end] for start, end in zip([0, *ends[:-1]], ends)]
 
 
-__all__ = ["AvroCodec", "AvroDecodeError", "FRAMINGS"]
+__all__ = ["AvroCodec", "AvroDecodeError", "AvroEncodeError", "FRAMINGS"]
