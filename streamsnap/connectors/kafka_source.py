@@ -21,8 +21,8 @@ are never used for recovery).
   `current_split`), so a lagging partition holds the watermark back.
 * Batches: with format="json" the values of one poll are joined with newlines and parsed by
   `pyarrow.json` in one call (no per-row Python beyond taking each message's bytes); "avro"
-  decodes them with the user's writer schema (`avro.py`: fastavro, one C call per message, then
-  one Arrow conversion); "raw" gives key, value, topic, partition, offset and timestamp columns.
+  decodes them with the user's writer schema (`avro.py`: flat records column by column with
+  numpy, others with fastavro, one C call per message, then one Arrow conversion); "raw" gives key, value, topic, partition, offset and timestamp columns.
 """
 
 from __future__ import annotations
