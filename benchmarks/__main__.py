@@ -21,13 +21,13 @@ import traceback
 from benchmarks import report, workloads
 
 PROFILES = {
-    "quick": dict(row=6_000_000, batch=100_000_000, spark_sql=16_000_000,
+    "quick": dict(files_vs_spark=8_000_000, row=6_000_000, batch=100_000_000, spark_sql=16_000_000,
                   spark_tws=4_000_000, ceiling=20_000_000, runs=5, state_keys=(10_000, 1_000_000, 10_000_000),
                   state_seconds=8.0, latency_seconds=10.0, backpressure_seconds=8.0, kills=5, keys=1000,
                   nexmark=1_000_000, nexmark_spark=4_000_000, nexmark_runs=3,
                   per_row=2_000_000, per_row_sentences=400_000, per_row_runs=3, window_events=20_000_000,
                   large_state_keys=10_000_000),
-    "full": dict(row=20_000_000, batch=300_000_000, spark_sql=48_000_000,
+    "full": dict(files_vs_spark=24_000_000, row=20_000_000, batch=300_000_000, spark_sql=48_000_000,
                  spark_tws=8_000_000, ceiling=60_000_000, runs=5, state_keys=(10_000, 1_000_000, 10_000_000),
                  state_seconds=20.0, latency_seconds=30.0, backpressure_seconds=20.0, kills=9, keys=1000,
                  nexmark=10_000_000, nexmark_spark=24_000_000, nexmark_runs=5,
@@ -36,7 +36,7 @@ PROFILES = {
 }
 
 BENCHMARKS = ("throughput", "per_row", "spark", "ceiling", "checkpoints", "backpressure", "latency", "recovery",
-              "nexmark", "window_latency", "state_backends")
+              "nexmark", "window_latency", "state_backends", "files_vs_spark")
 
 
 def _spark_session():
@@ -197,9 +197,22 @@ def run_state_backends(spark, p: dict, results: dict) -> None:
         spark, p["large_state_keys"], "rocksdb", steady_checkpoints=3, unaligned=True)
 
 
+def run_files_vs_spark(spark, p: dict, results: dict) -> None:
+    """W1 on the same Parquet files, streamsnap (1 s exactly-once checkpoints) against Spark
+    Structured Streaming (processing-time trigger 1 s, checkpoint location): the Kafka
+    benchmark's Spark side, on files because Spark's Kafka connector jar is not installable here
+    (benchmarks/files_vs_spark.py says what each time includes)."""
+    from benchmarks import files_vs_spark
+
+    print(f"  W1 over {p['files_vs_spark']:,} rows of Parquet files, streamsnap / Spark SQL / Spark "
+          f"transformWithStateInPandas, {p['runs']} rounds ...", flush=True)
+    results["files_vs_spark"] = files_vs_spark.measure(spark, p["files_vs_spark"], runs=p["runs"])
+
+
 RUNNERS = {"throughput": run_throughput, "per_row": run_per_row, "spark": run_spark, "ceiling": run_ceiling, "checkpoints": run_checkpoints,
            "backpressure": run_backpressure, "latency": run_latency, "recovery": run_recovery,
-           "nexmark": run_nexmark, "window_latency": run_window_latency, "state_backends": run_state_backends}
+           "nexmark": run_nexmark, "window_latency": run_window_latency, "state_backends": run_state_backends,
+           "files_vs_spark": run_files_vs_spark}
 
 
 def main(argv=None) -> int:

@@ -4,13 +4,15 @@
 fills a 2-partition input topic with JSON events {"key": i % 1000, "value": i, "ts": i}, and runs, in
 turn (A B C A B C ...), the same pipeline with the exactly-once Kafka sink, the at-least-once
 one, and a discarding sink (what reading Kafka alone costs). Before them it measures the CPU
-time per message of the source reader and the exactly-once sink writer alone (`profile`). Throughput is events over the time
+time per message of the source reader and the exactly-once sink writer alone (`profile`), and
+of encoding and decoding the same rows as Avro instead of JSON (no broker). Throughput is events over the time
 from the job running to the job finished — for exactly-once that includes the final checkpoint
 and the last commit, i.e. until every row is visible to read_committed consumers. The output
 topic's committed row count is checked after each Kafka-sink run.
 
-Spark Structured Streaming's side is not run: its Kafka source needs the spark-sql-kafka
-connector jar, and no Maven repository is reachable from these machines.
+Spark Structured Streaming's side is not run here: its Kafka source needs the spark-sql-kafka
+connector jar, which PySpark's wheel does not ship and no reachable repository offers here.
+benchmarks/files_vs_spark.py compares the same W1 pipeline on both engines over Parquet files.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ import pyarrow as pa
 
 import streamsnap as ss
 from benchmarks.workloads import BatchRunningSum, _checkpoint_dir, cleanup
+from streamsnap.connectors.avro import AvroCodec
 from streamsnap.connectors.kafka_sink import encode_json
-from tests import kafka_support
+from benchmarks import local_kafka
 
 KEYS = 1000
 SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64()), ("ts", pa.int64())])  # ts: W1 carries it
+AVRO_SCHEMA = {"type": "record", "name": "Event", "fields": [{"name": c, "type": "long"} for c in SCHEMA.names]}
 
 
 def fill(bootstrap: str, topic: str, n: int) -> float:
@@ -86,7 +90,7 @@ def profile(bootstrap: str, topic: str) -> dict:
     reader.close()
     n = sum(b.num_rows for b in batches)
     out = f"bench-profile-{uuid.uuid4().hex[:8]}"
-    kafka_support.create_topic(bootstrap, out, 2)
+    local_kafka.create_topic(bootstrap, out, 2)
     writer = ss.sinks.Kafka(bootstrap, out, key="key").create_writer(ctx("sink"))
     writer.open()
     started = _cpu()
@@ -102,8 +106,17 @@ def profile(bootstrap: str, topic: str) -> dict:
     for batch in batches:
         encode_json(batch)
     encoded = _cpu() - started
+    codec = AvroCodec(AVRO_SCHEMA)
+    started = _cpu()
+    avro = [codec.encode(batch) for batch in batches]
+    avro_encoded = _cpu() - started
+    started = _cpu()
+    for values in avro:
+        codec.decode(values)
+    avro_decoded = _cpu() - started
     return {"messages": n, "source_us_per_message": read / n * 1e6, "sink_us_per_message": written / n * 1e6,
-            "json_encode_us_per_message": encoded / n * 1e6}
+            "json_encode_us_per_message": encoded / n * 1e6, "avro_encode_us_per_message": avro_encoded / n * 1e6,
+            "avro_decode_us_per_message": avro_decoded / n * 1e6}
 
 
 def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int) -> dict:
@@ -112,7 +125,7 @@ def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int) -> dic
         target = ss.sinks.Discard()
     else:
         out_topic = f"bench-out-{uuid.uuid4().hex[:8]}"
-        kafka_support.create_topic(bootstrap, out_topic, 2)
+        local_kafka.create_topic(bootstrap, out_topic, 2)
         target = ss.sinks.Kafka(bootstrap, out_topic, key="key", semantic=sink)
     config = ss.CheckpointConfig(interval=1.0, directory=_checkpoint_dir("kafka-"),
                                  mode="at_least_once" if sink == "at_least_once" else "exactly_once")
@@ -129,7 +142,7 @@ def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int) -> dic
     seconds = time.monotonic() - running
     checked = None
     if out_topic is not None:
-        checked = len(kafka_support.read_committed(bootstrap, out_topic, 2))
+        checked = len(local_kafka.read_committed(bootstrap, out_topic, 2))
         assert checked == n, f"{sink}: {checked} committed rows in {out_topic}, expected {n}"
     return {"sink": sink, "events_per_second": n / seconds, "seconds": seconds,
             "checkpoints": result.checkpoints.counts.completed if result.checkpoints else 0, "committed_rows": checked}
@@ -139,11 +152,11 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
     from streamsnap.cluster.spark_session import embedded_session
 
     directory = tempfile.mkdtemp(prefix="ssbench-broker-")
-    bootstrap = kafka_support.start_broker(directory)
+    bootstrap = local_kafka.start_broker(directory)
     spark = embedded_session(16)
     try:
         topic = f"bench-in-{uuid.uuid4().hex[:8]}"
-        kafka_support.create_topic(bootstrap, topic, 2)
+        local_kafka.create_topic(bootstrap, topic, 2)
         print(f"filling {topic} with {n} events: {fill(bootstrap, topic, n):.1f} s", flush=True)
         costs = profile(bootstrap, topic)
         print("connector CPU per message (one process, no Spark): " + ", ".join(
@@ -162,7 +175,7 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
         return {"summary": summary, "runs": measured, "connector_cpu": costs}
     finally:
         spark.stop()
-        kafka_support.stop_broker(directory)
+        local_kafka.stop_broker(directory)
         cleanup()
 
 

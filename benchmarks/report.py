@@ -129,6 +129,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             out.append((f"per-row latency at {lat['rate'] / 2e3:.0f} K/s (a quarter {of_max}), buffer timeout 5ms",
                         f"p50 {_fmt_s(quarter['p50'])} / p99 {_fmt_s(quarter['p99'])}", "", "",
                         "p99 ≤ 50 ms", _verdict(quarter["p99"] <= TARGETS["latency_p99"])))
+    out += files_vs_spark_rows(results)
     out += nexmark_rows(results)
     out += window_latency_rows(results)
     out += state_backend_rows(results)
@@ -138,6 +139,22 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                     f"{len(rec['runs'])} kills, max {_fmt_s(max(rec['runs']))}", "", "≤ 5 s",
                     _verdict(rec["median"] <= TARGETS["recovery"])))
     return out
+
+
+def files_vs_spark_rows(results: dict) -> list[tuple]:
+    """W1 on the same Parquet files against Spark Structured Streaming's file source
+    (benchmarks/files_vs_spark.py): wall time from start to the last row, both checkpointing."""
+    f = results.get("files_vs_spark")
+    if not f:
+        return []
+    label = (f"W1 on {f['rows'] / 1e6:g} M rows of Parquet files, start → last row, 1 s checkpoints, vs Spark "
+             f"Structured Streaming's file source (processingTime 1 s)")
+    return [(f"{label}: Spark SQL groupBy/sum (per-key totals)", _fmt_rate(f["streamsnap"]),
+             _fmt_rate(f["spark_sql"]), f"{f['ratio_vs_spark_sql']:.1f}×", "> 1×",
+             _verdict(f["ratio_vs_spark_sql"] > 1)),
+            (f"{label}: Spark transformWithStateInPandas (per-row sums)", _fmt_rate(f["streamsnap"]),
+             _fmt_rate(f["spark_tws"]), f"{f['ratio_vs_spark_tws']:.1f}×", "> 1×",
+             _verdict(f["ratio_vs_spark_tws"] > 1))]
 
 
 def per_row_rows(results: dict) -> list[tuple]:

@@ -10,6 +10,8 @@ consumed and discarded.
 - `run_sql_aggregation`                `groupBy(key).agg(sum(value))`, update mode, RocksDB state.
 - `run_transform_with_state_in_pandas` the same with `transformWithStateInPandas` and a
                                        `ValueState` per key, one output row per input row.
+- `run_processing_time`                either query as a long-running stream (processing-time
+                                       trigger, checkpoint location) until it has read the input.
 - `run_microbatch_latency`             event-creation -> sink latency of the micro-batch engine
                                        on the same keyed sum, fed by the `rate` source.
 
@@ -212,6 +214,13 @@ def _w1_stream(spark, input_dir: str, max_files_per_trigger: int | None):
 
 # --- W1 throughput: SQL aggregation ----------------------------------------------------------
 
+def sql_aggregation_stream(spark, input_dir: str, max_files_per_trigger: int | None = None):
+    """W1 as Spark SQL over the Parquet files: `groupBy("key").agg(sum("value"))` (update mode)."""
+    from pyspark.sql import functions as F
+
+    return _w1_stream(spark, input_dir, max_files_per_trigger).groupBy("key").agg(F.sum("value").alias("sum"))
+
+
 def run_sql_aggregation(spark, input_dir: str, checkpoint_dir: str, shuffle_partitions: int = 2,
                         *, max_files_per_trigger: int | None = None,
                         sink: Sink | None = None) -> dict:
@@ -233,12 +242,9 @@ def run_sql_aggregation(spark, input_dir: str, checkpoint_dir: str, shuffle_part
     batch_id)` is used as a `foreachBatch` sink instead (tests use it to check the sums).
     `checkpoint_dir` must be new or empty.
     """
-    from pyspark.sql import functions as F
-
     files, expected = _w1_input_rows(input_dir)
     _check_fresh_checkpoint(checkpoint_dir)
-    stream = (_w1_stream(spark, input_dir, max_files_per_trigger)
-              .groupBy("key").agg(F.sum("value").alias("sum")))
+    stream = sql_aggregation_stream(spark, input_dir, max_files_per_trigger)
     return _run_available_now(spark, stream, input_dir, checkpoint_dir, shuffle_partitions,
                               "update", sink, expected, files, "run_sql_aggregation")
 
@@ -310,6 +316,56 @@ def _find_spec(name: str):
         return None
 
 
+def transform_with_state_stream(spark, input_dir: str, max_files_per_trigger: int | None = None):
+    """W1 with `transformWithStateInPandas(RunningSum())` over the Parquet files (append mode,
+    one output row per input row; only `key` and `value` reach the processor)."""
+    _require_tws_dependencies()
+    return (_w1_stream(spark, input_dir, max_files_per_trigger)
+            .select("key", "value")
+            .groupBy("key")
+            .transformWithStateInPandas(statefulProcessor=RunningSum(), outputStructType=TWS_OUTPUT_DDL,
+                                        outputMode="Append", timeMode="None"))
+
+
+def run_processing_time(spark, stream_df, output_mode: str, input_dir: str, checkpoint_dir: str,
+                        shuffle_partitions: int = 2, trigger_seconds: float = 1.0, timeout: float = 1800.0) -> dict:
+    """Run a W1 query as a long-running stream: `trigger(processingTime=...)`, a
+    `checkpointLocation`, RocksDB state, `noop` sink; stop it once its micro-batches have read
+    every row of `input_dir`.
+
+    Returns `{"seconds", "rows", "batches"}`: seconds from `start()` until the progress report of
+    the micro-batch that read the last row is seen (polled every 20 ms) — query start-up,
+    planning, every batch and its state-store, offset and commit logs included.
+    """
+    files, expected = _w1_input_rows(input_dir)
+    _check_fresh_checkpoint(checkpoint_dir)
+    writer = (stream_df.writeStream.outputMode(output_mode).format("noop")
+              .option("checkpointLocation", checkpoint_dir).trigger(processingTime=f"{trigger_seconds} seconds"))
+    query = None
+    with _session_conf(spark, _stateful_confs(spark, shuffle_partitions, files)):
+        try:
+            started = time.perf_counter()
+            query = writer.start()
+            deadline = started + timeout
+            while True:
+                batches = _executed_batches(query)
+                read = sum(int(p["numInputRows"]) for p in batches)
+                if read >= expected:
+                    seconds = time.perf_counter() - started
+                    break
+                if query.exception() is not None or not query.isActive:
+                    raise RuntimeError(f"run_processing_time: the query stopped after {read} of {expected} rows: "
+                                       f"{query.exception()}")
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"run_processing_time: {read} of {expected} rows after {timeout:g} s")
+                time.sleep(0.02)
+        finally:
+            _stop(query)
+    if read != expected:
+        raise RuntimeError(f"run_processing_time: the query read {read} rows, but {input_dir!r} holds {expected}")
+    return {"seconds": seconds, "rows": read, "batches": len(batches)}
+
+
 def run_transform_with_state_in_pandas(spark, input_dir: str, checkpoint_dir: str,
                                        shuffle_partitions: int = 2, *,
                                        max_files_per_trigger: int | None = None,
@@ -322,15 +378,9 @@ def run_transform_with_state_in_pandas(spark, input_dir: str, checkpoint_dir: st
     placeholder is pruned, as a user would). Same return shape, defaults and `sink`/
     `max_files_per_trigger` options as `run_sql_aggregation`. Needs pandas and protobuf.
     """
-    _require_tws_dependencies()
     files, expected = _w1_input_rows(input_dir)
     _check_fresh_checkpoint(checkpoint_dir)
-    stream = (_w1_stream(spark, input_dir, max_files_per_trigger)
-              .select("key", "value")
-              .groupBy("key")
-              .transformWithStateInPandas(statefulProcessor=RunningSum(),
-                                          outputStructType=TWS_OUTPUT_DDL,
-                                          outputMode="Append", timeMode="None"))
+    stream = transform_with_state_stream(spark, input_dir, max_files_per_trigger)
     return _run_available_now(spark, stream, input_dir, checkpoint_dir, shuffle_partitions,
                               "append", sink, expected, files,
                               "run_transform_with_state_in_pandas")

@@ -65,9 +65,9 @@ def _quiet_py4j():
 def kafka_broker(tmp_path_factory):
     """A Kafka-protocol broker on 127.0.0.1 for the session, started and stopped by
     scripts/kafka-broker; yields its bootstrap address."""
-    from tests import kafka_support
+    from benchmarks import local_kafka
 
     directory = str(tmp_path_factory.mktemp("kafka-broker"))
-    address = kafka_support.start_broker(directory)
+    address = local_kafka.start_broker(directory)
     yield address
-    kafka_support.stop_broker(directory)
+    local_kafka.stop_broker(directory)

@@ -22,9 +22,11 @@ semantic="at_least_once": one idempotent producer per subtask, flushed at every 
 every row a checkpoint covers is in Kafka before the checkpoint completes (rows after it may be
 written twice after a failure).
 
-Messages: the value is the row as one JSON object (encoded column-wise with Arrow compute for
-flat rows of numbers, booleans and strings; other types go through json.dumps); the key is the
-`key` column's value as text (None: no key, librdkafka spreads rows over partitions).
+Messages: with format="json" the value is the row as one JSON object (encoded column-wise with
+Arrow compute for flat rows of numbers, booleans and strings; other types go through
+json.dumps); with format="avro" one Avro record of the user's schema (`avro.py`, optionally with
+the Schema Registry header). The key is the `key` column's value as text (None: no key,
+librdkafka spreads rows over partitions).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamsnap.connectors import kafka_admin, kafka_transactions as txns
+from streamsnap.connectors.avro import AvroCodec
 from streamsnap.connectors.base import Sink, SinkWriter
 from streamsnap.connectors.kafka_protocol import EndTxnOutcome, end_transaction
 from streamsnap.errors import ConfigurationError, StreamsnapError
@@ -106,7 +109,7 @@ def encode_keys(batch: pa.RecordBatch, key: str | None) -> list | None:
 
 # ===================================================================== the sink
 class Kafka(Sink):
-    """Writes rows to a Kafka topic as JSON messages.
+    """Writes rows to a Kafka topic as JSON (default) or Avro messages.
 
     bootstrap: "host:port[,...]"; topic: an existing topic; key: the column whose value keys
     each message (None: no key). semantic: "exactly_once" (default: Kafka transactions, commit
@@ -114,12 +117,15 @@ class Kafka(Sink):
     default derived from the job name and the sink's uid — two jobs writing with the same prefix
     fence each other. transaction_pool_size: transactional ids per subtask (>= 2; a checkpoint
     that fails keeps its transaction waiting until the next one completes). config: extra
-    librdkafka producer settings.
+    librdkafka producer settings. format: "json" or "avro"; avro_schema: the Avro record schema
+    (dict or JSON text) rows are written with (its fields must be columns of the rows);
+    avro_schema_id: the Schema Registry id to write in the Confluent wire header (None: bare records).
     """
 
     def __init__(self, bootstrap: str, topic: str, *, key: str | None = None, semantic: str = "exactly_once",
                  transactional_id_prefix: str | None = None, transaction_pool_size: int = 5,
-                 transaction_timeout: float = 900.0, config: dict | None = None, preflight_timeout: float = 10.0):
+                 transaction_timeout: float = 900.0, config: dict | None = None, preflight_timeout: float = 10.0,
+                 format: str = "json", avro_schema=None, avro_schema_id: int | None = None):
         if not isinstance(bootstrap, str) or not bootstrap.strip():
             raise ConfigurationError(f"Kafka sink: bootstrap must be 'host:port[,host:port]', got {bootstrap!r}")
         if not isinstance(topic, str) or not topic:
@@ -132,6 +138,18 @@ class Kafka(Sink):
                                      f"got {transaction_pool_size!r}")
         if key is not None and not isinstance(key, str):
             raise ConfigurationError(f"Kafka sink: key must be a column name or None, got {key!r}")
+        if format not in ("json", "avro"):
+            raise ConfigurationError(f"Kafka sink: format must be 'json' or 'avro', got {format!r}")
+        if (format == "avro") != (avro_schema is not None):
+            raise ConfigurationError("Kafka sink: format='avro' needs avro_schema= (the Avro record schema to "
+                                     "write), and avro_schema= applies only to format='avro'")
+        if avro_schema_id is not None and (isinstance(avro_schema_id, bool) or not isinstance(avro_schema_id, int)
+                                           or not 0 <= avro_schema_id < 2 ** 31):
+            raise ConfigurationError(f"Kafka sink: avro_schema_id must be a Schema Registry id (an int >= 0), "
+                                     f"got {avro_schema_id!r}")
+        self.format = format
+        self._avro = (AvroCodec(avro_schema, schema_id=avro_schema_id, what="Kafka sink") if format == "avro"
+                      else None)
         self.bootstrap = bootstrap
         self.topic = topic
         self.key = key
@@ -146,6 +164,16 @@ class Kafka(Sink):
         if self.key is not None and schema is not None and self.key not in schema.names:
             raise ConfigurationError(f"Kafka sink: key column {self.key!r} is not in the stream's columns "
                                      f"{schema.names}")
+        if self._avro is not None and schema is not None:
+            missing = [n for n in self._avro.arrow_schema.names if n not in schema.names]
+            if missing:
+                raise ConfigurationError(f"Kafka sink: avro_schema's fields {missing} are not in the stream's "
+                                         f"columns {schema.names}. Fix: add them before the sink, or change "
+                                         f"avro_schema")
+
+    def encode(self, batch: pa.RecordBatch) -> list[bytes]:
+        """The message values of a batch's rows."""
+        return self._avro.encode(batch) if self._avro is not None else encode_json(batch)
 
     def preflight(self, label: str) -> None:
         kafka_admin.require_topics(self.bootstrap, [self.topic], self.preflight_timeout, self.config, label)
@@ -203,7 +231,7 @@ class KafkaWriter(SinkWriter):
 
     def _produce(self, producer, batch: Batch) -> int:
         record_batch = to_record_batch(batch)
-        values = encode_json(record_batch)
+        values = self._sink.encode(record_batch)
         keys = encode_keys(record_batch, self._sink.key)
         topic = self._sink.topic
         produce = producer.produce

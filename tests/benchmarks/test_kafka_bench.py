@@ -7,13 +7,13 @@ import uuid
 import pytest
 
 from benchmarks import kafka as bench
-from tests import kafka_support
+from benchmarks import local_kafka
 
 
 @pytest.mark.spark
 def test_a_small_kafka_benchmark_run_commits_every_row_and_reports_rates(spark, kafka_broker):
     topic = f"bench-test-{uuid.uuid4().hex[:8]}"
-    kafka_support.create_topic(kafka_broker, topic, 2)
+    local_kafka.create_topic(kafka_broker, topic, 2)
     bench.fill(kafka_broker, topic, 5000)
     costs = bench.profile(kafka_broker, topic)
     assert costs["messages"] == 5000 and all(v > 0 for v in costs.values())

@@ -182,3 +182,19 @@ def test_rate_source_timestamps_match_the_latency_model(spark, tmp_path, clean):
     for row in rows:
         stamped_ms = row["timestamp"].timestamp() * 1000
         assert abs(stamped_ms - (start_ms + row["value"] * 1000 / 50)) <= 1.0
+
+
+def test_a_processing_time_query_runs_until_it_has_read_the_input(spark, w1_input, tmp_path, clean):
+    stream = sb.sql_aggregation_stream(spark, w1_input, max_files_per_trigger=1)
+    result = sb.run_processing_time(spark, stream, "update", w1_input, str(tmp_path / "ckpt"), trigger_seconds=0.2)
+    assert result["rows"] == N and result["batches"] == 4 and result["seconds"] > 0
+
+
+def test_files_vs_spark_runs_streamsnap_on_the_same_files(spark, w1_input):
+    from benchmarks import files_vs_spark, report
+
+    run = files_vs_spark.run_streamsnap(spark, w1_input, N)        # raises unless it read all N rows
+    assert run["events_per_second"] > 0
+    figures = {"rows": N, "streamsnap": 2.0, "spark_sql": 1.0, "spark_tws": 0.5, "ratio_vs_spark_sql": 2.0,
+               "ratio_vs_spark_tws": 4.0}
+    assert [r[3] for r in report.files_vs_spark_rows({"files_vs_spark": figures})] == ["2.0×", "4.0×"]

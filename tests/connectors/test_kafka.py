@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException
 import streamsnap as ss
 from streamsnap.connectors.kafka_sink import encode_json
 from streamsnap.runtime.operators import OperatorContext
-from tests import kafka_support
+from benchmarks import local_kafka
 
 
 def ctx(subtask=0, parallelism=1, attempt=0, restored=False, uid="k"):
@@ -24,7 +24,7 @@ def ctx(subtask=0, parallelism=1, attempt=0, restored=False, uid="k"):
 
 def fresh_topic(bootstrap, partitions=2, prefix="t") -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    kafka_support.create_topic(bootstrap, name, partitions)
+    local_kafka.create_topic(bootstrap, name, partitions)
     return name
 
 
@@ -33,7 +33,7 @@ def rows(start, n):
 
 
 def committed_values(bootstrap, topic):
-    return sorted(json.loads(v)["v"] for _, _, v in kafka_support.read_committed(bootstrap, topic, 2))
+    return sorted(json.loads(v)["v"] for _, _, v in local_kafka.read_committed(bootstrap, topic, 2))
 
 
 def test_a_restored_sink_commits_the_pre_committed_transaction_and_fences_its_predecessor(kafka_broker):
@@ -50,7 +50,7 @@ def test_a_restored_sink_commits_the_pre_committed_transaction_and_fences_its_pr
     first.write(rows(100, 5))                    # ...with checkpoint 3's transaction open
     assert committed_values(kafka_broker, topic) == list(range(10))
     # A librdkafka read_committed consumer does not see open transactions either.
-    assert len(kafka_support.consumer_read_committed(kafka_broker, topic, 2, timeout=2.0)) == 10
+    assert len(local_kafka.consumer_read_committed(kafka_broker, topic, 2, timeout=2.0)) == 10
 
     restored = sink.create_writer(ctx(attempt=1, restored=True))
     restored.recover(checkpoint_2)
@@ -112,7 +112,7 @@ def read_all(reader, until=None, timeout=30.0):
 
 def test_the_source_resumes_from_its_checkpointed_offsets_at_another_parallelism(kafka_broker):
     topic = fresh_topic(kafka_broker, partitions=3)
-    kafka_support.produce_json(kafka_broker, topic, [{"key": i % 7, "value": i} for i in range(3000)], key="key")
+    local_kafka.produce_json(kafka_broker, topic, [{"key": i % 7, "value": i} for i in range(3000)], key="key")
     source = ss.sources.Kafka(kafka_broker, [topic], stop_at="latest", batch_size=100)
     splits = source.splits(2)
     readers = [source.create_reader(ctx(s, 2, uid="src")) for s in range(2)]
@@ -135,16 +135,71 @@ def test_the_source_resumes_from_its_checkpointed_offsets_at_another_parallelism
 def test_an_unbounded_pattern_source_discovers_new_topics(kafka_broker):
     tag = uuid.uuid4().hex[:6]
     first = fresh_topic(kafka_broker, 1, prefix=f"disc{tag}")
-    kafka_support.produce_json(kafka_broker, first, [{"value": i} for i in range(10)])
+    local_kafka.produce_json(kafka_broker, first, [{"value": i} for i in range(10)])
     source = ss.sources.Kafka(kafka_broker, pattern=f"disc{tag}-.*", discovery_interval=0.2)
     reader = source.create_reader(ctx(uid="disc"))
     reader.assign_splits(source.splits(1))
     reader.open()
     assert sorted(read_all(reader, until=10)) == list(range(10))
     second = fresh_topic(kafka_broker, 2, prefix=f"disc{tag}")
-    kafka_support.produce_json(kafka_broker, second, [{"value": 100 + i} for i in range(20)])
+    local_kafka.produce_json(kafka_broker, second, [{"value": 100 + i} for i in range(20)])
     assert sorted(read_all(reader, until=20)) == list(range(100, 120))
     # Each partition is its own split for per-partition watermarks.
     assert reader.active_splits() == sorted([f"{first}:0", f"{second}:0", f"{second}:1"])
     assert reader.current_split() in (f"{second}:0", f"{second}:1")
+    reader.close()
+
+
+AVRO = {"type": "record", "name": "Reading", "fields": [
+    {"name": "key", "type": "long"}, {"name": "value", "type": "long"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "note", "type": ["null", "string"]}]}
+
+
+@pytest.mark.parametrize("framing", ["none", "confluent"])
+def test_avro_rows_written_by_the_sink_are_read_back_by_the_source(kafka_broker, framing):
+    topic = fresh_topic(kafka_broker)
+    sink = ss.sinks.Kafka(kafka_broker, topic, key="key", format="avro", avro_schema=AVRO,
+                          avro_schema_id=None if framing == "none" else 7, semantic="at_least_once")
+    writer = sink.create_writer(ctx(uid="avro-out"))
+    writer.open()
+    rows_in = [{"key": i % 5, "value": i, "at": 1_700_000_000_000 + i, "note": None if i % 3 else f"n{i}"}
+               for i in range(500)]
+    writer.write(pa.RecordBatch.from_pylist(rows_in))
+    writer.prepare_commit(1)
+    writer.close()
+    source = ss.sources.Kafka(kafka_broker, [topic], format="avro", avro_schema=AVRO, avro_framing=framing,
+                              stop_at="latest", batch_size=64)
+    assert source.schema.field("at").type == pa.timestamp("ms", tz="UTC")
+    reader = source.create_reader(ctx(uid="avro-in"))
+    reader.assign_splits(source.splits(1))
+    reader.open()
+    got = []
+    while not reader.is_finished():
+        batch = reader.poll()
+        if batch is not None:
+            assert batch.schema.equals(source.schema)
+            batch = batch.set_column(2, "at", batch.column("at").cast(pa.int64()))
+            got += batch.to_pylist()
+    reader.close()
+    assert sorted(got, key=lambda r: r["value"]) == rows_in
+
+
+def test_an_undecodable_avro_message_fails_naming_its_topic_partition_and_offset(kafka_broker):
+    topic = fresh_topic(kafka_broker, partitions=1)
+    sink = ss.sinks.Kafka(kafka_broker, topic, format="avro", avro_schema=AVRO, semantic="at_least_once")
+    good = sink.encode(pa.RecordBatch.from_pylist([{"key": 1, "value": 2, "at": 3, "note": "x"}]))[0]
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": kafka_broker})
+    for value in (good, good, good + b"\x07", good):         # offset 2 carries a stray byte
+        producer.produce(topic, value, partition=0)
+    assert producer.flush(30) == 0
+    source = ss.sources.Kafka(kafka_broker, [topic], format="avro", avro_schema=AVRO, stop_at="latest")
+    reader = source.create_reader(ctx(uid="avro-bad"))
+    reader.assign_splits(source.splits(1))
+    with pytest.raises(ss.connectors.kafka_source.KafkaSourceError, match=rf"{topic}\[0\]@2 .*avro_schema="):
+        reader.open()                    # a bounded source fetches once to learn the end offsets
+        while not reader.is_finished():
+            reader.poll()
     reader.close()

@@ -1,6 +1,8 @@
-"""The Kafka tests' broker and their read_committed reader.
+"""The local Kafka broker of the tests and benchmarks, and a read_committed reader for it.
 
-The broker is the one `scripts/kafka-broker` starts (tansu, in memory, on 127.0.0.1).
+Why it exists (and lives here, not in tests/): the Kafka tests and benchmarks/kafka.py share
+it. The broker is the one `scripts/kafka-broker` starts (tansu, in memory, on 127.0.0.1);
+`start_broker`/`stop_broker` run that script, `create_topic`/`produce_json` prepare input.
 
 `read_committed` reads a partition as a read_committed consumer must see it: rows of committed
 transactions and non-transactional rows, never rows of aborted or open transactions. It reads
@@ -43,14 +45,17 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     futures[topic].result(30)
 
 
-def produce_json(bootstrap: str, topic: str, rows: list[dict], key: str | None = None) -> None:
+def produce_json(bootstrap: str, topic: str, rows: list[dict], key: str | None = None,
+                 partition: int | None = None) -> None:
+    """Write rows as JSON messages (keyed by the `key` column's text; into `partition` if given)."""
     import json
 
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for row in rows:
-        producer.produce(topic, json.dumps(row).encode(), None if key is None else str(row[key]).encode())
+        producer.produce(topic, json.dumps(row).encode(), None if key is None else str(row[key]).encode(),
+                         **({} if partition is None else {"partition": partition}))
         if len(producer) > 50_000:
             producer.poll(0.01)
     assert producer.flush(60) == 0
@@ -135,10 +140,13 @@ def _read(conn, n: int) -> bytes:
     return bytes(data)
 
 
-def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, bytes | None, bytes]]:
-    """(partition, key, value) of every committed row, in log order per partition."""
+def read_log(bootstrap: str, topic: str, partitions: int):
+    """(committed, still_open) of a topic, read by its transaction markers: committed is
+    [(partition, key, value)] of every committed and non-transactional row in log order per
+    partition; still_open is {(partition, producer id): rows} of transactions without a marker
+    yet (open, or pre-committed and not yet committed)."""
     address = parse_bootstrap(bootstrap)[0]
-    out = []
+    out, still_open = [], {}
     for partition in range(partitions):
         offset, pending = 0, {}
         while True:
@@ -163,7 +171,13 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[in
                     out += [(partition, k, v) for _, k, v in rows]
             if not progressed:
                 raise RuntimeError(f"no progress reading {topic}[{partition}] at offset {offset} (high {high})")
-    return out
+        still_open.update({(partition, pid): len(rows) for pid, rows in pending.items()})
+    return out, still_open
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, bytes | None, bytes]]:
+    """(partition, key, value) of every committed row, in log order per partition."""
+    return read_log(bootstrap, topic, partitions)[0]
 
 
 def consumer_read_committed(bootstrap: str, topic: str, partitions: int, timeout: float = 5.0) -> list[bytes]:
