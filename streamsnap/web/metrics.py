@@ -31,10 +31,16 @@ def job_families(sample: JobSample) -> list[GaugeMetricFamily]:
         _gauge("numRestarts", "Restarts (full failovers) of the job so far.", sample.restarts, job),
     ]
     labels = JOB_LABELS + ["operator", "operator_uid", "subtask"]
-    records_in = GaugeMetricFamily("numRecordsIn", "Records the operator subtask received in the current "
-                                   "attempt (since the checkpoint it restored).", labels=labels)
-    records_out = GaugeMetricFamily("numRecordsOut", "Records the operator subtask emitted in the current "
-                                    "attempt.", labels=labels)
+    # Per operator subtask: (name, help, the OperatorSample field holding {subtask index: value}).
+    per_subtask = [GaugeMetricFamily(name, documentation, labels=labels) for name, documentation in [
+        ("numRecordsIn", "Records the operator subtask received in the current attempt (since the checkpoint "
+                         "it restored)."),
+        ("numRecordsOut", "Records the operator subtask emitted in the current attempt."),
+        ("currentInputWatermark", "Event time (epoch ms) the operator subtask was last told; Long.MIN_VALUE "
+                                  "while there is none."),
+        ("currentOutputWatermark", "Event time (epoch ms) the operator subtask last emitted; Long.MIN_VALUE "
+                                   "while there is none.")]]
+    fields = ("records_in", "records_out", "input_watermarks", "output_watermarks")
     rate_labels = JOB_LABELS + ["operator", "operator_uid"]
     rate_in = GaugeMetricFamily("numRecordsInPerSecond", "Records per second into the operator "
                                 "(all subtasks) over the last poll interval.", labels=rate_labels)
@@ -42,10 +48,9 @@ def job_families(sample: JobSample) -> list[GaugeMetricFamily]:
                                  "(all subtasks) over the last poll interval.", labels=rate_labels)
     for vertex in sample.vertices:
         for op in vertex.operators:
-            for index, value in op.records_in.items():
-                records_in.add_metric(job + [op.name, op.uid, str(index)], value)
-            for index, value in op.records_out.items():
-                records_out.add_metric(job + [op.name, op.uid, str(index)], value)
+            for family, name in zip(per_subtask, fields):
+                for index, value in getattr(op, name).items():
+                    family.add_metric(job + [op.name, op.uid, str(index)], value)
             rate_in.add_metric(job + [op.name, op.uid], op.records_in_per_second)
             rate_out.add_metric(job + [op.name, op.uid], op.records_out_per_second)
     task_labels = JOB_LABELS + ["task", "subtask"]
@@ -56,7 +61,17 @@ def job_families(sample: JobSample) -> list[GaugeMetricFamily]:
             bytes_in.add_metric(job + [vertex.id, str(index)], value)
         for index, value in vertex.bytes_out.items():
             bytes_out.add_metric(job + [vertex.id, str(index)], value)
-    return families + [records_in, records_out, rate_in, rate_out, bytes_in, bytes_out]
+    shares = {key: GaugeMetricFamily(name, documentation, labels=task_labels) for key, name, documentation in [
+        ("backpressured", "backPressuredTimeMsPerSecond", "Milliseconds per second the task subtask waited for "
+         "room in a full output (downstream gave no credit), over the last poll interval."),
+        ("idle", "idleTimeMsPerSecond", "Milliseconds per second the task subtask waited for input."),
+        ("busy", "busyTimeMsPerSecond", "Milliseconds per second the task subtask was neither idle nor "
+         "backpressured.")]}
+    for vertex in sample.vertices:
+        for index, values in vertex.time_shares.items():
+            for key, family in shares.items():
+                family.add_metric(job + [vertex.id, str(index)], values[key])
+    return families + per_subtask + [rate_in, rate_out, bytes_in, bytes_out, *shares.values()]
 
 
 def checkpoint_families(stats: CheckpointStatsSnapshot, job: list[str]) -> list[GaugeMetricFamily]:

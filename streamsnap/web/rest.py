@@ -15,6 +15,7 @@ import logging
 import re
 import socket
 import threading
+import urllib.parse
 import uuid
 from collections import OrderedDict
 from http import HTTPStatus
@@ -129,6 +130,8 @@ _ROUTES = [
     ("GET", re.compile(r"^/jobs$"), "jobs"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)$"), "job"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints$"), "checkpoints"),
+    ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/vertices/(?P<vertex>[^/]+)/backpressure$"), "backpressure"),
+    ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/vertices/(?P<vertex>[^/]+)/watermarks$"), "watermarks"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints/config$"), "checkpoint_config"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints/details/(?P<cid>[^/]+)$"), "checkpoint_details"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints/(?P<request>[0-9a-f]{32})$"), "checkpoint_status"),
@@ -235,6 +238,21 @@ class WebServer:
 
     def _route_job(self, body, job):
         return _json(views.job_details(self.job(job).sample()))
+
+    def _vertex(self, job: str, vertex: str):
+        sample = self.job(job).sample()
+        found = views.find_vertex(sample, urllib.parse.unquote(vertex))
+        if found is None:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"job {job} has no vertex {vertex!r}; its vertices are "
+                                                  f"{[v.id for v in sample.vertices]} (GET /jobs/{job})")
+        return sample, found
+
+    def _route_backpressure(self, body, job, vertex):
+        sample, found = self._vertex(job, vertex)
+        return _json(views.vertex_backpressure(sample, found))
+
+    def _route_watermarks(self, body, job, vertex):
+        return _json(views.vertex_watermarks(self._vertex(job, vertex)[1]))
 
     def _route_checkpoints(self, body, job):
         return _json(views.checkpoints_overview(self.job(job).checkpoint_stats()))

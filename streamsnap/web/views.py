@@ -14,7 +14,9 @@ from typing import Iterable
 from streamsnap.checkpoint.stats import (
     CheckpointStats, CheckpointStatsSnapshot, CheckpointStatus, RestoredCheckpointStats, SubtaskCheckpointStats,
 )
-from streamsnap.web.progress import JobSample
+from streamsnap.runtime.task_time import backpressure_level
+from streamsnap.time.watermarks import MIN_WATERMARK
+from streamsnap.web.progress import JobSample, VertexSample
 
 
 def _ms(seconds: float | None) -> int | None:
@@ -53,8 +55,12 @@ def job_details(sample: JobSample) -> dict:
             "read-records": op.total_in, "write-records": op.total_out,
             "read-records-per-second": op.records_in_per_second,
             "write-records-per-second": op.records_out_per_second,
+            "input-watermark": _watermark(min(op.input_watermarks.values(), default=MIN_WATERMARK)),
+            "output-watermark": _watermark(min(op.output_watermarks.values(), default=MIN_WATERMARK)),
             "subtasks": [{"subtask": i, "read-records": op.records_in.get(i, 0),
-                          "write-records": op.records_out.get(i, 0)}
+                          "write-records": op.records_out.get(i, 0),
+                          "input-watermark": _watermark(op.input_watermarks.get(i, MIN_WATERMARK)),
+                          "output-watermark": _watermark(op.output_watermarks.get(i, MIN_WATERMARK))}
                          for i in sorted(set(op.records_in) | set(op.records_out))],
         } for op in v.operators]
         head, tail = (v.operators[0], v.operators[-1]) if v.operators else (None, None)
@@ -67,6 +73,7 @@ def job_details(sample: JobSample) -> dict:
             # the chain reads what its head reads and writes what its last operator writes
             "metrics": {"read-records": head.total_in if head else 0, "write-records": tail.total_out if tail else 0,
                         "read-bytes": sum(v.bytes_in.values()), "write-bytes": sum(v.bytes_out.values())},
+            "backpressure": _backpressure_summary(v),
             "operators": operators,
         })
     return {
@@ -76,6 +83,58 @@ def job_details(sample: JobSample) -> dict:
         "exceptions": [{"timestamp": _ms(f["failed_at"]), "exception": f["cause"]} for f in sample.failures],
         "vertices": vertices,
     }
+
+
+def _watermark(value: int) -> int | None:
+    """Epoch milliseconds, or None while there is no watermark yet."""
+    return None if value == MIN_WATERMARK else value
+
+
+def _subtask_time(index: int, shares: dict[str, float]) -> dict:
+    ratio = shares["backpressured"] / 1000
+    return {"subtask": index, "backpressure-level": backpressure_level(ratio), "ratio": round(ratio, 3),
+            "idleRatio": round(shares["idle"] / 1000, 3), "busyRatio": round(shares["busy"] / 1000, 3),
+            "backPressuredTimeMsPerSecond": round(shares["backpressured"]),
+            "idleTimeMsPerSecond": round(shares["idle"]), "busyTimeMsPerSecond": round(shares["busy"])}
+
+
+def _backpressure_summary(v: VertexSample) -> dict:
+    """The vertex's worst subtask decides its level, as in Flink's job graph."""
+    subtasks = [_subtask_time(i, s) for i, s in sorted(v.time_shares.items())]
+    ratio = max((s["ratio"] for s in subtasks), default=0.0)
+    return {"level": backpressure_level(ratio) if subtasks else "unknown", "ratio": ratio,
+            "busyRatio": max((s["busyRatio"] for s in subtasks), default=0.0)}
+
+
+def find_vertex(sample: JobSample, vertex_id: str) -> VertexSample | None:
+    return next((v for v in sample.vertices if v.id == vertex_id), None)
+
+
+def vertex_backpressure(sample: JobSample, v: VertexSample) -> dict:
+    """Flink's /jobs/:id/vertices/:vid/backpressure: per subtask the share of the last poll
+    interval spent backpressured (ratio), idle and busy, measured in the task, not sampled."""
+    subtasks = [_subtask_time(i, s) for i, s in sorted(v.time_shares.items())]
+    level = backpressure_level(max(s["ratio"] for s in subtasks)) if subtasks else "unknown"
+    return {"status": "ok" if subtasks else "deprecated", "backpressure-level": level,
+            "end-timestamp": _ms(sample.now), "subtasks": subtasks}
+
+
+def vertex_watermarks(v: VertexSample) -> list[dict]:
+    """Flink's /jobs/:id/vertices/:vid/watermarks: "<subtask>.currentInputWatermark" of the
+    chain's head, plus each operator's input and output watermark as
+    "<subtask>.<operator uid>.current{Input,Output}Watermark"; values are epoch ms as strings,
+    Long.MIN_VALUE while there is none (as Flink)."""
+    out = []
+    head = v.operators[0] if v.operators else None
+    for index in range(v.parallelism):
+        if head is not None and index in head.input_watermarks:
+            out.append({"id": f"{index}.currentInputWatermark", "value": str(head.input_watermarks[index])})
+        for op in v.operators:
+            if index in op.input_watermarks:
+                out.append({"id": f"{index}.{op.uid}.currentInputWatermark", "value": str(op.input_watermarks[index])})
+                out.append({"id": f"{index}.{op.uid}.currentOutputWatermark",
+                            "value": str(op.output_watermarks[index])})
+    return out
 
 
 def _vertex_status(states: dict[int, str]) -> str:

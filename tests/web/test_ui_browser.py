@@ -56,6 +56,9 @@ def test_the_web_ui_shows_the_job_its_checkpoints_and_a_subtask_drill_down(spark
             assert "completed" in rows.first.inner_text()
             page.wait_for_function("document.querySelector('#operators tr[data-operator=\"sum\"]')"
                                    ".children[4].textContent !== '0'")   # records arrive
+            # Two readings of the tasks' time account give each task its backpressure level.
+            page.wait_for_selector('#operators td[data-backpressure="ok"], #operators td[data-backpressure="low"], '
+                                   '#operators td[data-backpressure="high"]')
             page.screenshot(path=str(tmp_path / "web-ui.png"), full_page=True)
         finally:
             browser.close()
