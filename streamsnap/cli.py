@@ -72,10 +72,12 @@ def checkpoints(directory: str = typer.Argument(..., help="Checkpoint directory 
         console.print(f"no checkpoints under {directory}")
         raise typer.Exit(1)
     table = Table(title=f"checkpoints under {directory}")
-    # "full size": every file the checkpoint consists of; "new": what it uploaded itself
-    # (smaller for incremental RocksDB checkpoints, which reuse earlier checkpoints' SST files).
-    # "in flight": data an unaligned checkpoint saved between subtasks ("-": none, aligned).
-    for column in ("job", "checkpoint", "status", "completed at", "full size", "new", "in flight", "operators"):
+    # "state size": every file the checkpoint consists of; "checkpointed": what it wrote itself
+    # (smaller for incremental RocksDB and changelog checkpoints, which reuse earlier files), as
+    # in the web UI and lastCheckpointSize. "in flight": data an unaligned checkpoint saved
+    # between subtasks ("-": none, aligned).
+    for column in ("job", "checkpoint", "status", "completed at", "state size", "checkpointed", "in flight",
+                   "operators"):
         table.add_column(column, no_wrap=True)
     table.add_column("path", overflow="fold")
     for s in summaries:

@@ -443,8 +443,9 @@ class CheckpointCoordinator:
         timestamp = self._scheduler.wall()
         result = pending.acknowledge_task(ack, timestamp)
         if result is AcknowledgeResult.SUCCESS:
-            self._stats.report_subtask(checkpoint_id, ack.attempt, timestamp,
-                                       pending.acknowledgements[ack.attempt].state_size, ack.metrics)
+            acknowledged = pending.acknowledgements[ack.attempt]
+            self._stats.report_subtask(checkpoint_id, ack.attempt, timestamp, acknowledged.state_size,
+                                       ack.metrics, acknowledged.checkpointed_size)
             if pending.missing_shared_state:
                 self._abort(pending, CheckpointException(
                     R.SHARED_STATE_DISCARDED, f"{ack.attempt} reuses {pending.missing_shared_state[0]}",
@@ -538,7 +539,7 @@ class CheckpointCoordinator:
                     run_queued=False)
         self._failure_manager.handle_checkpoint_success(checkpoint_id)  # savepoints too, as in Flink
         self._stats.report_completed(checkpoint_id, completed.completion_timestamp, completed.state_size,
-                                     completed.external_pointer)
+                                     completed.external_pointer, completed.checkpointed_size)
         logger.info("completed %s %d for job %s (%d bytes in %.3f s) at %s", props.checkpoint_type.value,
                     checkpoint_id, self.job_id, completed.state_size, completed.duration, completed.external_pointer)
         if not props.is_savepoint or props.is_terminating:

@@ -44,6 +44,7 @@ class SubtaskAcknowledgement:
     ack_timestamp: float
     state_size: int
     metrics: CheckpointMetrics
+    checkpointed_size: int = 0   # bytes this checkpoint wrote (state_size minus reused shared files)
 
 
 class PendingStatus(enum.Enum):
@@ -162,11 +163,12 @@ class PendingCheckpoint:
 
         states = self._relativize(ack.subtask_state)
         uids = self._uids_by_vertex.get(attempt.vertex_id, [])
-        size = 0
+        size = written = 0
         for uid in uids:
             state = states.get(uid, OperatorSubtaskState())
             self._subtask_states[uid][attempt.index] = state
             size += state.state_size
+            written += state.incremental_size
         self._register_shared(states, uids)
         strays = sorted(set(states) - set(uids))
         if strays:
@@ -175,7 +177,7 @@ class PendingCheckpoint:
                            attempt, strays, attempt.vertex_id)
             for uid in strays:
                 discard_subtask_state(states[uid], self.location.url, registry=self._registry, delete=self._delete)
-        self.acknowledgements[attempt] = SubtaskAcknowledgement(attempt, ack_timestamp, size, ack.metrics)
+        self.acknowledgements[attempt] = SubtaskAcknowledgement(attempt, ack_timestamp, size, ack.metrics, written)
         return AcknowledgeResult.SUCCESS
 
     def _register_shared(self, states: TaskStateSnapshot, uids: list[str]) -> None:

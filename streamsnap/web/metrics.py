@@ -85,8 +85,10 @@ def checkpoint_families(stats: CheckpointStatsSnapshot, job: list[str]) -> list[
         _gauge("numberOfInProgressCheckpoints", "Checkpoints in progress.", c.in_progress, job),
         _gauge("lastCheckpointDuration", "End-to-end milliseconds of the latest completed checkpoint (-1: none).",
                latest.end_to_end_duration * 1000 if latest and latest.end_to_end_duration is not None else -1, job),
-        _gauge("lastCheckpointSize", "Bytes of the latest completed checkpoint (-1: none).",
-               latest.state_size if latest else -1, job),
+        _gauge("lastCheckpointSize", "Bytes the latest completed checkpoint wrote (incremental snapshots: "
+               "their new files only; -1: none).", latest.checkpointed_size if latest else -1, job),
+        _gauge("lastCheckpointFullSize", "Bytes the latest completed checkpoint references, files shared with "
+               "earlier checkpoints included (-1: none).", latest.state_size if latest else -1, job),
         _gauge("lastCheckpointRestoreTimestamp", "Epoch milliseconds of the latest restore (-1: none).",
                restored.restore_timestamp * 1000 if restored else -1, job),
     ]

@@ -168,10 +168,10 @@ def checkpoint_entry(stats: CheckpointStats) -> dict:
         "trigger_timestamp": _ms(stats.trigger_timestamp),
         "latest_ack_timestamp": _ms(latest_ack) if latest_ack is not None else -1,
         "end_to_end_duration": _ms(stats.end_to_end_duration),
-        # streamsnap reports one size per snapshot: what this checkpoint wrote and what it holds
-        # are the same figure (an incremental RocksDB snapshot counts its new files' bytes).
+        # state_size: all the checkpoint references; checkpointed_size: what it wrote itself
+        # (less with incremental RocksDB or changelog snapshots, which reuse earlier files).
         "state_size": stats.state_size,
-        "checkpointed_size": stats.state_size,
+        "checkpointed_size": stats.checkpointed_size,
         "processed_data": _processed(stats),
         "persisted_data": _persisted(stats),
         "unaligned": any(s.unaligned for s in stats.subtasks),
@@ -201,17 +201,19 @@ def checkpoints_overview(snapshot: CheckpointStatsSnapshot) -> dict:
     completed = [s for s in snapshot.history if s.status is CheckpointStatus.COMPLETED]
     durations = statistic(_ms(s.end_to_end_duration) for s in completed)
     sizes = statistic(s.state_size for s in completed)
+    written = statistic(s.checkpointed_size for s in completed)
     if c.completed:
-        d, z = snapshot.summary.end_to_end_duration, snapshot.summary.state_size
+        d, z, w = snapshot.summary.end_to_end_duration, snapshot.summary.state_size, snapshot.summary.checkpointed_size
         durations.update(min=_ms(d.minimum), avg=_ms(d.average), max=_ms(d.maximum))
         sizes.update(min=z.minimum, avg=z.average, max=z.maximum)
+        written.update(min=w.minimum, avg=w.average, max=w.maximum)
     return {
         "counts": {"total": c.triggered, "triggered": c.triggered, "in_progress": c.in_progress,
                    "completed": c.completed, "failed": c.failed, "restored": c.restored},
         "summary": {
             "end_to_end_duration": durations,
             "state_size": sizes,
-            "checkpointed_size": dict(sizes),
+            "checkpointed_size": written,
             "processed_data": statistic(_processed(s) for s in completed),
             "persisted_data": statistic(_persisted(s) for s in completed),
         },
@@ -251,7 +253,7 @@ def _subtask_entry(s: SubtaskCheckpointStats) -> dict:
     return {
         "index": s.index, "attempt": s.attempt, "status": "completed",
         "ack_timestamp": _ms(s.ack_timestamp), "end_to_end_duration": _ms(s.end_to_end_duration),
-        "state_size": s.state_size, "checkpointed_size": s.state_size,
+        "state_size": s.state_size, "checkpointed_size": s.checkpointed_size,
         "checkpoint": {"sync": _ms(s.sync_duration), "async": _ms(s.async_duration)},
         "alignment": {"duration": _ms(s.alignment_duration), "processed": s.bytes_processed_during_alignment,
                       "persisted": s.bytes_persisted_of_in_flight_data},
@@ -282,7 +284,7 @@ def checkpoint_details(stats: CheckpointStats, vertices: Iterable[tuple[str, str
             "latest_ack_timestamp": _ms(max(s.ack_timestamp for s in acked)) if acked else -1,
             "end_to_end_duration": _ms(max(s.end_to_end_duration for s in acked)) if acked else None,
             "state_size": sum(s.state_size for s in acked),
-            "checkpointed_size": sum(s.state_size for s in acked),
+            "checkpointed_size": sum(s.checkpointed_size for s in acked),
             "alignment_buffered": sum(s.bytes_processed_during_alignment for s in acked),
             "processed_data": sum(s.bytes_processed_during_alignment for s in acked),
             "persisted_data": sum(s.bytes_persisted_of_in_flight_data for s in acked),
@@ -293,6 +295,7 @@ def checkpoint_details(stats: CheckpointStats, vertices: Iterable[tuple[str, str
                 "alignment": {"duration": statistic(_ms(s.alignment_duration) for s in acked)},
                 "start_delay": statistic(_ms(s.start_delay) for s in acked),
                 "state_size": statistic(s.state_size for s in acked),
+                "checkpointed_size": statistic(s.checkpointed_size for s in acked),
             },
             "subtasks": subtasks,
         }
