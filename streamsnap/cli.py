@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from streamsnap.api import environment
+from streamsnap.web.terminal import PLAIN_EVERY, LiveStatus, summary_lines
 
 app = typer.Typer(help="streamsnap: stateful, exactly-once stream processing on Spark.", no_args_is_help=True,
                   add_completion=False)
@@ -30,8 +31,11 @@ def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline
         restore_from: str = typer.Option(None, "--from", "-s", help="Checkpoint or savepoint to start from."),
         allow_non_restored_state: bool = typer.Option(False, "--allow-non-restored-state",
                                                       help="Skip state of operators the job no longer has."),
+        status_every: float = typer.Option(PLAIN_EVERY, "--status-every", min=0.1,
+                                           help="Seconds between status lines when stdout is not a terminal "
+                                                "(on a terminal the line is redrawn in place every second)."),
         ) -> None:
-    """Run a job file on the embedded (or active) Spark session and print a summary."""
+    """Run a job file on the embedded (or active) Spark session, show a live status line and a summary."""
     if not job.is_file():
         console.print(f"[red]no such job file: {job}[/red]")
         raise typer.Exit(2)
@@ -39,6 +43,13 @@ def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline
     environment.CLI_DEFAULTS["results"] = []
     # A job built with StreamEnvironment(web=ss.WebConfig(...)): say where to watch it.
     environment.CLI_DEFAULTS["on_web_url"] = lambda name, url: console.print(f"[bold]{name}[/bold]: monitoring at {url}")
+    statuses: list[LiveStatus] = []
+
+    def on_job_started(master) -> None:
+        status = LiveStatus(master, console, plain_every=status_every)
+        statuses.append(status)
+        status.start()
+    environment.CLI_DEFAULTS["on_job_started"] = on_job_started
     started = time.monotonic()
     sys.argv = [str(job)]
     sys.path.insert(0, str(job.resolve().parent))
@@ -47,13 +58,13 @@ def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline
     finally:
         environment.CLI_DEFAULTS.update(restore_from=None, allow_non_restored_state=False)
         environment.CLI_DEFAULTS.pop("on_web_url", None)
+        environment.CLI_DEFAULTS.pop("on_job_started", None)
+        for status in statuses:   # a finished job's line is gone before the summary prints
+            status.join(timeout=5.0)
     results = environment.CLI_DEFAULTS.pop("results", [])
     for result in results:
-        records = result.records_in
-        rate = records / result.duration if result.duration > 0 else 0.0
-        console.print(f"[bold]{result.job_name}[/bold]: {result.status}, {records:,} source records in "
-                      f"{result.duration:.2f} s ({rate:,.0f} records/s)"
-                      + (f", {result.restarts} restart(s)" if result.restarts else ""))
+        for line in summary_lines(result):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         for number, recovery in enumerate(result.recoveries, 1):
             if "restore" in recovery:
                 console.print(f"  recovery {number}: {_restore_sources(recovery['restore'])}")

@@ -277,7 +277,17 @@ class JobMaster:
             except BaseException as exc:
                 future.set_exception(exc)
         self._post(run)
-        return future.result(timeout)
+        # The job may end between the check above and the loop taking the call: then the loop
+        # has exited and the call would never run; read directly instead of waiting it out.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return future.result(min(0.1, max(0.0, deadline - time.monotonic())))
+            except concurrent.futures.TimeoutError:
+                if self._done.is_set() and not self._loop_thread.is_alive():
+                    return fn()
+                if time.monotonic() >= deadline:
+                    raise
 
     def _run_loop(self) -> None:
         try:
