@@ -2,6 +2,7 @@
 
     streamsnap run job.py [--from PATH] [--allow-non-restored-state]
     streamsnap checkpoints DIR
+    streamsnap ui DIR [--port N]
     streamsnap savepoint inspect PATH
 """
 
@@ -110,6 +111,42 @@ def _in_flight(s) -> str:
         return _size(s.in_flight_size) if s.in_flight_size else "-"
     return (f"{_size(s.in_flight_size or 0)} saved, {_size(s.in_flight_processed or 0)} processed, "
             f"{s.unaligned_subtasks}/{s.num_subtasks} subtasks unaligned")
+
+
+@app.command()
+def ui(directory: str = typer.Argument(..., help="Checkpoint directory (or one job's directory)."),
+       port: int = typer.Option(0, "--port", help="TCP port (0: any free one)."),
+       bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on; other than loopback needs a token."),
+       token: str = typer.Option(None, "--token", envvar="STREAMSNAP_WEB_TOKEN",
+                                 help="Bearer token required of every request (better passed in STREAMSNAP_WEB_TOKEN)."),
+       ) -> None:
+    """Serve the web UI and REST API for the completed checkpoints under DIR, read-only, until Ctrl-C."""
+    from streamsnap.errors import StreamsnapError
+    from streamsnap.web.archive import archived_jobs
+    from streamsnap.web.config import WebConfig
+    from streamsnap.web.rest import WebServer
+
+    try:
+        jobs = archived_jobs(directory)
+        server = WebServer(WebConfig(port=port, bind=bind, token=token))
+    except (FileNotFoundError, StreamsnapError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    if not jobs:
+        server.close()
+        console.print(f"no checkpoints under {directory}")
+        raise typer.Exit(1)
+    server.serve_archive(jobs)
+    console.print(f"checkpoints of {len(jobs)} job(s) under {directory}, read-only, at {server.url}  (Ctrl-C stops)",
+                  markup=False, highlight=False, soft_wrap=True)
+    sys.stdout.flush()
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        console.print("stopped")
+    finally:
+        server.close()
 
 
 @savepoint_app.command("inspect")

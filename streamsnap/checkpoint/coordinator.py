@@ -116,6 +116,7 @@ class CheckpointCoordinator:
         self._ack_attempts: tuple[ExecutionAttemptId, ...] = ()
         self._commit_attempts: tuple[ExecutionAttemptId, ...] = ()
         self._operators: dict[str, OperatorInfo] = {}
+        self._job_graph: Mapping | None = None
         self._task_states: dict[ExecutionAttemptId, ExecutionState] = {}
 
         self._pending: dict[int, PendingCheckpoint] = {}
@@ -169,6 +170,11 @@ class CheckpointCoordinator:
         return self._shutdown
 
     # ------------------------------------------------------------------ deployment and status
+
+    def describe_job(self, job_graph: Mapping) -> None:
+        """The job's vertices and operators (names, parallelism, inputs) as plain values, kept in
+        each checkpoint's `_metadata` so `streamsnap ui DIR` can draw the job graph later."""
+        self._job_graph = job_graph
 
     def set_execution_attempts(self, trigger: Iterable[ExecutionAttemptId], ack: Iterable[ExecutionAttemptId],
                                commit: Iterable[ExecutionAttemptId], operators: Mapping[str, OperatorInfo]) -> None:
@@ -382,7 +388,8 @@ class CheckpointCoordinator:
         options = CheckpointOptions(props.checkpoint_type, location.url, self.config.exactly_once, unaligned,
                                     self.config.aligned_timeout if unaligned else None)
         pending = PendingCheckpoint(self.job_id, checkpoint_id, timestamp, props, options, location,
-                                    self._ack_attempts, self._operators, self._store.registry, self._io.delete)
+                                    self._ack_attempts, self._operators, self._store.registry, self._io.delete,
+                                    self._job_graph)
         self._pending[checkpoint_id] = pending
         self._futures[checkpoint_id] = request.future
         self._stats.report_pending(checkpoint_id, timestamp, props.checkpoint_type, pending.num_tasks)

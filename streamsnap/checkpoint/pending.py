@@ -86,8 +86,9 @@ class PendingCheckpoint:
                  location: CheckpointStorageLocation, tasks_to_ack: Iterable[ExecutionAttemptId],
                  operators: Mapping[str, OperatorInfo],
                  shared_registry: SharedStateRegistry | None = None,
-                 delete: Callable[..., None] = filesystem.delete):
+                 delete: Callable[..., None] = filesystem.delete, job_graph: Mapping | None = None):
         self.job_id = job_id
+        self.job_graph = job_graph   # recorded in _metadata (CheckpointMetadata.job_graph)
         self._delete = delete
         self.checkpoint_id = checkpoint_id
         self.trigger_timestamp = trigger_timestamp
@@ -254,7 +255,10 @@ class PendingCheckpoint:
                          a.metrics.bytes_processed_during_alignment) for a in acks}
                      if any(a.metrics.unaligned for a in acks) else {})
         return CheckpointMetadata(self.job_id, self.checkpoint_id, self.properties.checkpoint_type,
-                                  self.trigger_timestamp, completion_timestamp, self.operator_states(), in_flight)
+                                  self.trigger_timestamp, completion_timestamp, self.operator_states(), in_flight,
+                                  {f"{a.attempt.vertex_id}#{a.attempt.index}": (
+                                      a.attempt.attempt, a.ack_timestamp, tuple(a.metrics.to_wire())) for a in acks},
+                                  self.job_graph)
 
     def mark_completed(self, metadata: CheckpointMetadata) -> CompletedCheckpoint:
         """`metadata` is durably written: the second half of `finalize`."""

@@ -408,6 +408,11 @@ class JobMaster:
                 node = self.job_graph.node(node_id)
                 operators[node.uid] = OperatorInfo(vertex.id, vertex.parallelism, node.max_parallelism)
         self.coordinator.set_execution_attempts(sources, attempts, attempts, operators)
+        self.coordinator.describe_job({"name": self.settings.job_name, "vertices": [
+            {"id": v.id, "name": v.name, "parallelism": v.parallelism,
+             "inputs": list(dict.fromkeys(e.source_vertex for e in v.inputs)),
+             "operators": [{"uid": self.job_graph.node(n).uid, "name": self.job_graph.node(n).name} for n in v.nodes]}
+            for v in self.job_graph.vertices.values()]})
 
     def _run_spark_job(self, deployment: Deployment, group: str, attempt: int) -> None:
         sc = self._spark.sparkContext

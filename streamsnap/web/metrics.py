@@ -1,6 +1,6 @@
 """Prometheus `/metrics` for one job, with Flink's metric names where Flink has them.
 
-A collector reads the job's sample and checkpoint stats at scrape time (nothing is updated
+A collector reads each job's sample and checkpoint stats at scrape time (nothing is updated
 in between); each job has its own CollectorRegistry, never the process-global one, so several
 jobs in one process (tests, notebooks) do not collide. Like Flink's Prometheus reporter every
 figure is a gauge; durations are milliseconds, timestamps epoch milliseconds, sizes bytes.
@@ -110,14 +110,15 @@ class _JobCollector(Collector):
     def collect(self):
         sample = self._endpoint.sample()
         yield from job_families(sample)
-        stats = self._endpoint.master.checkpoint_stats()
+        stats = self._endpoint.stats_or_none()
         if stats is not None:
             yield from checkpoint_families(stats, [sample.name, sample.job_id])
 
 
-class JobMetrics:
-    """The registry `/metrics` renders for one job (a `web.rest.JobEndpoint`)."""
-
-    def __init__(self, endpoint):
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_JobCollector(endpoint))
+def metrics_registry(endpoints) -> CollectorRegistry:
+    """The registry `/metrics` renders: the jobs of one server (`web.rest.JobEndpoint`s, or the
+    `web.archive.ArchivedJob`s of a checkpoint directory)."""
+    registry = CollectorRegistry(auto_describe=False)
+    for endpoint in endpoints:
+        registry.register(_JobCollector(endpoint))
+    return registry

@@ -69,6 +69,7 @@ class JobSample:
     failures: tuple[dict, ...]      # failed_at (wall-clock seconds), cause; oldest first
     vertices: tuple[VertexSample, ...]
     checkpointing: bool = True
+    read_only: bool = False         # a checkpoint directory after the fact (web/archive.py)
 
     @property
     def uptime(self) -> float:

@@ -79,7 +79,7 @@ def job_details(sample: JobSample) -> dict:
     return {
         "jid": sample.job_id, "name": sample.name, "state": sample.status,
         "start-time": _ms(sample.start_time), "now": _ms(sample.now), "duration": _ms(sample.uptime),
-        "restarts": sample.restarts, "checkpointing": sample.checkpointing,
+        "restarts": sample.restarts, "checkpointing": sample.checkpointing, "read-only": sample.read_only,
         "exceptions": [{"timestamp": _ms(f["failed_at"]), "exception": f["cause"]} for f in sample.failures],
         "vertices": vertices,
     }
