@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,31 @@ from tests.integration.support import RunningSum, wait_status
 from tests.web.support import call, event
 
 pytestmark = pytest.mark.spark
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _check_in_a_browser(base: str, tmp_path) -> None:
+    """The page for the archive: its checkpoints and drill-down, no trigger button, no errors."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
+    problems: list[str] = []
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.goto(base)
+            page.wait_for_selector("#job-state.ARCHIVED")
+            page.wait_for_selector('#history tr[data-checkpoint="3"]')
+            assert page.locator("#history tr").count() == 2 and not page.is_visible("#trigger")
+            page.click('#history tr[data-checkpoint="3"]')
+            page.wait_for_selector("#details table.subtasks tr[data-subtask]")
+            assert page.locator("#details table.subtasks tbody tr").count() == 4
+            page.screenshot(path=str(tmp_path / "archive-ui.png"), full_page=True)
+        finally:
+            browser.close()
+    assert problems == []
 
 
 def _ms(seconds):
@@ -75,6 +101,8 @@ def test_streamsnap_ui_serves_a_finished_jobs_checkpoints_read_only(spark, tmp_p
         assert status == 200 and f'numberOfCompletedCheckpoints{{job="archived job",job_id="{client.job_id}"}} 2.0' in text
         assert f'lastCheckpointSize{{job="archived job",job_id="{client.job_id}"}} {float(retained[3].checkpointed_size)}' in text
         assert "<title>streamsnap</title>" in call(f"{base}/", token=None)[1]
+        if CHROMIUM is not None:
+            _check_in_a_browser(base, tmp_path)
         # Read-only: nothing can be triggered.
         status, body = call(f"{jobs}/checkpoints", method="POST", token=None)
         assert status == 405 and "read-only" in body["errors"][0]
