@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,38 +13,27 @@ import pytest
 
 import streamsnap as ss
 from tests.integration.support import RunningSum, wait_status
-from tests.web.support import call, event
+from tests.web.support import CHROMIUM, browser_page, call, event
 
 pytestmark = pytest.mark.spark
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+def _ms(seconds):
+    return int(round(seconds * 1000))
 
 
 def _check_in_a_browser(base: str, tmp_path) -> None:
     """The page for the archive: its checkpoints and drill-down, no trigger button, no errors."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
     problems: list[str] = []
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            page.goto(base)
-            page.wait_for_selector("#job-state.ARCHIVED")
-            page.wait_for_selector('#history tr[data-checkpoint="3"]')
-            assert page.locator("#history tr").count() == 2 and not page.is_visible("#trigger")
-            page.click('#history tr[data-checkpoint="3"]')
-            page.wait_for_selector("#details table.subtasks tr[data-subtask]")
-            assert page.locator("#details table.subtasks tbody tr").count() == 4
-            page.screenshot(path=str(tmp_path / "archive-ui.png"), full_page=True)
-        finally:
-            browser.close()
+    with browser_page(problems) as page:
+        page.goto(base)
+        page.wait_for_selector("#job-state.ARCHIVED")
+        page.wait_for_selector('#history tr[data-checkpoint="3"]')
+        assert page.locator("#history tr").count() == 2 and not page.is_visible("#trigger")
+        page.click('#history tr[data-checkpoint="3"]')
+        page.wait_for_selector("#details table.subtasks tr[data-subtask]")
+        assert page.locator("#details table.subtasks tbody tr").count() == 4
+        page.screenshot(path=str(tmp_path / "archive-ui.png"), full_page=True)
     assert problems == []
-
-
-def _ms(seconds):
-    return int(round(seconds * 1000))
 
 
 def test_streamsnap_ui_serves_a_finished_jobs_checkpoints_read_only(spark, tmp_path, no_leaked_threads):
