@@ -2,6 +2,7 @@
 
     streamsnap run job.py [--from PATH] [--allow-non-restored-state]
     streamsnap checkpoints DIR
+    streamsnap ui DIR [--port N]
     streamsnap savepoint inspect PATH
 """
 
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from streamsnap.api import environment
+from streamsnap.web.terminal import PLAIN_EVERY, LiveStatus, summary_lines
 
 app = typer.Typer(help="streamsnap: stateful, exactly-once stream processing on Spark.", no_args_is_help=True,
                   add_completion=False)
@@ -30,8 +32,11 @@ def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline
         restore_from: str = typer.Option(None, "--from", "-s", help="Checkpoint or savepoint to start from."),
         allow_non_restored_state: bool = typer.Option(False, "--allow-non-restored-state",
                                                       help="Skip state of operators the job no longer has."),
+        status_every: float = typer.Option(PLAIN_EVERY, "--status-every", min=0.1,
+                                           help="Seconds between status lines when stdout is not a terminal "
+                                                "(on a terminal the line is redrawn in place every second)."),
         ) -> None:
-    """Run a job file on the embedded (or active) Spark session and print a summary."""
+    """Run a job file on the embedded (or active) Spark session, show a live status line and a summary."""
     if not job.is_file():
         console.print(f"[red]no such job file: {job}[/red]")
         raise typer.Exit(2)
@@ -39,6 +44,13 @@ def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline
     environment.CLI_DEFAULTS["results"] = []
     # A job built with StreamEnvironment(web=ss.WebConfig(...)): say where to watch it.
     environment.CLI_DEFAULTS["on_web_url"] = lambda name, url: console.print(f"[bold]{name}[/bold]: monitoring at {url}")
+    statuses: list[LiveStatus] = []
+
+    def on_job_started(master) -> None:
+        status = LiveStatus(master, console, plain_every=status_every)
+        statuses.append(status)
+        status.start()
+    environment.CLI_DEFAULTS["on_job_started"] = on_job_started
     started = time.monotonic()
     sys.argv = [str(job)]
     sys.path.insert(0, str(job.resolve().parent))
@@ -47,13 +59,13 @@ def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline
     finally:
         environment.CLI_DEFAULTS.update(restore_from=None, allow_non_restored_state=False)
         environment.CLI_DEFAULTS.pop("on_web_url", None)
+        environment.CLI_DEFAULTS.pop("on_job_started", None)
+        for status in statuses:   # a finished job's line is gone before the summary prints
+            status.join(timeout=5.0)
     results = environment.CLI_DEFAULTS.pop("results", [])
     for result in results:
-        records = result.records_in
-        rate = records / result.duration if result.duration > 0 else 0.0
-        console.print(f"[bold]{result.job_name}[/bold]: {result.status}, {records:,} source records in "
-                      f"{result.duration:.2f} s ({rate:,.0f} records/s)"
-                      + (f", {result.restarts} restart(s)" if result.restarts else ""))
+        for line in summary_lines(result):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         for number, recovery in enumerate(result.recoveries, 1):
             if "restore" in recovery:
                 console.print(f"  recovery {number}: {_restore_sources(recovery['restore'])}")
@@ -72,10 +84,12 @@ def checkpoints(directory: str = typer.Argument(..., help="Checkpoint directory 
         console.print(f"no checkpoints under {directory}")
         raise typer.Exit(1)
     table = Table(title=f"checkpoints under {directory}")
-    # "full size": every file the checkpoint consists of; "new": what it uploaded itself
-    # (smaller for incremental RocksDB checkpoints, which reuse earlier checkpoints' SST files).
-    # "in flight": data an unaligned checkpoint saved between subtasks ("-": none, aligned).
-    for column in ("job", "checkpoint", "status", "completed at", "full size", "new", "in flight", "operators"):
+    # "state size": every file the checkpoint consists of; "checkpointed": what it wrote itself
+    # (smaller for incremental RocksDB and changelog checkpoints, which reuse earlier files), as
+    # in the web UI and lastCheckpointSize. "in flight": data an unaligned checkpoint saved
+    # between subtasks ("-": none, aligned).
+    for column in ("job", "checkpoint", "status", "completed at", "state size", "checkpointed", "in flight",
+                   "operators"):
         table.add_column(column, no_wrap=True)
     table.add_column("path", overflow="fold")
     for s in summaries:
@@ -97,6 +111,42 @@ def _in_flight(s) -> str:
         return _size(s.in_flight_size) if s.in_flight_size else "-"
     return (f"{_size(s.in_flight_size or 0)} saved, {_size(s.in_flight_processed or 0)} processed, "
             f"{s.unaligned_subtasks}/{s.num_subtasks} subtasks unaligned")
+
+
+@app.command()
+def ui(directory: str = typer.Argument(..., help="Checkpoint directory (or one job's directory)."),
+       port: int = typer.Option(0, "--port", help="TCP port (0: any free one)."),
+       bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on; other than loopback needs a token."),
+       token: str = typer.Option(None, "--token", envvar="STREAMSNAP_WEB_TOKEN",
+                                 help="Bearer token required of every request (better passed in STREAMSNAP_WEB_TOKEN)."),
+       ) -> None:
+    """Serve the web UI and REST API for the completed checkpoints under DIR, read-only, until Ctrl-C."""
+    from streamsnap.errors import StreamsnapError
+    from streamsnap.web.archive import archived_jobs
+    from streamsnap.web.config import WebConfig
+    from streamsnap.web.rest import WebServer
+
+    try:
+        jobs = archived_jobs(directory)
+        server = WebServer(WebConfig(port=port, bind=bind, token=token))
+    except (FileNotFoundError, StreamsnapError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    if not jobs:
+        server.close()
+        console.print(f"no checkpoints under {directory}")
+        raise typer.Exit(1)
+    server.serve_archive(jobs)
+    console.print(f"checkpoints of {len(jobs)} job(s) under {directory}, read-only, at {server.url}  (Ctrl-C stops)",
+                  markup=False, highlight=False, soft_wrap=True)
+    sys.stdout.flush()
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        console.print("stopped")
+    finally:
+        server.close()
 
 
 @savepoint_app.command("inspect")

@@ -29,7 +29,7 @@ def no_leaked_threads():
     while True:
         leaked = [t for t in threading.enumerate()
                   if t.ident not in before and t.is_alive()
-                  and (t.name.startswith(("jobmaster-", "control-", "spark-job-", "web-")))]
+                  and (t.name.startswith(("jobmaster-", "control-", "spark-job-", "web-", "status-")))]
         if not leaked or time.monotonic() > deadline:
             break
         time.sleep(0.1)

@@ -326,6 +326,8 @@ class StreamEnvironment:
             web.serve(master)
             if CLI_DEFAULTS.get("on_web_url"):
                 CLI_DEFAULTS["on_web_url"](job_name, web.url)
+        if CLI_DEFAULTS.get("on_job_started"):   # `streamsnap run`: its live status line
+            CLI_DEFAULTS["on_job_started"](master)
         return master, web
 
     def _prepare_sources(self, job_id: str, restored_uids: set[str]) -> None:

@@ -109,6 +109,11 @@ class CompletedCheckpoint:
         return self.metadata.state_size
 
     @property
+    def checkpointed_size(self) -> int:
+        """Bytes this checkpoint wrote (its incremental snapshots' new files only)."""
+        return self.metadata.incremental_size
+
+    @property
     def external_pointer(self) -> str:
         """The directory to pass to `restore_from` / `streamsnap run --from`."""
         return self.location.url

@@ -116,6 +116,7 @@ class CheckpointCoordinator:
         self._ack_attempts: tuple[ExecutionAttemptId, ...] = ()
         self._commit_attempts: tuple[ExecutionAttemptId, ...] = ()
         self._operators: dict[str, OperatorInfo] = {}
+        self._job_graph: Mapping | None = None
         self._task_states: dict[ExecutionAttemptId, ExecutionState] = {}
 
         self._pending: dict[int, PendingCheckpoint] = {}
@@ -169,6 +170,11 @@ class CheckpointCoordinator:
         return self._shutdown
 
     # ------------------------------------------------------------------ deployment and status
+
+    def describe_job(self, job_graph: Mapping) -> None:
+        """The job's vertices and operators (names, parallelism, inputs) as plain values, kept in
+        each checkpoint's `_metadata` so `streamsnap ui DIR` can draw the job graph later."""
+        self._job_graph = job_graph
 
     def set_execution_attempts(self, trigger: Iterable[ExecutionAttemptId], ack: Iterable[ExecutionAttemptId],
                                commit: Iterable[ExecutionAttemptId], operators: Mapping[str, OperatorInfo]) -> None:
@@ -382,7 +388,8 @@ class CheckpointCoordinator:
         options = CheckpointOptions(props.checkpoint_type, location.url, self.config.exactly_once, unaligned,
                                     self.config.aligned_timeout if unaligned else None)
         pending = PendingCheckpoint(self.job_id, checkpoint_id, timestamp, props, options, location,
-                                    self._ack_attempts, self._operators, self._store.registry, self._io.delete)
+                                    self._ack_attempts, self._operators, self._store.registry, self._io.delete,
+                                    self._job_graph)
         self._pending[checkpoint_id] = pending
         self._futures[checkpoint_id] = request.future
         self._stats.report_pending(checkpoint_id, timestamp, props.checkpoint_type, pending.num_tasks)
@@ -443,8 +450,9 @@ class CheckpointCoordinator:
         timestamp = self._scheduler.wall()
         result = pending.acknowledge_task(ack, timestamp)
         if result is AcknowledgeResult.SUCCESS:
-            self._stats.report_subtask(checkpoint_id, ack.attempt, timestamp,
-                                       pending.acknowledgements[ack.attempt].state_size, ack.metrics)
+            acknowledged = pending.acknowledgements[ack.attempt]
+            self._stats.report_subtask(checkpoint_id, ack.attempt, timestamp, acknowledged.state_size,
+                                       ack.metrics, acknowledged.checkpointed_size)
             if pending.missing_shared_state:
                 self._abort(pending, CheckpointException(
                     R.SHARED_STATE_DISCARDED, f"{ack.attempt} reuses {pending.missing_shared_state[0]}",
@@ -538,7 +546,7 @@ class CheckpointCoordinator:
                     run_queued=False)
         self._failure_manager.handle_checkpoint_success(checkpoint_id)  # savepoints too, as in Flink
         self._stats.report_completed(checkpoint_id, completed.completion_timestamp, completed.state_size,
-                                     completed.external_pointer)
+                                     completed.external_pointer, completed.checkpointed_size)
         logger.info("completed %s %d for job %s (%d bytes in %.3f s) at %s", props.checkpoint_type.value,
                     checkpoint_id, self.job_id, completed.state_size, completed.duration, completed.external_pointer)
         if not props.is_savepoint or props.is_terminating:

@@ -79,10 +79,18 @@ class CheckpointMetadata:
     # Unaligned checkpoints only: per subtask ("<vertex>#<index>") whether it snapshotted
     # unaligned, the in-flight bytes it saved and the bytes it processed during alignment.
     in_flight: Mapping[str, tuple[bool, int, int]] = field(default_factory=dict)
+    # For `streamsnap ui DIR` after the fact (web/archive.py); absent in files of older versions.
+    # Per subtask ("<vertex>#<index>"): its attempt, acknowledgement time and CheckpointMetrics
+    # (wire form: sync, async, alignment, start delay, processed, persisted, unaligned).
+    subtask_metrics: Mapping[str, tuple[int, float, tuple]] = field(default_factory=dict)
+    # The job as deployed: {"name": ..., "vertices": [{"id", "name", "parallelism", "inputs":
+    # [vertex ids], "operators": [{"uid", "name"}]}]} (None: not recorded).
+    job_graph: Mapping | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "operators", MappingProxyType(dict(self.operators)))
         object.__setattr__(self, "in_flight", MappingProxyType(dict(self.in_flight)))
+        object.__setattr__(self, "subtask_metrics", MappingProxyType(dict(self.subtask_metrics)))
 
     @property
     def state_size(self) -> int:
@@ -108,7 +116,10 @@ class CheckpointMetadata:
                 "trigger_timestamp": self.trigger_timestamp,
                 "completion_timestamp": self.completion_timestamp,
                 "operators": {uid: op.to_wire() for uid, op in sorted(self.operators.items())},
-                **({"in_flight": {k: list(v) for k, v in sorted(self.in_flight.items())}} if self.in_flight else {})}
+                **({"in_flight": {k: list(v) for k, v in sorted(self.in_flight.items())}} if self.in_flight else {}),
+                **({"subtask_metrics": {k: [a, t, list(m)] for k, (a, t, m) in sorted(self.subtask_metrics.items())}}
+                   if self.subtask_metrics else {}),
+                **({"job_graph": self.job_graph} if self.job_graph is not None else {})}
 
     @classmethod
     def from_wire(cls, data: dict) -> "CheckpointMetadata":
@@ -117,7 +128,9 @@ class CheckpointMetadata:
                    float(data["trigger_timestamp"]), float(data["completion_timestamp"]),
                    {str(uid): OperatorState.from_wire(str(uid), op)
                     for uid, op in data["operators"].items()},
-                   {str(k): (bool(u), int(p), int(b)) for k, (u, p, b) in data.get("in_flight", {}).items()})
+                   {str(k): (bool(u), int(p), int(b)) for k, (u, p, b) in data.get("in_flight", {}).items()},
+                   {str(k): (int(a), float(t), tuple(m)) for k, (a, t, m) in data.get("subtask_metrics", {}).items()},
+                   data.get("job_graph"))
 
 
 def state_file_urls(state: OperatorSubtaskState, base_url: str) -> tuple[list[str], list[str]]:

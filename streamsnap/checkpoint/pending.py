@@ -44,6 +44,7 @@ class SubtaskAcknowledgement:
     ack_timestamp: float
     state_size: int
     metrics: CheckpointMetrics
+    checkpointed_size: int = 0   # bytes this checkpoint wrote (state_size minus reused shared files)
 
 
 class PendingStatus(enum.Enum):
@@ -85,8 +86,9 @@ class PendingCheckpoint:
                  location: CheckpointStorageLocation, tasks_to_ack: Iterable[ExecutionAttemptId],
                  operators: Mapping[str, OperatorInfo],
                  shared_registry: SharedStateRegistry | None = None,
-                 delete: Callable[..., None] = filesystem.delete):
+                 delete: Callable[..., None] = filesystem.delete, job_graph: Mapping | None = None):
         self.job_id = job_id
+        self.job_graph = job_graph   # recorded in _metadata (CheckpointMetadata.job_graph)
         self._delete = delete
         self.checkpoint_id = checkpoint_id
         self.trigger_timestamp = trigger_timestamp
@@ -162,11 +164,12 @@ class PendingCheckpoint:
 
         states = self._relativize(ack.subtask_state)
         uids = self._uids_by_vertex.get(attempt.vertex_id, [])
-        size = 0
+        size = written = 0
         for uid in uids:
             state = states.get(uid, OperatorSubtaskState())
             self._subtask_states[uid][attempt.index] = state
             size += state.state_size
+            written += state.incremental_size
         self._register_shared(states, uids)
         strays = sorted(set(states) - set(uids))
         if strays:
@@ -175,7 +178,7 @@ class PendingCheckpoint:
                            attempt, strays, attempt.vertex_id)
             for uid in strays:
                 discard_subtask_state(states[uid], self.location.url, registry=self._registry, delete=self._delete)
-        self.acknowledgements[attempt] = SubtaskAcknowledgement(attempt, ack_timestamp, size, ack.metrics)
+        self.acknowledgements[attempt] = SubtaskAcknowledgement(attempt, ack_timestamp, size, ack.metrics, written)
         return AcknowledgeResult.SUCCESS
 
     def _register_shared(self, states: TaskStateSnapshot, uids: list[str]) -> None:
@@ -252,7 +255,10 @@ class PendingCheckpoint:
                          a.metrics.bytes_processed_during_alignment) for a in acks}
                      if any(a.metrics.unaligned for a in acks) else {})
         return CheckpointMetadata(self.job_id, self.checkpoint_id, self.properties.checkpoint_type,
-                                  self.trigger_timestamp, completion_timestamp, self.operator_states(), in_flight)
+                                  self.trigger_timestamp, completion_timestamp, self.operator_states(), in_flight,
+                                  {f"{a.attempt.vertex_id}#{a.attempt.index}": (
+                                      a.attempt.attempt, a.ack_timestamp, tuple(a.metrics.to_wire())) for a in acks},
+                                  self.job_graph)
 
     def mark_completed(self, metadata: CheckpointMetadata) -> CompletedCheckpoint:
         """`metadata` is durably written: the second half of `finalize`."""

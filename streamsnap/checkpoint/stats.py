@@ -43,6 +43,7 @@ class SubtaskCheckpointStats:
     bytes_processed_during_alignment: int
     bytes_persisted_of_in_flight_data: int
     unaligned: bool = False          # the barrier overtook in-flight data at this subtask
+    checkpointed_size: int = 0       # bytes this subtask wrote for the checkpoint (<= state_size)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class CheckpointStats:
     failure_reason: CheckpointFailureReason | None = None
     failure_message: str | None = None
     subtasks: tuple[SubtaskCheckpointStats, ...] = ()
+    # Bytes written for this checkpoint; `state_size` is everything it references, shared
+    # files of incremental (RocksDB) and changelog snapshots uploaded earlier included.
+    checkpointed_size: int = 0
 
     @property
     def latest_ack_timestamp(self) -> float | None:
@@ -95,6 +99,7 @@ class CompletedCheckpointsSummary:
 
     end_to_end_duration: MinAvgMax = MinAvgMax()
     state_size: MinAvgMax = MinAvgMax()
+    checkpointed_size: MinAvgMax = MinAvgMax()
 
 
 @dataclass(frozen=True)
@@ -118,8 +123,10 @@ class CheckpointStatsSnapshot:
                  f"{c.completed} completed, {c.failed} failed, {c.restored} restored"]
         if c.completed:
             d, s = self.summary.end_to_end_duration, self.summary.state_size
+            w = self.summary.checkpointed_size
             lines.append(f"  duration min/avg/max {d.minimum:.3f}/{d.average:.3f}/{d.maximum:.3f} s, "
-                         f"size min/avg/max {s.minimum:.0f}/{s.average:.0f}/{s.maximum:.0f} bytes")
+                         f"size min/avg/max {s.minimum:.0f}/{s.average:.0f}/{s.maximum:.0f} bytes, "
+                         f"written min/avg/max {w.minimum:.0f}/{w.average:.0f}/{w.maximum:.0f} bytes")
         for label, stats in (("latest completed", self.latest_completed),
                              ("latest savepoint", self.latest_savepoint),
                              ("latest failed", self.latest_failed)):
@@ -135,7 +142,7 @@ def _describe(stats: CheckpointStats) -> str:
     text = f"{stats.checkpoint_type.value} {stats.checkpoint_id} {stats.status.value}"
     if stats.end_to_end_duration is not None:
         text += f" in {stats.end_to_end_duration:.3f} s"
-    text += f", {stats.state_size} bytes, {stats.num_acknowledged}/{stats.num_subtasks} acknowledged"
+    text += f", {stats.state_size} bytes ({stats.checkpointed_size} written), {stats.num_acknowledged}/{stats.num_subtasks} acknowledged"
     if stats.failure_reason is not None:
         text += f", {stats.failure_reason.name}"
         if stats.failure_message:
@@ -174,17 +181,20 @@ class _Entry:
         self.subtasks: dict[ExecutionAttemptId, SubtaskCheckpointStats] = {}
         self.end_timestamp: float | None = None
         self.state_size: int | None = None
+        self.checkpointed_size: int | None = None
         self.external_path: str | None = None
         self.failure_reason: CheckpointFailureReason | None = None
         self.failure_message: str | None = None
 
     def freeze(self) -> CheckpointStats:
         size = self.state_size if self.state_size is not None else sum(s.state_size for s in self.subtasks.values())
+        written = (self.checkpointed_size if self.checkpointed_size is not None
+                   else sum(s.checkpointed_size for s in self.subtasks.values()))
         duration = None if self.end_timestamp is None else self.end_timestamp - self.trigger_timestamp
         subtasks = tuple(sorted(self.subtasks.values(), key=lambda s: (s.vertex_id, s.index)))
         return CheckpointStats(self.checkpoint_id, self.checkpoint_type, self.status, self.trigger_timestamp,
                                self.num_subtasks, len(self.subtasks), size, duration, self.external_path,
-                               self.failure_reason, self.failure_message, subtasks)
+                               self.failure_reason, self.failure_message, subtasks, written)
 
 
 class CheckpointStatsTracker:
@@ -196,7 +206,7 @@ class CheckpointStatsTracker:
         self._triggered = self._completed = self._failed = self._restored = 0
         self._latest: dict[str, CheckpointStats] = {}
         self._latest_restored: RestoredCheckpointStats | None = None
-        self._durations, self._sizes = _Running(), _Running()
+        self._durations, self._sizes, self._written = _Running(), _Running(), _Running()
         self._failures_by_reason: Counter[CheckpointFailureReason] = Counter()
 
     def report_pending(self, checkpoint_id: int, trigger_timestamp: float, checkpoint_type: CheckpointType,
@@ -206,7 +216,8 @@ class CheckpointStatsTracker:
         self._evict()
 
     def report_subtask(self, checkpoint_id: int, attempt: ExecutionAttemptId, ack_timestamp: float,
-                       state_size: int, metrics: CheckpointMetrics) -> None:
+                       state_size: int, metrics: CheckpointMetrics, checkpointed_size: int | None = None) -> None:
+        """checkpointed_size: bytes the subtask wrote for this checkpoint (None: all of state_size)."""
         entry = self._entries.get(checkpoint_id)
         if entry is None or entry.status is not CheckpointStatus.IN_PROGRESS:
             return
@@ -215,18 +226,22 @@ class CheckpointStatsTracker:
             ack_timestamp - entry.trigger_timestamp, state_size, metrics.sync_duration,
             metrics.async_duration, metrics.alignment_duration, metrics.start_delay,
             metrics.bytes_processed_during_alignment, metrics.bytes_persisted_of_in_flight_data,
-            metrics.unaligned)
+            metrics.unaligned, state_size if checkpointed_size is None else checkpointed_size)
 
     def report_completed(self, checkpoint_id: int, completion_timestamp: float, state_size: int,
-                         external_path: str | None = None) -> None:
+                         external_path: str | None = None, checkpointed_size: int | None = None) -> None:
+        """state_size: every byte the checkpoint references; checkpointed_size: what it wrote
+        itself (None: the same, no snapshot was incremental)."""
         entry = self._finish(checkpoint_id, completion_timestamp)
         if entry is None:
             return
         entry.status, entry.state_size, entry.external_path = CheckpointStatus.COMPLETED, state_size, external_path
+        entry.checkpointed_size = state_size if checkpointed_size is None else checkpointed_size
         self._completed += 1
         frozen = entry.freeze()
         self._durations.add(frozen.end_to_end_duration or 0.0)
         self._sizes.add(float(state_size))
+        self._written.add(float(entry.checkpointed_size))
         self._latest["savepoint" if entry.checkpoint_type.is_savepoint else "completed"] = frozen
 
     def report_failed(self, checkpoint_id: int, failure_timestamp: float, reason: CheckpointFailureReason,
@@ -267,7 +282,7 @@ class CheckpointStatsTracker:
         history = tuple(e.freeze() for e in reversed(self._entries.values()))
         return CheckpointStatsSnapshot(
             CheckpointCounts(self._triggered, in_progress, self._completed, self._failed, self._restored),
-            CompletedCheckpointsSummary(self._durations.freeze(), self._sizes.freeze()),
+            CompletedCheckpointsSummary(self._durations.freeze(), self._sizes.freeze(), self._written.freeze()),
             history, self._latest.get("completed"), self._latest.get("savepoint"), self._latest.get("failed"),
             self._latest_restored, self._failures_by_reason)
 

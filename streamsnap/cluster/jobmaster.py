@@ -280,7 +280,17 @@ class JobMaster:
             except BaseException as exc:
                 future.set_exception(exc)
         self._post(run)
-        return future.result(timeout)
+        # The job may end between the check above and the loop taking the call: then the loop
+        # has exited and the call would never run; read directly instead of waiting it out.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return future.result(min(0.1, max(0.0, deadline - time.monotonic())))
+            except concurrent.futures.TimeoutError:
+                if self._done.is_set() and not self._loop_thread.is_alive():
+                    return fn()
+                if time.monotonic() >= deadline:
+                    raise
 
     def _run_loop(self) -> None:
         try:
@@ -401,6 +411,11 @@ class JobMaster:
                 node = self.job_graph.node(node_id)
                 operators[node.uid] = OperatorInfo(vertex.id, vertex.parallelism, node.max_parallelism)
         self.coordinator.set_execution_attempts(sources, attempts, attempts, operators)
+        self.coordinator.describe_job({"name": self.settings.job_name, "vertices": [
+            {"id": v.id, "name": v.name, "parallelism": v.parallelism,
+             "inputs": list(dict.fromkeys(e.source_vertex for e in v.inputs)),
+             "operators": [{"uid": self.job_graph.node(n).uid, "name": self.job_graph.node(n).name} for n in v.nodes]}
+            for v in self.job_graph.vertices.values()]})
 
     def _run_spark_job(self, deployment: Deployment, group: str, attempt: int) -> None:
         sc = self._spark.sparkContext

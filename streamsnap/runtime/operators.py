@@ -40,6 +40,7 @@ from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
 from streamsnap.state.key_groups import KeyGroupRange, assign_key_groups, key_group_range_for_subtask
 from streamsnap.state.operator_state import OperatorStateBackend
 from streamsnap.time.timers import InternalTimerService, Timer
+from streamsnap.time.watermarks import MIN_WATERMARK
 
 
 @dataclass
@@ -91,13 +92,14 @@ class Output:
     statuses go to every target, main and side.
     """
 
-    __slots__ = ("_targets", "_side", "_all", "records_out")
+    __slots__ = ("_targets", "_side", "_all", "records_out", "watermark")
 
     def __init__(self, targets: list, side: dict[str, list] | None = None):
         self._targets = targets
         self._side = side or {}
         self._all = list(targets) + [t for ts in self._side.values() for t in ts]
         self.records_out = 0
+        self.watermark = MIN_WATERMARK   # the last one emitted: the operator's currentOutputWatermark
 
     def emit_side(self, tag: str, rows: list) -> None:
         """Rows for the side output named `tag`; dropped when nothing consumes it (as Flink)."""
@@ -109,6 +111,7 @@ class Output:
             target.process([dict(r) for r in rows] if i < len(targets) - 1 else rows)
 
     def emit_watermark(self, timestamp: int) -> None:
+        self.watermark = timestamp
         for target in self._all:
             target.process_watermark(timestamp)
 

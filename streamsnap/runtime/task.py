@@ -52,8 +52,10 @@ from streamsnap.runtime.operators import OperatorContext, Output
 from streamsnap.runtime import log_relay, schemas, trace
 from streamsnap.runtime.output import RecordWriter
 from streamsnap.runtime.row_chain import fuse_row_chains
+from streamsnap.runtime.task_time import TaskTimeAccount
 from streamsnap.state.local_recovery import LocalRecoveryStore, default_root
 from streamsnap.state.snapshot import SnapshotDiscardedError
+from streamsnap.time.watermarks import MIN_WATERMARK
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +163,11 @@ class StreamTask:
         self._in_flight: dict[int, list] = {}
         self._in_flight_lock = threading.Lock()
         self._source_wait = 0.0
+        # Idle / backpressured / busy time of the running loop (runtime/task_time.py).
+        self.time_account: TaskTimeAccount | None = None
+        # The event time the head operator was last told (its currentInputWatermark).
+        self._head_input_watermark = MIN_WATERMARK
+        self._upstream_of: dict[str, object] = {}   # chained operator uid -> the operator feeding it
         self._hooks = deployment.test_hooks or {}
         # Task-local recovery: the local copies of this subtask's keyed snapshots.
         self.local_store = None
@@ -306,6 +313,7 @@ class StreamTask:
             targets, side = [], {}
             tags = self.job_vertex.chained_tags
             for c in self.job_vertex.chained.get(node_id, []):
+                self._upstream_of[graph.node(c).uid] = op
                 (side.setdefault(tags[c], []) if c in tags else targets).append(created[c])
             for w in self.writers:
                 if w.gate.source_node == node_id:
@@ -323,6 +331,7 @@ class StreamTask:
     # ================================================================== main loop
     def run(self) -> None:
         network = self.network
+        account = self.time_account = TaskTimeAccount(time.monotonic())
         while True:
             for mail in self.mailbox.take_all():
                 self._handle_mail(mail)
@@ -358,7 +367,10 @@ class StreamTask:
             timer_due = self.timers.next_due() if outputs_available and self._timers_may_run() else None
             if timer_due is not None:
                 timeout = min(timeout, max(0.0, timer_due - now))
+            # Waiting with a full output is backpressure; with room, it is waiting for input.
+            account.begin_wait(now, not outputs_available)
             network.poll(timeout)
+            account.end_wait(time.monotonic())
 
     def _outputs_available(self) -> bool:
         for writer in self.writers:
@@ -392,6 +404,7 @@ class StreamTask:
         item = self._input.poll_next()
         if item is not None:
             if type(item) is Watermark:   # the input's combined watermark advanced
+                self._head_input_watermark = item.timestamp
                 self.head.process_watermark(item.timestamp)
             elif isinstance(item, WatermarkStatus):
                 self.head.process_watermark_status(item)
@@ -634,8 +647,12 @@ class StreamTask:
     def metrics(self) -> dict:
         return {
             "operators": {op.ctx.uid: {"name": op.ctx.name, "records_in": op.records_in,
-                                       "records_out": op.output.records_out if op.output else 0}
+                                       "records_out": op.output.records_out if op.output else 0,
+                                       "input_watermark": self._input_watermark(op),
+                                       "output_watermark": op.output.watermark if op.output else MIN_WATERMARK}
                           for op in self.operators},
+            "time": ({**self.time_account.reading(time.monotonic()), "attempt": self.deployment.attempt}
+                     if self.time_account is not None else None),
             "peak_input_buffered_bytes": max((c.peak_buffered_bytes for c in self._inputs), default=0),
             "peak_output_queued_bytes": max((c.peak_queued_bytes for c in self._outputs), default=0),
             "bytes_received": sum(c.bytes_received for c in self._inputs),
@@ -644,6 +661,14 @@ class StreamTask:
             "refused_connections": self._server.refused if self._server else 0,
             "local_recovery": self.local_store.metrics() if self.local_store is not None else None,
         }
+
+    def _input_watermark(self, op) -> int:
+        """The event time `op` was last told: the task input's for the head, else what the
+        operator chained in front of it emitted. A source has none."""
+        if op is self.head:
+            return self._head_input_watermark
+        upstream = self._upstream_of.get(op.ctx.uid)
+        return upstream.output.watermark if upstream is not None and upstream.output else MIN_WATERMARK
 
     def close_operators(self) -> None:
         errors = []

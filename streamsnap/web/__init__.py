@@ -7,6 +7,7 @@ metrics.py  the Prometheus collector (one registry per job)
 auth.py     the bearer-token check
 rest.py     the HTTP server and its routes
 static/     the web UI (one HTML page, no build step)
+terminal.py `streamsnap run`'s live status line and final summary
 """
 
 from streamsnap.web.config import WebConfig

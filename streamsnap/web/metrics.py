@@ -1,6 +1,6 @@
 """Prometheus `/metrics` for one job, with Flink's metric names where Flink has them.
 
-A collector reads the job's sample and checkpoint stats at scrape time (nothing is updated
+A collector reads each job's sample and checkpoint stats at scrape time (nothing is updated
 in between); each job has its own CollectorRegistry, never the process-global one, so several
 jobs in one process (tests, notebooks) do not collide. Like Flink's Prometheus reporter every
 figure is a gauge; durations are milliseconds, timestamps epoch milliseconds, sizes bytes.
@@ -31,10 +31,16 @@ def job_families(sample: JobSample) -> list[GaugeMetricFamily]:
         _gauge("numRestarts", "Restarts (full failovers) of the job so far.", sample.restarts, job),
     ]
     labels = JOB_LABELS + ["operator", "operator_uid", "subtask"]
-    records_in = GaugeMetricFamily("numRecordsIn", "Records the operator subtask received in the current "
-                                   "attempt (since the checkpoint it restored).", labels=labels)
-    records_out = GaugeMetricFamily("numRecordsOut", "Records the operator subtask emitted in the current "
-                                    "attempt.", labels=labels)
+    # Per operator subtask: (name, help, the OperatorSample field holding {subtask index: value}).
+    per_subtask = [GaugeMetricFamily(name, documentation, labels=labels) for name, documentation in [
+        ("numRecordsIn", "Records the operator subtask received in the current attempt (since the checkpoint "
+                         "it restored)."),
+        ("numRecordsOut", "Records the operator subtask emitted in the current attempt."),
+        ("currentInputWatermark", "Event time (epoch ms) the operator subtask was last told; Long.MIN_VALUE "
+                                  "while there is none."),
+        ("currentOutputWatermark", "Event time (epoch ms) the operator subtask last emitted; Long.MIN_VALUE "
+                                   "while there is none.")]]
+    fields = ("records_in", "records_out", "input_watermarks", "output_watermarks")
     rate_labels = JOB_LABELS + ["operator", "operator_uid"]
     rate_in = GaugeMetricFamily("numRecordsInPerSecond", "Records per second into the operator "
                                 "(all subtasks) over the last poll interval.", labels=rate_labels)
@@ -42,10 +48,9 @@ def job_families(sample: JobSample) -> list[GaugeMetricFamily]:
                                  "(all subtasks) over the last poll interval.", labels=rate_labels)
     for vertex in sample.vertices:
         for op in vertex.operators:
-            for index, value in op.records_in.items():
-                records_in.add_metric(job + [op.name, op.uid, str(index)], value)
-            for index, value in op.records_out.items():
-                records_out.add_metric(job + [op.name, op.uid, str(index)], value)
+            for family, name in zip(per_subtask, fields):
+                for index, value in getattr(op, name).items():
+                    family.add_metric(job + [op.name, op.uid, str(index)], value)
             rate_in.add_metric(job + [op.name, op.uid], op.records_in_per_second)
             rate_out.add_metric(job + [op.name, op.uid], op.records_out_per_second)
     task_labels = JOB_LABELS + ["task", "subtask"]
@@ -56,7 +61,17 @@ def job_families(sample: JobSample) -> list[GaugeMetricFamily]:
             bytes_in.add_metric(job + [vertex.id, str(index)], value)
         for index, value in vertex.bytes_out.items():
             bytes_out.add_metric(job + [vertex.id, str(index)], value)
-    return families + [records_in, records_out, rate_in, rate_out, bytes_in, bytes_out]
+    shares = {key: GaugeMetricFamily(name, documentation, labels=task_labels) for key, name, documentation in [
+        ("backpressured", "backPressuredTimeMsPerSecond", "Milliseconds per second the task subtask waited for "
+         "room in a full output (downstream gave no credit), over the last poll interval."),
+        ("idle", "idleTimeMsPerSecond", "Milliseconds per second the task subtask waited for input."),
+        ("busy", "busyTimeMsPerSecond", "Milliseconds per second the task subtask was neither idle nor "
+         "backpressured.")]}
+    for vertex in sample.vertices:
+        for index, values in vertex.time_shares.items():
+            for key, family in shares.items():
+                family.add_metric(job + [vertex.id, str(index)], values[key])
+    return families + per_subtask + [rate_in, rate_out, bytes_in, bytes_out, *shares.values()]
 
 
 def checkpoint_families(stats: CheckpointStatsSnapshot, job: list[str]) -> list[GaugeMetricFamily]:
@@ -70,8 +85,10 @@ def checkpoint_families(stats: CheckpointStatsSnapshot, job: list[str]) -> list[
         _gauge("numberOfInProgressCheckpoints", "Checkpoints in progress.", c.in_progress, job),
         _gauge("lastCheckpointDuration", "End-to-end milliseconds of the latest completed checkpoint (-1: none).",
                latest.end_to_end_duration * 1000 if latest and latest.end_to_end_duration is not None else -1, job),
-        _gauge("lastCheckpointSize", "Bytes of the latest completed checkpoint (-1: none).",
-               latest.state_size if latest else -1, job),
+        _gauge("lastCheckpointSize", "Bytes the latest completed checkpoint wrote (incremental snapshots: "
+               "their new files only; -1: none).", latest.checkpointed_size if latest else -1, job),
+        _gauge("lastCheckpointFullSize", "Bytes the latest completed checkpoint references, files shared with "
+               "earlier checkpoints included (-1: none).", latest.state_size if latest else -1, job),
         _gauge("lastCheckpointRestoreTimestamp", "Epoch milliseconds of the latest restore (-1: none).",
                restored.restore_timestamp * 1000 if restored else -1, job),
     ]
@@ -93,14 +110,15 @@ class _JobCollector(Collector):
     def collect(self):
         sample = self._endpoint.sample()
         yield from job_families(sample)
-        stats = self._endpoint.master.checkpoint_stats()
+        stats = self._endpoint.stats_or_none()
         if stats is not None:
             yield from checkpoint_families(stats, [sample.name, sample.job_id])
 
 
-class JobMetrics:
-    """The registry `/metrics` renders for one job (a `web.rest.JobEndpoint`)."""
-
-    def __init__(self, endpoint):
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_JobCollector(endpoint))
+def metrics_registry(endpoints) -> CollectorRegistry:
+    """The registry `/metrics` renders: the jobs of one server (`web.rest.JobEndpoint`s, or the
+    `web.archive.ArchivedJob`s of a checkpoint directory)."""
+    registry = CollectorRegistry(auto_describe=False)
+    for endpoint in endpoints:
+        registry.register(_JobCollector(endpoint))
+    return registry

@@ -13,6 +13,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from streamsnap.runtime.task_time import time_shares
+from streamsnap.time.watermarks import MIN_WATERMARK
+
 DEFAULT_POLL_INTERVAL = 1.0
 
 
@@ -26,6 +29,10 @@ class OperatorSample:
     records_out: dict[int, int]
     records_in_per_second: float = 0.0
     records_out_per_second: float = 0.0
+    # Event time by subtask index: what the operator was last told, and last emitted
+    # (MIN_WATERMARK: none yet, as Flink reports Long.MIN_VALUE).
+    input_watermarks: dict[int, int] = field(default_factory=dict)
+    output_watermarks: dict[int, int] = field(default_factory=dict)
 
     @property
     def total_in(self) -> int:
@@ -46,6 +53,9 @@ class VertexSample:
     inputs: tuple[str, ...] = ()    # upstream vertex ids
     bytes_in: dict[int, int] = field(default_factory=dict)    # network bytes received, by subtask index
     bytes_out: dict[int, int] = field(default_factory=dict)   # network bytes sent
+    # By subtask index: milliseconds per second idle / backpressured / busy over the last poll
+    # interval (runtime/task_time.py); absent until two readings of the subtask arrived.
+    time_shares: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,7 @@ class JobSample:
     failures: tuple[dict, ...]      # failed_at (wall-clock seconds), cause; oldest first
     vertices: tuple[VertexSample, ...]
     checkpointing: bool = True
+    read_only: bool = False         # a checkpoint directory after the fact (web/archive.py)
 
     @property
     def uptime(self) -> float:
@@ -71,6 +82,16 @@ def _counters(metrics_by_subtask: dict) -> dict[str, dict[int, tuple[int, int]]]
     for (_vertex, index), metrics in metrics_by_subtask.items():
         for uid, m in (metrics.get("operators") or {}).items():
             out.setdefault(uid, {})[index] = (int(m["records_in"]), int(m["records_out"]))
+    return out
+
+
+def _watermarks(metrics_by_subtask: dict, vertex_id: str, uid: str) -> dict[int, tuple[int, int]]:
+    """{index: (input watermark, output watermark)} of one operator from its subtasks' metrics."""
+    out = {}
+    for (vertex, index), metrics in sorted(metrics_by_subtask.items()):
+        m = (metrics.get("operators") or {}).get(uid) if vertex == vertex_id else None
+        if m is not None:
+            out[index] = (int(m.get("input_watermark", MIN_WATERMARK)), int(m.get("output_watermark", MIN_WATERMARK)))
     return out
 
 
@@ -93,17 +114,28 @@ class JobProgress:
         self._lock = threading.Lock()
         self._previous: tuple[float, dict[str, tuple[int, int]]] | None = None
         self._rates: dict[str, tuple[float, float]] = {}
+        self._time_readings: dict[tuple[str, int], dict] = {}
+        self._time_shares: dict[tuple[str, int], dict[str, float]] = {}
 
     def poll(self) -> None:
         """Turn the counters that arrived since the last poll into rates, then ask for fresh ones."""
         now = self._clock()
+        metrics = self._master.operator_metrics()
         totals = {uid: (sum(i for i, _ in by.values()), sum(o for _, o in by.values()))
-                  for uid, by in _counters(self._master.operator_metrics()).items()}
+                  for uid, by in _counters(metrics).items()}
         with self._lock:
             if self._previous is not None and now > self._previous[0]:
                 then, before = self._previous
                 self._rates = rates(before, totals, now - then)
             self._previous = (now, totals)
+            for subtask, m in metrics.items():
+                reading = m.get("time")
+                if reading is None:
+                    continue
+                shares = time_shares(self._time_readings.get(subtask), reading)
+                if shares is not None:   # None: no fresh reading since the last poll
+                    self._time_shares[subtask] = shares
+                    self._time_readings[subtask] = reading
         self._master.request_metrics()
 
     def sample(self) -> JobSample:
@@ -116,6 +148,7 @@ class JobProgress:
             states.setdefault(s.vertex, {})[s.index] = s.state
         with self._lock:
             rates = dict(self._rates)
+            shares = dict(self._time_shares)
         vertices = []
         for vertex in graph.vertices.values():
             operators = []
@@ -123,16 +156,19 @@ class JobProgress:
                 node = graph.node(node_id)
                 by_index = counters.get(node.uid, {})
                 rate_in, rate_out = rates.get(node.uid, (0.0, 0.0))
+                watermarks = _watermarks(metrics, vertex.id, node.uid)
                 operators.append(OperatorSample(
                     node.uid, node.name, vertex.id, node.parallelism,
                     {i: c[0] for i, c in sorted(by_index.items())}, {i: c[1] for i, c in sorted(by_index.items())},
-                    rate_in, rate_out))
+                    rate_in, rate_out, {i: w[0] for i, w in watermarks.items()},
+                    {i: w[1] for i, w in watermarks.items()}))
             network = {index: m for (vertex_id, index), m in metrics.items() if vertex_id == vertex.id}
             vertices.append(VertexSample(
                 vertex.id, vertex.name, vertex.parallelism, states.get(vertex.id, {}), tuple(operators),
                 tuple(dict.fromkeys(e.source_vertex for e in vertex.inputs)),
                 {i: int(m.get("bytes_received", 0)) for i, m in sorted(network.items())},
-                {i: int(m.get("bytes_sent", 0)) for i, m in sorted(network.items())}))
+                {i: int(m.get("bytes_sent", 0)) for i, m in sorted(network.items())},
+                {index: share for (vertex_id, index), share in sorted(shares.items()) if vertex_id == vertex.id}))
         failures = tuple({"failed_at": r["failed_at"], "cause": r.get("cause", "")} for r in list(master.recovery_log))
         return JobSample(master.job_id, master.settings.job_name, master.status.value, self._start, self._clock(),
                          master.restarts, failures, tuple(vertices), master.settings.checkpoint is not None)

@@ -15,6 +15,7 @@ import logging
 import re
 import socket
 import threading
+import urllib.parse
 import uuid
 from collections import OrderedDict
 from http import HTTPStatus
@@ -73,7 +74,10 @@ class _Operations:
 
 
 class JobEndpoint:
-    """What the routes of one job need: its JobMaster (read-only accessors, trigger methods)."""
+    """What the routes of one job need: its JobMaster (read-only accessors, trigger methods).
+    `web.archive.ArchivedJob` answers the same calls for a checkpoint directory."""
+
+    read_only = False
 
     def __init__(self, master, progress: JobProgress):
         self.master = master
@@ -89,6 +93,14 @@ class JobEndpoint:
             raise HttpError(HTTPStatus.NOT_FOUND, "checkpointing is not enabled for this job; pass "
                                                   "checkpointing=ss.CheckpointConfig(...) to StreamEnvironment")
         return stats
+
+    def stats_or_none(self):
+        return self.master.checkpoint_stats()
+
+    def checkpoint_config(self) -> dict:
+        self.checkpoint_stats()   # 404 without checkpointing
+        settings = self.master.settings
+        return views.checkpoint_config(settings.checkpoint, settings.state_backend)
 
     def vertices(self) -> list[tuple[str, str, int]]:
         graph = self.master.execution_graph.job_graph
@@ -129,6 +141,8 @@ _ROUTES = [
     ("GET", re.compile(r"^/jobs$"), "jobs"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)$"), "job"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints$"), "checkpoints"),
+    ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/vertices/(?P<vertex>[^/]+)/backpressure$"), "backpressure"),
+    ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/vertices/(?P<vertex>[^/]+)/watermarks$"), "watermarks"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints/config$"), "checkpoint_config"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints/details/(?P<cid>[^/]+)$"), "checkpoint_details"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints/(?P<request>[0-9a-f]{32})$"), "checkpoint_status"),
@@ -158,7 +172,7 @@ class WebServer:
                                      f"pick a free port or WebConfig(port=0) for any free one") from exc
         self._httpd.daemon_threads = True
         self._threads: list[threading.Thread] = []
-        self._metrics = None
+        self._metrics = None   # the prometheus_client registry of the jobs served
 
     @property
     def url(self) -> str:
@@ -169,12 +183,12 @@ class WebServer:
 
     def serve(self, master) -> None:
         """Start serving `master`'s job; the endpoint closes itself when the job has ended."""
-        from streamsnap.web.metrics import JobMetrics
+        from streamsnap.web.metrics import metrics_registry
 
         progress = JobProgress(master)
         endpoint = JobEndpoint(master, progress)
         self._jobs[master.job_id] = endpoint
-        self._metrics = JobMetrics(endpoint)
+        self._metrics = metrics_registry([endpoint])
         short = master.job_id[:8]
         self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
                                           name=f"web-{short}", daemon=True),
@@ -182,6 +196,17 @@ class WebServer:
         for thread in self._threads:
             thread.start()
         log.info("job '%s' monitoring at %s", master.settings.job_name, self.url)
+
+    def serve_archive(self, jobs) -> None:
+        """Serve checkpoint directories' jobs (`web.archive.ArchivedJob`) read-only until `close()`."""
+        from streamsnap.web.metrics import metrics_registry
+
+        for job in jobs:
+            self._jobs[job.job_id] = job
+        self._metrics = metrics_registry(jobs)
+        self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                                          name="web-archive", daemon=True)]
+        self._threads[0].start()
 
     def _poll(self, endpoint: JobEndpoint) -> None:
         try:
@@ -228,7 +253,7 @@ class WebServer:
     def _route_metrics(self, body):
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        return HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest(self._metrics.registry)
+        return HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest(self._metrics)
 
     def _route_jobs(self, body):
         return _json(views.jobs_overview(e.sample() for e in self._jobs.values()))
@@ -236,14 +261,26 @@ class WebServer:
     def _route_job(self, body, job):
         return _json(views.job_details(self.job(job).sample()))
 
+    def _vertex(self, job: str, vertex: str):
+        sample = self.job(job).sample()
+        found = views.find_vertex(sample, urllib.parse.unquote(vertex))
+        if found is None:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"job {job} has no vertex {vertex!r}; its vertices are "
+                                                  f"{[v.id for v in sample.vertices]} (GET /jobs/{job})")
+        return sample, found
+
+    def _route_backpressure(self, body, job, vertex):
+        sample, found = self._vertex(job, vertex)
+        return _json(views.vertex_backpressure(sample, found))
+
+    def _route_watermarks(self, body, job, vertex):
+        return _json(views.vertex_watermarks(self._vertex(job, vertex)[1]))
+
     def _route_checkpoints(self, body, job):
         return _json(views.checkpoints_overview(self.job(job).checkpoint_stats()))
 
     def _route_checkpoint_config(self, body, job):
-        endpoint = self.job(job)
-        endpoint.checkpoint_stats()   # 404 without checkpointing
-        settings = endpoint.master.settings
-        return _json(views.checkpoint_config(settings.checkpoint, settings.state_backend))
+        return _json(self.job(job).checkpoint_config())
 
     def _route_checkpoint_details(self, body, job, cid):
         endpoint = self.job(job)

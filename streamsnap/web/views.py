@@ -14,7 +14,9 @@ from typing import Iterable
 from streamsnap.checkpoint.stats import (
     CheckpointStats, CheckpointStatsSnapshot, CheckpointStatus, RestoredCheckpointStats, SubtaskCheckpointStats,
 )
-from streamsnap.web.progress import JobSample
+from streamsnap.runtime.task_time import backpressure_level
+from streamsnap.time.watermarks import MIN_WATERMARK
+from streamsnap.web.progress import JobSample, VertexSample
 
 
 def _ms(seconds: float | None) -> int | None:
@@ -53,8 +55,12 @@ def job_details(sample: JobSample) -> dict:
             "read-records": op.total_in, "write-records": op.total_out,
             "read-records-per-second": op.records_in_per_second,
             "write-records-per-second": op.records_out_per_second,
+            "input-watermark": _watermark(min(op.input_watermarks.values(), default=MIN_WATERMARK)),
+            "output-watermark": _watermark(min(op.output_watermarks.values(), default=MIN_WATERMARK)),
             "subtasks": [{"subtask": i, "read-records": op.records_in.get(i, 0),
-                          "write-records": op.records_out.get(i, 0)}
+                          "write-records": op.records_out.get(i, 0),
+                          "input-watermark": _watermark(op.input_watermarks.get(i, MIN_WATERMARK)),
+                          "output-watermark": _watermark(op.output_watermarks.get(i, MIN_WATERMARK))}
                          for i in sorted(set(op.records_in) | set(op.records_out))],
         } for op in v.operators]
         head, tail = (v.operators[0], v.operators[-1]) if v.operators else (None, None)
@@ -67,15 +73,68 @@ def job_details(sample: JobSample) -> dict:
             # the chain reads what its head reads and writes what its last operator writes
             "metrics": {"read-records": head.total_in if head else 0, "write-records": tail.total_out if tail else 0,
                         "read-bytes": sum(v.bytes_in.values()), "write-bytes": sum(v.bytes_out.values())},
+            "backpressure": _backpressure_summary(v),
             "operators": operators,
         })
     return {
         "jid": sample.job_id, "name": sample.name, "state": sample.status,
         "start-time": _ms(sample.start_time), "now": _ms(sample.now), "duration": _ms(sample.uptime),
-        "restarts": sample.restarts, "checkpointing": sample.checkpointing,
+        "restarts": sample.restarts, "checkpointing": sample.checkpointing, "read-only": sample.read_only,
         "exceptions": [{"timestamp": _ms(f["failed_at"]), "exception": f["cause"]} for f in sample.failures],
         "vertices": vertices,
     }
+
+
+def _watermark(value: int) -> int | None:
+    """Epoch milliseconds, or None while there is no watermark yet."""
+    return None if value == MIN_WATERMARK else value
+
+
+def _subtask_time(index: int, shares: dict[str, float]) -> dict:
+    ratio = shares["backpressured"] / 1000
+    return {"subtask": index, "backpressure-level": backpressure_level(ratio), "ratio": round(ratio, 3),
+            "idleRatio": round(shares["idle"] / 1000, 3), "busyRatio": round(shares["busy"] / 1000, 3),
+            "backPressuredTimeMsPerSecond": round(shares["backpressured"]),
+            "idleTimeMsPerSecond": round(shares["idle"]), "busyTimeMsPerSecond": round(shares["busy"])}
+
+
+def _backpressure_summary(v: VertexSample) -> dict:
+    """The vertex's worst subtask decides its level, as in Flink's job graph."""
+    subtasks = [_subtask_time(i, s) for i, s in sorted(v.time_shares.items())]
+    ratio = max((s["ratio"] for s in subtasks), default=0.0)
+    return {"level": backpressure_level(ratio) if subtasks else "unknown", "ratio": ratio,
+            "busyRatio": max((s["busyRatio"] for s in subtasks), default=0.0)}
+
+
+def find_vertex(sample: JobSample, vertex_id: str) -> VertexSample | None:
+    return next((v for v in sample.vertices if v.id == vertex_id), None)
+
+
+def vertex_backpressure(sample: JobSample, v: VertexSample) -> dict:
+    """Flink's /jobs/:id/vertices/:vid/backpressure: per subtask the share of the last poll
+    interval spent backpressured (ratio), idle and busy, measured in the task, not sampled."""
+    subtasks = [_subtask_time(i, s) for i, s in sorted(v.time_shares.items())]
+    level = backpressure_level(max(s["ratio"] for s in subtasks)) if subtasks else "unknown"
+    return {"status": "ok" if subtasks else "deprecated", "backpressure-level": level,
+            "end-timestamp": _ms(sample.now), "subtasks": subtasks}
+
+
+def vertex_watermarks(v: VertexSample) -> list[dict]:
+    """Flink's /jobs/:id/vertices/:vid/watermarks: "<subtask>.currentInputWatermark" of the
+    chain's head, plus each operator's input and output watermark as
+    "<subtask>.<operator uid>.current{Input,Output}Watermark"; values are epoch ms as strings,
+    Long.MIN_VALUE while there is none (as Flink)."""
+    out = []
+    head = v.operators[0] if v.operators else None
+    for index in range(v.parallelism):
+        if head is not None and index in head.input_watermarks:
+            out.append({"id": f"{index}.currentInputWatermark", "value": str(head.input_watermarks[index])})
+        for op in v.operators:
+            if index in op.input_watermarks:
+                out.append({"id": f"{index}.{op.uid}.currentInputWatermark", "value": str(op.input_watermarks[index])})
+                out.append({"id": f"{index}.{op.uid}.currentOutputWatermark",
+                            "value": str(op.output_watermarks[index])})
+    return out
 
 
 def _vertex_status(states: dict[int, str]) -> str:
@@ -109,10 +168,10 @@ def checkpoint_entry(stats: CheckpointStats) -> dict:
         "trigger_timestamp": _ms(stats.trigger_timestamp),
         "latest_ack_timestamp": _ms(latest_ack) if latest_ack is not None else -1,
         "end_to_end_duration": _ms(stats.end_to_end_duration),
-        # streamsnap reports one size per snapshot: what this checkpoint wrote and what it holds
-        # are the same figure (an incremental RocksDB snapshot counts its new files' bytes).
+        # state_size: all the checkpoint references; checkpointed_size: what it wrote itself
+        # (less with incremental RocksDB or changelog snapshots, which reuse earlier files).
         "state_size": stats.state_size,
-        "checkpointed_size": stats.state_size,
+        "checkpointed_size": stats.checkpointed_size,
         "processed_data": _processed(stats),
         "persisted_data": _persisted(stats),
         "unaligned": any(s.unaligned for s in stats.subtasks),
@@ -142,17 +201,19 @@ def checkpoints_overview(snapshot: CheckpointStatsSnapshot) -> dict:
     completed = [s for s in snapshot.history if s.status is CheckpointStatus.COMPLETED]
     durations = statistic(_ms(s.end_to_end_duration) for s in completed)
     sizes = statistic(s.state_size for s in completed)
+    written = statistic(s.checkpointed_size for s in completed)
     if c.completed:
-        d, z = snapshot.summary.end_to_end_duration, snapshot.summary.state_size
+        d, z, w = snapshot.summary.end_to_end_duration, snapshot.summary.state_size, snapshot.summary.checkpointed_size
         durations.update(min=_ms(d.minimum), avg=_ms(d.average), max=_ms(d.maximum))
         sizes.update(min=z.minimum, avg=z.average, max=z.maximum)
+        written.update(min=w.minimum, avg=w.average, max=w.maximum)
     return {
         "counts": {"total": c.triggered, "triggered": c.triggered, "in_progress": c.in_progress,
                    "completed": c.completed, "failed": c.failed, "restored": c.restored},
         "summary": {
             "end_to_end_duration": durations,
             "state_size": sizes,
-            "checkpointed_size": dict(sizes),
+            "checkpointed_size": written,
             "processed_data": statistic(_processed(s) for s in completed),
             "persisted_data": statistic(_persisted(s) for s in completed),
         },
@@ -192,7 +253,7 @@ def _subtask_entry(s: SubtaskCheckpointStats) -> dict:
     return {
         "index": s.index, "attempt": s.attempt, "status": "completed",
         "ack_timestamp": _ms(s.ack_timestamp), "end_to_end_duration": _ms(s.end_to_end_duration),
-        "state_size": s.state_size, "checkpointed_size": s.state_size,
+        "state_size": s.state_size, "checkpointed_size": s.checkpointed_size,
         "checkpoint": {"sync": _ms(s.sync_duration), "async": _ms(s.async_duration)},
         "alignment": {"duration": _ms(s.alignment_duration), "processed": s.bytes_processed_during_alignment,
                       "persisted": s.bytes_persisted_of_in_flight_data},
@@ -223,7 +284,7 @@ def checkpoint_details(stats: CheckpointStats, vertices: Iterable[tuple[str, str
             "latest_ack_timestamp": _ms(max(s.ack_timestamp for s in acked)) if acked else -1,
             "end_to_end_duration": _ms(max(s.end_to_end_duration for s in acked)) if acked else None,
             "state_size": sum(s.state_size for s in acked),
-            "checkpointed_size": sum(s.state_size for s in acked),
+            "checkpointed_size": sum(s.checkpointed_size for s in acked),
             "alignment_buffered": sum(s.bytes_processed_during_alignment for s in acked),
             "processed_data": sum(s.bytes_processed_during_alignment for s in acked),
             "persisted_data": sum(s.bytes_persisted_of_in_flight_data for s in acked),
@@ -234,6 +295,7 @@ def checkpoint_details(stats: CheckpointStats, vertices: Iterable[tuple[str, str
                 "alignment": {"duration": statistic(_ms(s.alignment_duration) for s in acked)},
                 "start_delay": statistic(_ms(s.start_delay) for s in acked),
                 "state_size": statistic(s.state_size for s in acked),
+                "checkpointed_size": statistic(s.checkpointed_size for s in acked),
             },
             "subtasks": subtasks,
         }

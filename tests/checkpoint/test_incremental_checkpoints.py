@@ -310,7 +310,7 @@ def test_registry_never_deletes_a_referenced_file_and_deletes_all_unreferenced(n
             assert registry.registered_files() == referenced
 
 
-def test_listing_shows_full_and_new_size(rocksdb_job, monkeypatch):
+def test_listing_stats_rest_and_metrics_tell_checkpointed_from_full_size(rocksdb_job, monkeypatch):
     from rich.console import Console
     from typer.testing import CliRunner
 
@@ -329,5 +329,31 @@ def test_listing_shows_full_and_new_size(rocksdb_job, monkeypatch):
     monkeypatch.setattr(cli, "console", Console(width=250))
     out = CliRunner().invoke(cli.app, ["checkpoints", job.h.storage.job_directory])
     assert out.exit_code == 0, out.output
-    assert "full size" in out.output and "new" in out.output
+    assert "state size" in out.output and "checkpointed" in out.output
     assert cli._size(second.incremental_size) in out.output and cli._size(second.state_size) in out.output
+
+    # The coordinator's stats carry both sizes on to REST and /metrics (lastCheckpointSize is
+    # what the checkpoint wrote, lastCheckpointFullSize what it references).
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from streamsnap.web import metrics, views
+
+    snapshot = job.h.coordinator.stats.snapshot()
+    latest = snapshot.latest_completed
+    assert (latest.checkpointed_size, latest.state_size) == (second.incremental_size, second.state_size)
+    assert sum(s.checkpointed_size for s in latest.subtasks) == latest.checkpointed_size
+    overview = views.checkpoints_overview(snapshot)
+    assert overview["latest"]["completed"]["checkpointed_size"] == second.incremental_size
+    assert overview["summary"]["checkpointed_size"]["min"] == second.incremental_size
+    assert overview["summary"]["state_size"]["max"] == second.state_size
+    details = views.checkpoint_details(latest, [(s.vertex_id, s.vertex_id, 1) for s in latest.subtasks])
+    assert sum(t["checkpointed_size"] for t in details["tasks"].values()) == second.incremental_size
+
+    class Families:
+        def collect(self):
+            return iter(metrics.checkpoint_families(snapshot, ["j", "id"]))
+    registry = CollectorRegistry()
+    registry.register(Families())
+    text = generate_latest(registry).decode()
+    assert f'lastCheckpointSize{{job="j",job_id="id"}} {float(second.incremental_size)}' in text
+    assert f'lastCheckpointFullSize{{job="j",job_id="id"}} {float(second.state_size)}' in text

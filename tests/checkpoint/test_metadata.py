@@ -147,3 +147,20 @@ def test_relative_paths_make_a_savepoint_relocatable(location, tmp_path):
     metadata = read_metadata(str(moved / "_metadata"))
     handle = metadata.operators["sum"].subtask_states[0].keyed[0]
     assert filesystem.read_bytes(filesystem.join(str(moved), handle.file.path)) == b"x" * 40
+
+
+def test_job_graph_and_subtask_figures_round_trip_and_are_optional(location):
+    import dataclasses
+
+    from streamsnap.checkpoint.messages import CheckpointMetrics
+
+    graph = {"name": "my job", "vertices": [{"id": "sum", "name": "sum -> sink", "parallelism": 2, "inputs": ["source"],
+                                             "operators": [{"uid": "sum", "name": "sum"}, {"uid": "sink", "name": "out"}]}]}
+    metrics = tuple(CheckpointMetrics(0.01, 0.2, 0.03, 0.004, 100, 0).to_wire())
+    full = dataclasses.replace(sample(), job_graph=graph, subtask_metrics={"sum#1": (2, 1700000001.25, metrics)})
+    back = read_metadata(write_metadata(location, full))
+    assert back == full and back.job_graph == graph
+    assert CheckpointMetrics.from_wire(list(back.subtask_metrics["sum#1"][2])).async_duration == 0.2
+    # Files without them (earlier versions) read as before.
+    assert "job_graph" not in sample().to_wire() and "subtask_metrics" not in sample().to_wire()
+    assert CheckpointMetadata.from_wire(sample().to_wire()).job_graph is None

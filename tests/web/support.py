@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -11,6 +13,27 @@ import streamsnap as ss
 from tests.integration.support import RunningSum, wait_status
 
 TOKEN = "t0ken-for-the-web-tests-0123456789"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@contextlib.contextmanager
+def browser_page(problems: list[str]):
+    """A page in headless Chromium (Debian's, driven by Playwright) that records console errors
+    and warnings, page errors and failed requests in `problems`."""
+    import pytest
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                    if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} {r.failure}"))
+            yield page
+        finally:
+            browser.close()
 
 
 def event(i: int) -> dict:

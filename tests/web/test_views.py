@@ -117,12 +117,14 @@ def test_checkpoint_config_document():
 
 def sample() -> JobSample:
     src = OperatorSample("events", "Source: events", "src", 2, {0: 0, 1: 0}, {0: 40, 1: 60}, 0.0, 25.0)
-    total = OperatorSample("sum", "sum", "sum", 1, {0: 100}, {0: 100}, 25.0, 25.0)
+    total = OperatorSample("sum", "sum", "sum", 1, {0: 100}, {0: 100}, 25.0, 25.0, {0: 5_000}, {0: 4_000})
     out = OperatorSample("out", "Sink: out", "sum", 1, {0: 100}, {0: 0}, 25.0, 0.0)
     return JobSample("j1", "my job", "RUNNING", 1000.0, 1010.5, 1,
                      ({"failed_at": 1005.0, "cause": "lost subtask"},),
                      (VertexSample("src", "Source: events", 2, {0: "RUNNING", 1: "RUNNING"}, (src,), (),
-                                   {0: 0, 1: 0}, {0: 4000, 1: 6000}),
+                                   {0: 0, 1: 0}, {0: 4000, 1: 6000},
+                                   {0: {"idle": 50.0, "backpressured": 900.0, "busy": 50.0},
+                                    1: {"idle": 800.0, "backpressured": 0.0, "busy": 200.0}}),
                       VertexSample("sum", "sum -> Sink: out", 1, {0: "INITIALIZING"}, (total, out), ("src",))))
 
 
@@ -140,7 +142,24 @@ def test_job_details_and_jobs_overview():
     assert chain["metrics"] == {"read-records": 100, "write-records": 0, "read-bytes": 0, "write-bytes": 0}
     ops = {op["uid"]: op for op in chain["operators"]}
     assert ops["sum"]["read-records-per-second"] == 25.0 and ops["sum"]["subtasks"] == [
-        {"subtask": 0, "read-records": 100, "write-records": 100}]
+        {"subtask": 0, "read-records": 100, "write-records": 100, "input-watermark": 5000, "output-watermark": 4000}]
+    assert ops["out"]["subtasks"][0]["input-watermark"] is None   # none reported yet
+    assert src["backpressure"] == {"level": "high", "ratio": 0.9, "busyRatio": 0.2}
+    assert chain["backpressure"]["level"] == "unknown"   # no two readings yet
+
+
+def test_backpressure_and_watermarks_of_a_vertex():
+    s = sample()
+    doc = views.vertex_backpressure(s, views.find_vertex(s, "src"))
+    assert doc["backpressure-level"] == "high" and doc["end-timestamp"] == 1_010_500
+    assert doc["subtasks"][0] == {"subtask": 0, "backpressure-level": "high", "ratio": 0.9, "idleRatio": 0.05,
+                                  "busyRatio": 0.05, "backPressuredTimeMsPerSecond": 900,
+                                  "idleTimeMsPerSecond": 50, "busyTimeMsPerSecond": 50}
+    assert doc["subtasks"][1]["backpressure-level"] == "ok"
+    marks = views.vertex_watermarks(views.find_vertex(s, "sum"))
+    assert {"id": "0.currentInputWatermark", "value": "5000"} in marks
+    assert {"id": "0.sum.currentOutputWatermark", "value": "4000"} in marks
+    assert views.find_vertex(s, "nope") is None
 
 
 class _Values(Collector):
@@ -166,7 +185,12 @@ def test_prometheus_families_use_flinks_names():
                  f'numRecordsIn{{{job},operator="sum",operator_uid="sum",subtask="0"}} 100.0',
                  f'numRecordsInPerSecond{{{job},operator="sum",operator_uid="sum"}} 25.0',
                  f'checkpointAlignmentTime{{{job},subtask="0",task="sum"}} 50.0',
-                 f'numBytesOut{{{job},subtask="1",task="src"}} 6000.0']:
+                 f'numBytesOut{{{job},subtask="1",task="src"}} 6000.0',
+                 f'backPressuredTimeMsPerSecond{{{job},subtask="0",task="src"}} 900.0',
+                 f'busyTimeMsPerSecond{{{job},subtask="1",task="src"}} 200.0',
+                 f'idleTimeMsPerSecond{{{job},subtask="1",task="src"}} 800.0',
+                 f'currentInputWatermark{{{job},operator="sum",operator_uid="sum",subtask="0"}} 5000.0',
+                 f'currentOutputWatermark{{{job},operator="sum",operator_uid="sum",subtask="0"}} 4000.0']:
         assert line in text.splitlines(), line
 
 
