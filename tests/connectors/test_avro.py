@@ -94,3 +94,11 @@ def test_format_and_schema_arguments_must_agree():
         ss.sources.Kafka("127.0.0.1:9092", ["t"], format="avro", avro_schema=SCHEMA, avro_framing="magic")
     source = ss.sources.Kafka("127.0.0.1:9092", ["t"], format="avro", avro_schema=SCHEMA)
     assert source.schema_mode == "declared" and source.schema.names[0] == "key"
+
+
+def test_avro_only_arguments_are_refused_without_format_avro():
+    # They were silently ignored: a sink meant to write the Schema Registry header wrote JSON.
+    with pytest.raises(ss.ConfigurationError, match="avro_framing= applies only to format='avro'"):
+        ss.sources.Kafka("127.0.0.1:9092", ["t"], avro_framing="confluent")
+    with pytest.raises(ss.ConfigurationError, match="avro_schema_id= applies only to format='avro'"):
+        ss.sinks.Kafka("127.0.0.1:9092", "t", avro_schema_id=3)
