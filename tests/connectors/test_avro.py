@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import streamsnap as ss
-from streamsnap.connectors.avro import AvroCodec, AvroDecodeError
+from streamsnap.connectors.avro import AvroCodec, AvroDecodeError, AvroEncodeError
 
 SCHEMA = {"type": "record", "name": "Event", "namespace": "test", "fields": [
     {"name": "key", "type": "long"},
@@ -102,3 +102,11 @@ def test_avro_only_arguments_are_refused_without_format_avro():
         ss.sources.Kafka("127.0.0.1:9092", ["t"], avro_framing="confluent")
     with pytest.raises(ss.ConfigurationError, match="avro_schema_id= applies only to format='avro'"):
         ss.sinks.Kafka("127.0.0.1:9092", "t", avro_schema_id=3)
+
+
+def test_a_row_fastavro_cannot_write_is_named_with_the_fix():
+    # fastavro's own error was all the task said: "'Z' is not in list".
+    codec = AvroCodec({"type": "record", "name": "R", "fields": [
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B"]}}]})
+    with pytest.raises(AvroEncodeError, match=r"row 1 of the batch \(\{'e': 'Z'\}\) does not fit avro_schema.*Fix"):
+        codec.encode(pa.RecordBatch.from_pylist([{"e": "A"}, {"e": "Z"}]))
