@@ -77,6 +77,12 @@ class JobSettings:
     slot_sharing: bool = True  # one Spark task slot per subtask index, not per subtask
 
 
+def _failure_reason(message: dict) -> str:
+    """The reason a task's `failed` report gives: a data error, a user function's error, or other."""
+    return ("DATA_ERROR" if message.get("data_error") else
+            "USER_FUNCTION" if message.get("user_error") else "TASK_FAILURE")
+
+
 @dataclass
 class _Subtask:
     attempt_id: ExecutionAttemptId
@@ -509,6 +515,10 @@ class JobMaster:
                 self.coordinator.receive_decline(DeclineCheckpoint.from_wire(message))
             return
         subtask = self._subtask_of(attempt)
+        if kind == "failed" and subtask is not None and self._upgrades_cause(_failure_reason(message), attempt.attempt):
+            # The attempt ended with an earlier report (a knock-on failure); this is its root cause.
+            self._handle_failure(str(message["error"]), _failure_reason(message), attempt.attempt)
+            return
         if subtask is None or not self._attempts.is_live(attempt.attempt):
             # A previous attempt, or the current one after it failed or was cancelled: whatever
             # its tasks still say (errors, rows for a sink) is past the checkpoint we restore.
@@ -559,9 +569,7 @@ class JobMaster:
         elif kind == "failed":
             with self._lock:
                 subtask.state = ExecutionState.FAILED
-            reason = ("DATA_ERROR" if message.get("data_error") else
-                      "USER_FUNCTION" if message.get("user_error") else "TASK_FAILURE")
-            self._handle_failure(str(message["error"]), reason, attempt.attempt)
+            self._handle_failure(str(message["error"]), _failure_reason(message), attempt.attempt)
         elif kind == "first_output":
             if self.recovery_log and "first_output_at" not in self.recovery_log[-1]:
                 self.recovery_log[-1]["first_output_at"] = float(message["at"])

@@ -287,10 +287,17 @@ class AvroCodec:
         stream = io.BytesIO()
         put, tell = stream.write, stream.tell
         ends = []
-        for row in struct.to_pylist(maps_as_pydicts="strict"):
-            put(header)
-            write(stream, schema, row)
-            ends.append(tell())
+        rows = struct.to_pylist(maps_as_pydicts="strict")
+        try:
+            for row in rows:
+                put(header)
+                write(stream, schema, row)
+                ends.append(tell())
+        except Exception as exc:  # fastavro's ValueError/TypeError/... name neither the row nor the field
+            raise AvroEncodeError(f"Kafka sink: row {len(ends)} of the batch ({rows[len(ends)]!r:.300}) does not "
+                                  f"fit avro_schema ({type(exc).__name__}: {exc}). Fix: make the rows' values fit "
+                                  f"the schema's types (enum symbols, fixed sizes) before the sink, or change "
+                                  f"avro_schema") from exc
         data = stream.getvalue()
         return [data[start:end] for start, end in zip([0, *ends[:-1]], ends)]
 

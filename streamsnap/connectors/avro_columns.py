@@ -109,7 +109,7 @@ def _column(kind: str, buf: np.ndarray, pos: np.ndarray, limit: np.ndarray) -> t
         data = _gather(buf, pos, np.full(n, width, dtype=np.int64)).view(dtype)
         return pa.array(data), pos + width
     lengths, pos = _varints(buf, pos)
-    if (lengths < 0).any() or (pos + lengths > limit).any():
+    if (lengths < 0).any() or (lengths > limit - pos).any():     # not pos + lengths: it can wrap
         raise _Invalid("bad string or bytes length")
     offsets = np.zeros(n + 1, dtype=np.int32 if lengths.sum() < 2 ** 31 else np.int64)
     np.cumsum(lengths, out=offsets[1:])

@@ -143,6 +143,10 @@ class Kafka(Sink):
         if (format == "avro") != (avro_schema is not None):
             raise ConfigurationError("Kafka sink: format='avro' needs avro_schema= (the Avro record schema to "
                                      "write), and avro_schema= applies only to format='avro'")
+        if format != "avro" and avro_schema_id is not None:
+            raise ConfigurationError(f"Kafka sink: avro_schema_id= applies only to format='avro' (the Schema "
+                                     f"Registry header of Avro messages), got {avro_schema_id!r} with "
+                                     f"format={format!r}")
         if avro_schema_id is not None and (isinstance(avro_schema_id, bool) or not isinstance(avro_schema_id, int)
                                            or not 0 <= avro_schema_id < 2 ** 31):
             raise ConfigurationError(f"Kafka sink: avro_schema_id must be a Schema Registry id (an int >= 0), "

@@ -120,6 +120,9 @@ class Kafka(Source):
         if (format == "avro") != (avro_schema is not None):
             raise ConfigurationError("Kafka source: format='avro' needs avro_schema= (the writer's Avro record "
                                      "schema), and avro_schema= applies only to format='avro'")
+        if format != "avro" and avro_framing != "none":
+            raise ConfigurationError(f"Kafka source: avro_framing= applies only to format='avro', got "
+                                     f"avro_framing={avro_framing!r} with format={format!r}")
         if stop_at not in (None, "latest"):
             raise ConfigurationError(f"Kafka source: stop_at must be None (unbounded) or 'latest', got {stop_at!r}")
         if isolation not in ("read_committed", "read_uncommitted"):

@@ -14,15 +14,16 @@ source line, traceback text; never a pickle) and waits in a `LogBatcher`, the sa
 batches of up to `BATCH_RECORDS` leave every `FLUSH_INTERVAL` seconds (sooner when a batch
 fills) as one `{"type": "logs"}` message on the task's authenticated control connection; a
 token bucket (`RATE` records/s, bursts of `BURST`) and a bounded queue keep a chatty task from
-flooding that connection — what it drops is counted and reported as a warning. The error paths
-flush before the task reports its failure, so the records leading up to a failure arrive before
-it (only a SIGKILL can lose the last `FLUSH_INTERVAL`). When the driver is unreachable the
-records go to the worker's stderr instead.
+flooding that connection — what it drops is counted and reported as a warning. A failing task
+sends its failure report first (the job master should learn the root cause before a downstream
+task reports the channel this one closes), then flushes, so its last records and its error with
+the traceback follow the report (only a SIGKILL can lose the last `FLUSH_INTERVAL`). When the
+driver is unreachable the records go to the worker's stderr instead.
 
 On the driver, `emit_on_driver` re-emits each record under the logger
 `streamsnap.task.<operator chain>.<subtask index>` with the original time, level, source line
 and traceback, and the attributes `task_operator`, `task_subtask` ("2/4"), `task_logger`,
-`task_host` and `task_pid`.
+`task_host`, `task_pid` and `task_attempt`.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ JobMaster's own decision logic (what it does when cancellation is not honoured),
 """
 
 import logging
+import threading
 import time
 
 import pytest
@@ -63,3 +64,32 @@ def test_a_user_error_reported_after_a_lost_upstream_is_the_jobs_cause_and_a_dat
         master.wait(10)
     assert info.value.reason == "DATA_ERROR" and "bad row {'x': 1}" in str(info.value)
     assert spark.jobs_started == 1        # charged once, and a data error is not restarted
+
+
+def test_a_data_error_reported_by_a_task_after_a_knock_on_failure_is_the_jobs_cause():
+    # The same race as above, but through the control messages the tasks send: the attempt has
+    # ended with the first report, and the root cause that follows must still be heard.
+    spark = StandInSpark(ends_on_cancel=False)
+    master = master_for(spark, ss.RestartStrategy.fixed_delay(attempts=5, delay=0.0), parallelism=2)
+    master.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not master._subtasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first, second = [s.attempt_id.to_wire() for s in master._subtasks.values()][:2]
+        master._post(lambda: master._handle_message(None, {
+            "type": "failed", "attempt": first, "error": "UpstreamLostError: lost the connection from upstream",
+            "user_error": False, "data_error": False}))
+        master._post(lambda: master._handle_message(None, {
+            "type": "failed", "attempt": second, "error": "bad row {'x': 1}", "user_error": True,
+            "data_error": True}))
+        done = threading.Event()
+        master._post(done.set)
+        assert done.wait(10)
+        spark.release.set()           # the cancelled Spark job ends only now
+        with pytest.raises(ss.JobExecutionError, match="a data error recurs") as info:
+            master.wait(10)
+        assert info.value.reason == "DATA_ERROR" and "bad row {'x': 1}" in str(info.value)
+        assert spark.jobs_started == 1
+    finally:
+        spark.release.set()

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import streamsnap as ss
-from streamsnap.connectors.avro import AvroCodec, AvroDecodeError
+from streamsnap.connectors.avro import AvroCodec, AvroDecodeError, AvroEncodeError
 
 SCHEMA = {"type": "record", "name": "Event", "namespace": "test", "fields": [
     {"name": "key", "type": "long"},
@@ -94,3 +94,19 @@ def test_format_and_schema_arguments_must_agree():
         ss.sources.Kafka("127.0.0.1:9092", ["t"], format="avro", avro_schema=SCHEMA, avro_framing="magic")
     source = ss.sources.Kafka("127.0.0.1:9092", ["t"], format="avro", avro_schema=SCHEMA)
     assert source.schema_mode == "declared" and source.schema.names[0] == "key"
+
+
+def test_avro_only_arguments_are_refused_without_format_avro():
+    # They were silently ignored: a sink meant to write the Schema Registry header wrote JSON.
+    with pytest.raises(ss.ConfigurationError, match="avro_framing= applies only to format='avro'"):
+        ss.sources.Kafka("127.0.0.1:9092", ["t"], avro_framing="confluent")
+    with pytest.raises(ss.ConfigurationError, match="avro_schema_id= applies only to format='avro'"):
+        ss.sinks.Kafka("127.0.0.1:9092", "t", avro_schema_id=3)
+
+
+def test_a_row_fastavro_cannot_write_is_named_with_the_fix():
+    # fastavro's own error was all the task said: "'Z' is not in list".
+    codec = AvroCodec({"type": "record", "name": "R", "fields": [
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B"]}}]})
+    with pytest.raises(AvroEncodeError, match=r"row 1 of the batch \(\{'e': 'Z'\}\) does not fit avro_schema.*Fix"):
+        codec.encode(pa.RecordBatch.from_pylist([{"e": "A"}, {"e": "Z"}]))

@@ -94,6 +94,24 @@ def test_a_union_branch_outside_the_schema_is_refused():
     assert error.value.index == 2
 
 
+@pytest.mark.parametrize("length", [2 ** 63 - 1, 2 ** 62])
+def test_a_string_length_near_the_int64_limit_is_refused_not_wrapped_around(length):
+    # pos + length overflowed int64 and passed the bounds check: a raw ValueError, unnamed message.
+    codec = AvroCodec({"type": "record", "name": "S", "fields": [{"name": "s", "type": "string"}]})
+    u = length << 1
+    varint = bytearray()
+    while True:
+        varint.append((u & 0x7F) | (0x80 if u > 0x7F else 0))
+        u >>= 7
+        if not u:
+            break
+    values = [b"\x06abc", bytes(varint) + b"abc"]
+    assert direct(codec, values) is None
+    with pytest.raises(AvroDecodeError) as error:
+        codec.decode(values)
+    assert error.value.index == 1
+
+
 def fastavro_encode(codec: AvroCodec, batch: pa.RecordBatch) -> list[bytes]:
     flat, codec._flat = codec._flat, None
     try:
