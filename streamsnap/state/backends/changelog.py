@@ -18,7 +18,8 @@ upload). Here every keyed-state write is also appended to a per-subtask log, and
   segments after it; the coordinator's SharedStateRegistry counts references to all of these
   files, so subsuming a checkpoint never deletes what a retained one needs;
 * restore = restore the materialization(s) (rescaling as `rocksdb_incremental` does), then
-  replay the segments in order, only the key groups the subtask owns. A subtask restoring
+  replay the segments — merged in order first, so each entry is written once with its last
+  write — only the key groups the subtask owns. A subtask restoring
   exactly one handle of its own key-group range continues that log; otherwise its next
   checkpoint materializes inline.
 
@@ -391,8 +392,7 @@ class KeyedChangelog:
             for h in full:
                 backend._restore_handle(h, base_location)
             for h in sorted(changelog, key=lambda h: h.key_group_start):
-                for segment in h.segments:
-                    self._replay(h, segment, base_location)
+                self._replay(h, base_location)
         finally:
             self._attach()
         with self._lock:
@@ -405,29 +405,34 @@ class KeyedChangelog:
             elif changelog or incremental or full:
                 self.book.restored_without_log()
 
-    def _replay(self, handle: ChangelogStateHandle, segment: ChangelogSegmentHandle,
-                base_location: str) -> None:
+    def _replay(self, handle: ChangelogStateHandle, base_location: str) -> None:
+        """Apply a handle's segments in order, merged first: an entry written in several
+        segments reaches RocksDB once, with its last write, and the writes go in key order."""
         backend = self._backend
-        data, where = read_segment(handle, segment, base_location, backend.operator_uid)
+        merged: dict[bytes, bytes | None] = {}
+        for segment in handle.segments:
+            data, where = read_segment(handle, segment, base_location, backend.operator_uid)
+            for kg, table, keys, values in changelog_segments.iter_blocks(data, where, backend.key_group_range):
+                sids = {int(sid).to_bytes(2, "big"): backend._state_id(name, kind, tag)
+                        for sid, name, kind, tag in table}
+                prefix = kg.to_bytes(2, "big")
+                for key, value in zip(keys, values):
+                    try:
+                        merged[prefix + sids[key[:2]] + key[2:]] = value
+                    except KeyError:
+                        raise RestoreError(f"{where} holds an entry of state id {key[:2].hex()} that its "
+                                           f"block does not name") from None
         db, module = backend._db, backend._rocksdict
         batch = module.WriteBatch(raw_mode=True)
-        for kg, table, keys, values in changelog_segments.iter_blocks(data, where, backend.key_group_range):
-            sids = {int(sid).to_bytes(2, "big"): backend._state_id(name, kind, tag)
-                    for sid, name, kind, tag in table}
-            prefix = kg.to_bytes(2, "big")
-            for key, value in zip(keys, values):
-                try:
-                    rkey = prefix + sids[key[:2]] + key[2:]
-                except KeyError:
-                    raise RestoreError(f"{where} holds an entry of state id {key[:2].hex()} that its "
-                                       f"block does not name") from None
-                if value is None:
-                    batch.delete(rkey)
-                else:
-                    batch.put(rkey, value)
-                if len(batch) >= _BATCH_ENTRIES:
-                    db.write(batch)
-                    batch = module.WriteBatch(raw_mode=True)
+        for rkey in sorted(merged):
+            value = merged[rkey]
+            if value is None:
+                batch.delete(rkey)
+            else:
+                batch.put(rkey, value)
+            if len(batch) >= _BATCH_ENTRIES:
+                db.write(batch)
+                batch = module.WriteBatch(raw_mode=True)
         if len(batch):
             db.write(batch)
 
