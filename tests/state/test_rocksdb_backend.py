@@ -339,6 +339,6 @@ def test_large_state_options_reach_the_database(tmp_path):
         backend.dispose()
     assert {"index_type=kTwoLevelIndexSearch", "partition_filters=true",
             "cache_index_and_filter_blocks=true", "pin_top_level_index_and_filter=true",
-            "level_compaction_dynamic_level_bytes=true", f"max_bytes_for_level_base={256 << 20}",
+            "level_compaction_dynamic_level_bytes=true", f"max_bytes_for_level_base={64 << 20}",
             f"target_file_size_base={8 << 20}",
             f"level0_file_num_compaction_trigger={config.level0_compaction_trigger}"} <= settings

@@ -126,7 +126,7 @@ from streamsnap.state.ttl import (check_same_ttl, clock_millis, is_ttl_tag, stat
                                  tag_mismatch)
 
 MIB = 1 << 20
-LEVEL_BASE = 256 * MIB          # see _open_db
+LEVEL_BASE = 64 * MIB           # see _open_db
 TARGET_FILE_SIZE = 8 * MIB
 _MAX_STATES = 1 << 16
 # int/str keys whose encoding a backend remembers (~1.6 MB), then forgets all at once
@@ -164,8 +164,9 @@ class RocksDBConfig:
       buffers fill between checkpoints) that pile up before a compaction merges them into the
       level below. Larger: an incremental checkpoint uploads little more than its flush, and
       one in `level0_compaction_trigger` uploads the rewritten state; the price is disk space
-      (up to that many flushes of superseded entries) and bloom-filter checks per read. Smaller
-      (RocksDB's default is 4): compactions more often, each upload larger on average.
+      (up to that many flushes of superseded entries) and a bloom-filter check per level-0 file
+      on every read. RocksDB's default is 4; 16 uploaded a third of what 4 did for 1 % of the
+      keys changed per checkpoint, 32 (≤ 5 %) made random reads ~1.8x slower than 4.
     """
 
     block_cache_size: int = 64 * MIB
@@ -175,7 +176,7 @@ class RocksDBConfig:
     incremental: bool = True
     write_cache_size: int = 16 * MIB
     changelog: ChangelogConfig | bool | None = None
-    level0_compaction_trigger: int = 32
+    level0_compaction_trigger: int = 16
 
     def __post_init__(self):
         if not isinstance(self.incremental, bool):
@@ -229,17 +230,17 @@ def _open_db(path: str, config: RocksDBConfig):
     options.set_max_write_buffer_number(config.max_write_buffers)
     # Incremental checkpoints upload the SST files written since the last one: each checkpoint
     # flushes its changes into one new level-0 file, and compactions rewrite older files. Under
-    # updates spread over the key space every level-0 file overlaps every file below it, so a
-    # leveled compaction every four flushes (RocksDB's default trigger) rewrote a level below
-    # each time: 1 % of 5 M keys changed per checkpoint uploaded 12.5 % of the state per
-    # checkpoint on average (4 MiB first level). Letting `level0_compaction_trigger` flushes
-    # pile up in level 0 and then merging them into the level below in one compaction makes the
-    # upload the flush alone (1-2 % here) with one rewrite of the state every trigger flushes:
-    # 5.4 % on average with 32, 1.1 % median; point reads over the piled-up files' bloom
-    # filters were not slower (50 K random multi-gets 418 vs 456 ms). A large first level
-    # (RocksDB's default 256 MiB, sized from the bottom up) keeps a subtask's state up to that
-    # size in one level below level 0; larger states get more levels, each rewritten a slice at
-    # a time (target file size 8 MiB).
+    # updates spread over the key space every level-0 file overlaps every file below it, so each
+    # compaction into a level rewrites all of it. Letting `level0_compaction_trigger` flushes
+    # pile up in level 0 and merging them into the level below in one compaction makes most
+    # uploads the flush alone, with one rewrite of the state every trigger flushes. 1 % of 5 M
+    # keys changed per checkpoint, mean upload per checkpoint / 50 K sorted random multi-get
+    # (one run, machine loaded): trigger 4: 22.9 % / 519 ms, 8: 10.8 % / 710 ms, 16: 7.5 % /
+    # 571 ms, 32: ~3 % / 940 ms (median 1.1-1.8 % for all): reads check every level-0 file's
+    # bloom filter, so the trigger trades uploads for reads. Level 0 also compacts once it
+    # holds more than the 64 MiB first level (a bulk load's full memtables do not pile up),
+    # and levels are sized from the bottom up, so a subtask's state up to ~640 MiB sits in one
+    # level below level 0 (target file size 8 MiB).
     trigger = config.level0_compaction_trigger
     options.set_level_zero_file_num_compaction_trigger(trigger)
     options.set_level_zero_slowdown_writes_trigger(max(20, trigger + trigger // 2))
