@@ -247,7 +247,12 @@ def state_backend_rows(results: dict) -> list[tuple]:
         ok = None if duration_target is None else (
             r["p50"] <= duration_target and (share_target is None or share <= share_target))
         out.append((f"checkpoint, {r['keys']:,} keys on {backend}, {r['changed_per_interval']:.0%} of keys changed per interval",
-                    f"p50 {_fmt_s(r['p50'])} / p99 {_fmt_s(r['p99'])}",
+                    f"p50 {_fmt_s(r['p50'])} / p99 {_fmt_s(r['p99'])}"
+                    # Where it went (medians, slowest keyed subtask): results before 2026-11-26 lack it.
+                    + ("" if "start_delay_p50" not in r else
+                       f" (barrier reaches the keyed subtask {_fmt_s(r['start_delay_p50'])}, alignment "
+                       f"{_fmt_s(r['alignment_duration_p50'])}, sync {_fmt_s(r['sync_duration_p50'])}, "
+                       f"async {_fmt_s(r['async_duration_p50'])})"),
                     f"writes {r['written_bytes'] / 1e6:.1f} of {r['full_bytes'] / 1e6:.1f} MB (median)",
                     f"{share:.1%} written on average over {r['checkpoints']}"
                     + (f" (of them {r['materialized']} with a new materialization)" if r.get("materialized") else "")

@@ -16,7 +16,10 @@ Figures, per backend:
   everything on the heap) against the state's full size, as the median per checkpoint and as
   the total over the measured ones (RocksDB's compactions rewrite files every few flushes, so
   its uploads alternate between small and large) — steady-phase checkpoints only, the first one
-  after the load (it uploads the loaded state) excluded;
+  after the load (it uploads the loaded state) excluded; where the duration goes, as medians
+  over those checkpoints of the slowest keyed (`sum`) subtask's parts: trigger → its barrier
+  (`start_delay_p50`: the records queued ahead of the barrier, i.e. backpressure), alignment,
+  synchronous and asynchronous part; `timeline` lists them per checkpoint;
 * changelog mode (`RocksDBConfig(changelog=...)`, `settle=True`): the load ends up in log
   segments and materializations; the measured window starts after the first checkpoint that
   references a materialization taken after the load (the load's own upload, as the first
@@ -193,6 +196,19 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         "checkpoints": len(measured),
         "materialized": sum(1 for s in measured if materializing.get(s.checkpoint_id)),
         "p50": float(np.percentile(durations, 50)), "p99": float(np.percentile(durations, 99)),
+        # Where a checkpoint's time goes, per checkpoint the slowest subtask's part (median
+        # over the measured checkpoints): trigger → barrier, alignment, sync, async.
+        **{f"{part}_p50": float(np.median([max((getattr(sub, part) for sub in stats[s.checkpoint_id].subtasks
+                                                 if sub.vertex_id.startswith("sum")), default=0.0)
+                                            for s in measured if s.checkpoint_id in stats] or [float("nan")]))
+           for part in ("start_delay", "alignment_duration", "sync_duration", "async_duration")},
+        # Per measured checkpoint: id, duration, and the slowest keyed subtask's start delay,
+        # alignment, sync and async parts (s), then written and full bytes.
+        "timeline": [[s.checkpoint_id, round(s.completed_at - s.triggered_at, 3),
+                      *(round(max((getattr(sub, part) for sub in stats[s.checkpoint_id].subtasks
+                                   if sub.vertex_id.startswith("sum")), default=0.0), 3)
+                        for part in ("start_delay", "alignment_duration", "sync_duration", "async_duration")),
+                      w, s.state_size] for s, w in zip(measured, written) if s.checkpoint_id in stats],
         "sync_max": max((sub.sync_duration for s in measured if s.checkpoint_id in stats
                          for sub in stats[s.checkpoint_id].subtasks), default=float("nan")),
         "full_bytes": int(np.median(full)), "written_bytes": int(np.median(written)),

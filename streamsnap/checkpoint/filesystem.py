@@ -73,6 +73,22 @@ def read_bytes(url: str) -> bytes:
     return fs.cat_file(path)
 
 
+def read_checked_file(url: str, size: int | None, where: str) -> bytes:
+    """The bytes of a state file a checkpoint recorded with `size` bytes (None: unchecked);
+    a RestoreError starting with `where` (what the file is, of which checkpoint) when it is
+    missing or has another size."""
+    from streamsnap.errors import RestoreError
+
+    try:
+        data = read_bytes(url)
+    except FileNotFoundError as e:
+        raise RestoreError(f"{where} is missing") from e
+    if size is not None and len(data) != size:
+        raise RestoreError(f"{where} has {len(data)} bytes, the checkpoint recorded {size}: it is "
+                           f"truncated or was replaced")
+    return data
+
+
 def read_range(url: str, offset: int, length: int) -> bytes:
     fs, path = filesystem(url)
     return fs.cat_file(path, start=offset, end=offset + length)

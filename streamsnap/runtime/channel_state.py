@@ -227,10 +227,7 @@ def read_channel_state(handle: FileHandle, base_location: str, checkpoint_id: in
     """(input frames, output frames) per channel; a damaged file is a RestoreError naming it."""
     url = filesystem.join(base_location, handle.path)
     where = f"channel state file {filesystem.user_path(url)} of checkpoint {checkpoint_id}"
-    try:
-        data = filesystem.read_bytes(url)
-    except FileNotFoundError as exc:
-        raise RestoreError(f"{where} is missing") from exc
+    data = filesystem.read_checked_file(url, None, where)
     body = data[len(MAGIC):-_CHECK]
     if (not data.startswith(MAGIC) or len(data) != handle.size
             or xxhash.xxh64_digest(body) != data[-_CHECK:]):

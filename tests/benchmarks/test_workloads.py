@@ -79,3 +79,8 @@ def test_large_state_measures_steady_checkpoints_and_a_recovery(spark):
     rendered = report.state_backend_rows({"state_backends": {"rocksdb+local": r}})
     assert "50,000 keys on rocksdb+local" in rendered[0][0]
     assert "locally" in rendered[1][3]
+    # Where the duration went: each part of it per measured checkpoint, their medians rendered.
+    assert len(r["timeline"]) <= 2 and all(len(row) == 8 for row in r["timeline"])
+    assert all(r[f"{part}_p50"] >= 0 for part in ("start_delay", "alignment_duration", "sync_duration",
+                                                   "async_duration"))
+    assert "barrier reaches the keyed subtask" in rendered[0][1]

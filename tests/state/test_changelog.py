@@ -91,6 +91,25 @@ def test_restore_equals_the_state_with_every_kind_of_state(backends, job):
     assert again.segments[:1] == handle.segments and again.new_segments == (False, True)
 
 
+def test_an_entry_rewritten_and_deleted_across_segments_restores_to_its_last_write(backends, job):
+    backend = backends(changelog=CHANGELOG)
+    put_counts(backend, range(10), lambda k: 1)
+    checkpoint(backend, job, 1)
+    put_counts(backend, range(5, 10), lambda k: 2)
+    for k in range(5):                       # deleted in segment 1 ...
+        use_key(backend, k)
+        backend.get_state(COUNT).clear()
+    checkpoint(backend, job, 2)
+    put_counts(backend, range(3), lambda k: 3)   # ... and two of them written again in segment 2
+    _, handle = checkpoint(backend, job, 3)
+    assert handle.materialization is None and [s.seq for s in handle.segments] == [0, 1, 2]
+    restored = backends(changelog=CHANGELOG)
+    restored.restore([handle], location(job, 3))
+    assert counts(restored, range(10)) == counts(backend, range(10)) == {
+        **{k: 3 for k in range(3)}, 3: COUNT.default, 4: COUNT.default, **{k: 2 for k in range(5, 10)}}
+    assert dump(restored) == dump(backend)
+
+
 @pytest.mark.parametrize("old, new", [(2, 3), (3, 1)])
 def test_rescale_replays_only_the_owned_key_groups(backends, job, old, new):
     keys = range(3000)

@@ -264,6 +264,17 @@ def test_materialization_becomes_the_base_when_a_checkpoint_referencing_it_compl
     assert model.book.base.id == 2 and model.book.known_segments() == [2, 3]
 
 
+def test_due_within_says_when_the_next_cut_will_start_a_materialization():
+    book = ChangelogBookkeeping(10.0, 1 << 20, 0.0)
+    book.cut(1, {}, 1.0)
+    assert not book.due_within(8.0, 1.0) and book.due_within(9.0, 1.0)
+    plan = book.cut(2, {}, 10.0)
+    assert plan.start is not None
+    assert not book.due_within(30.0, 1.0)        # one is running: none starts at the next cut
+    book.restored_without_log()
+    assert not book.due_within(30.0, 1.0)        # the next cut materializes inline anyway
+
+
 def test_a_candidate_whose_first_checkpoint_aborts_is_dropped_and_redone():
     model = Model(interval=1)
     model.write(1, 1)

@@ -199,6 +199,15 @@ class ChangelogBookkeeping:
         return CheckpointPlan(checkpoint_id, seq, base if base.id != EMPTY else None, new,
                               tuple(plans), start)
 
+    def due_within(self, now: float, lead: float) -> bool:
+        """A materialization would start at a cut `lead` seconds from now (none is running or
+        waiting for confirmation, and the interval or the log size is reached by then): the
+        shell flushes RocksDB's memtables ahead of it, so that cut's snapshot is cheap."""
+        if self._base is None or self._candidate is not None or self._running:
+            return False
+        return (self._due or now + lead - self._last_started >= self.materialization_interval
+                or self.log_bytes() >= self.max_log_bytes)
+
     # -- asynchronous results -----------------------------------------------------------
 
     def segment_uploaded(self, checkpoint_id: int, seq: int, upload: Any, size: int) -> None:

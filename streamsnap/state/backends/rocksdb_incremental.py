@@ -269,10 +269,7 @@ class IncrementalSnapshot(StateSnapshot[IncrementalKeyGroupsStateHandle]):
 def _read_bundle(handle: IncrementalKeyGroupsStateHandle, url: str, operator_uid: str) -> tuple:
     """(states [[sid, name, kind, tag]], {file name: bytes}) of a handle's private bundle."""
     where = f"operator '{operator_uid}': checkpoint {handle.checkpoint_id}"
-    try:
-        data = filesystem.read_bytes(url)
-    except FileNotFoundError as e:
-        raise RestoreError(f"{where}: the incremental snapshot file {url} is missing") from e
+    data = filesystem.read_checked_file(url, None, f"{where}: the incremental snapshot file {url}")
     if len(data) < len(BUNDLE_MAGIC) + _CHECKSUM_BYTES or not data.startswith(BUNDLE_MAGIC):
         raise RestoreError(f"{where}: {url} is not an incremental RocksDB snapshot file (bad "
                            f"header or truncated)")
