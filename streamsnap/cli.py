@@ -120,20 +120,29 @@ def ui(directory: str = typer.Argument(..., help="Checkpoint directory (or one j
        token: str = typer.Option(None, "--token", envvar="STREAMSNAP_WEB_TOKEN",
                                  help="Bearer token required of every request (better passed in STREAMSNAP_WEB_TOKEN)."),
        ) -> None:
-    """Serve the web UI and REST API for the completed checkpoints under DIR, read-only, until Ctrl-C."""
+    """Name the live web UI of each job running with `web=` under DIR, and serve the web UI and
+    REST API for the completed checkpoints under DIR, read-only, until Ctrl-C."""
     from streamsnap.errors import StreamsnapError
     from streamsnap.web.archive import archived_jobs
     from streamsnap.web.config import WebConfig
+    from streamsnap.web.discovery import live_jobs
     from streamsnap.web.rest import WebServer
 
     try:
+        running = live_jobs(directory, token)
         jobs = archived_jobs(directory)
         server = WebServer(WebConfig(port=port, bind=bind, token=token))
-    except (FileNotFoundError, StreamsnapError) as exc:
+    except (FileNotFoundError, ValueError, StreamsnapError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
+    for job in running:
+        state = "running, live UI at" if job["live"] else "announced but not answering (stale: its driver is gone?) at"
+        console.print(f"job '{job['job_name']}' ({job['job_id']}) {state} {job['url']}", markup=False,
+                      highlight=False, soft_wrap=True)
     if not jobs:
         server.close()
+        if any(job["live"] for job in running):
+            raise typer.Exit(0)
         console.print(f"no checkpoints under {directory}")
         raise typer.Exit(1)
     server.serve_archive(jobs)

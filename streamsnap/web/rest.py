@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 
 from streamsnap.errors import ConfigurationError, StreamsnapError
-from streamsnap.web import views
+from streamsnap.web import discovery, views
 from streamsnap.web.auth import authorized, foreign_request
 from streamsnap.web.config import WebConfig, is_loopback
 from streamsnap.web.progress import DEFAULT_POLL_INTERVAL, JobProgress
@@ -173,6 +173,7 @@ class WebServer:
         self._httpd.daemon_threads = True
         self._threads: list[threading.Thread] = []
         self._metrics = None   # the prometheus_client registry of the jobs served
+        self._announced: str | None = None   # the running job's live-endpoint file (web/discovery.py)
 
     @property
     def url(self) -> str:
@@ -193,6 +194,16 @@ class WebServer:
         self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
                                           name=f"web-{short}", daemon=True),
                          threading.Thread(target=self._poll, args=(endpoint,), name=f"web-poll-{short}", daemon=True)]
+        checkpointing = master.settings.checkpoint
+        if checkpointing is not None and checkpointing.directory:
+            # `streamsnap ui DIR` finds the running job's endpoint from its checkpoint directory.
+            try:
+                self._announced = discovery.announce(checkpointing.directory, master.job_id,
+                                                     master.settings.job_name, self.url)
+            except OSError as exc:
+                log.warning("job '%s': its web endpoint could not be announced in %s (%s); `streamsnap ui` "
+                            "on that directory will not find it, use %s", master.settings.job_name,
+                            checkpointing.directory, exc, self.url)
         for thread in self._threads:
             thread.start()
         log.info("job '%s' monitoring at %s", master.settings.job_name, self.url)
@@ -217,6 +228,8 @@ class WebServer:
         finally:   # also if polling failed: the endpoint never outlives its job
             self._httpd.shutdown()
             self._httpd.server_close()
+            if self._announced is not None:
+                discovery.withdraw(self._announced)
 
     def close(self) -> None:
         """Stop serving now (a job that failed to start); serving threads end on their own otherwise."""

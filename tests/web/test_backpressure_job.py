@@ -7,8 +7,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from typer.testing import CliRunner
 
 import streamsnap as ss
+from streamsnap.cli import app
+from streamsnap.web.discovery import live_jobs
 from streamsnap.time.watermarks import MIN_WATERMARK
 from tests.web.support import call, wait_for
 
@@ -20,8 +23,10 @@ def slow_sink(batch):
     return batch
 
 
-def test_a_slow_sink_backpressures_its_upstream_and_event_time_advances(spark, no_leaked_threads):
+def test_a_slow_sink_backpressures_its_upstream_and_event_time_advances(spark, tmp_path, no_leaked_threads):
+    directory = str(tmp_path / "ckpt")
     env = ss.StreamEnvironment(parallelism=1, spark=spark, web=ss.WebConfig(port=0),
+                               checkpointing=ss.CheckpointConfig(interval=None, directory=directory),
                                network=ss.NetworkConfig(batch_size=64, credits=1, output_queue_frames=1))
     strategy = ss.WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts")
     (env.from_source(ss.sources.Generator(lambda i: {"key": i % 10, "ts": 1_000_000 + i}, batch_size=64),
@@ -56,5 +61,13 @@ def test_a_slow_sink_backpressures_its_upstream_and_event_time_advances(spark, n
         text = call(f"{client.web_url}/metrics")[1]
         assert f'backPressuredTimeMsPerSecond{{job="backpressure job",job_id="{client.job_id}",subtask="0",task="events"}}' in text
         assert 'currentOutputWatermark{' in text and 'busyTimeMsPerSecond{' in text
+
+        # `streamsnap ui DIR` finds the running job's endpoint through its checkpoint directory.
+        assert live_jobs(directory) == [{"job_id": client.job_id, "job_name": "backpressure job",
+                                         "url": client.web_url, "live": True}]
+        shown = CliRunner().invoke(app, ["ui", directory], env={"COLUMNS": "300"})
+        assert shown.exit_code == 0, shown.output
+        assert f"job 'backpressure job' ({client.job_id}) running, live UI at {client.web_url}" in shown.output
     finally:
         client.cancel()
+    wait_for(lambda: live_jobs(directory) == [], "the ended job's endpoint to withdraw its announcement")
