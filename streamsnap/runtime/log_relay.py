@@ -223,7 +223,22 @@ def logger_name(operator: str, subtask: int) -> str:
 
 
 def emit_on_driver(message: dict, attempt: int | None = None) -> None:
-    """Re-emit one batch of task records in the driver's `logging`."""
+    """Re-emit one batch of task records in the driver's `logging`.
+
+    It runs on the task's control connection thread: a batch that cannot be re-emitted (a
+    malformed entry, a driver-side logging filter or handler that raises) is reported here
+    with its traceback and the task goes on — an escaping error would close the connection,
+    and the JobMaster would take the task for lost."""
+    try:
+        _emit(message, attempt)
+    except Exception:
+        logging.getLogger(__name__).exception(
+            "a batch of log records from %s (subtask %s) could not be re-emitted on the driver; the "
+            "task goes on. Check the driver's logging filters and handlers for streamsnap.task.*",
+            message.get("operator", "?"), message.get("subtask", "?"))
+
+
+def _emit(message: dict, attempt: int | None) -> None:
     operator = str(message.get("operator", "?"))
     subtask, parallelism = int(message.get("subtask", 0)), int(message.get("parallelism", 0))
     logger = logging.getLogger(logger_name(operator, subtask))

@@ -114,3 +114,23 @@ def test_install_and_uninstall_leave_the_root_logger_as_they_found_it():
     log_relay.uninstall(handler)
     assert root.level == level and root.handlers == handlers
     assert [r["message"] for m in sent for r in m["records"]] == ["hello"]
+
+
+def test_a_batch_the_driver_cannot_re_emit_is_reported_and_does_not_escape(caplog):
+    class Refuse(logging.Filter):
+        def filter(self, record):
+            raise RuntimeError("a driver-side filter that raises")
+
+    logger = logging.getLogger("streamsnap.task.op.0")
+    refuse = Refuse()
+    logger.addFilter(refuse)
+    caplog.set_level(logging.WARNING)
+    record = {"level": logging.WARNING, "logger": "user", "path": "p", "line": 1, "message": "m",
+              "function": "f", "created": 0.0, "thread": "t"}
+    try:
+        emit_on_driver({"operator": "op", "subtask": 0, "parallelism": 1, "records": [record]}, attempt=0)
+    finally:
+        logger.removeFilter(refuse)
+    reported = [r for r in caplog.records if r.name == "streamsnap.runtime.log_relay"]
+    assert len(reported) == 1 and "could not be re-emitted" in reported[0].getMessage()
+    assert "a driver-side filter that raises" in reported[0].exc_text
