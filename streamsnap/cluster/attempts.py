@@ -6,12 +6,24 @@ The JobMaster deploys attempts 0, 1, 2, ...; an attempt *ends* once — when its
 charged, or when it is cancelled. From then until the next deploy (FAILING, RESTARTING, the
 restart delay) it is still the newest attempt, but nothing its subtasks report counts any more:
 a second subtask's dropped connection, a task's error message, a late ack, the Spark job's
-own end. At most one deploy is pending at any time, so one failure means one restart.
+own end. At most one deploy is pending at any time, so one failure means one restart. One
+exception: a report naming a root cause (`replaces_cause`) still replaces the recorded cause of
+the attempt that is stopping — it does not charge it again.
 
 Sans-I/O: plain state fed attempt numbers, returning whether an event counts.
 """
 
 from __future__ import annotations
+
+# Failure reasons that name a root cause, by precedence (others, e.g. a lost upstream, rank 0).
+_CAUSE_RANK = {"USER_FUNCTION": 1, "DATA_ERROR": 2}
+
+
+def replaces_cause(reason: str, current: str | None) -> bool:
+    """Whether a failure of reason `reason` is a truer cause than `current` of the same attempt:
+    a task whose user function raised closes its channels as it fails, and a downstream task's
+    report of the lost connection can reach the driver first."""
+    return _CAUSE_RANK.get(reason, 0) > _CAUSE_RANK.get(current, 0)
 
 
 class AttemptTracker:

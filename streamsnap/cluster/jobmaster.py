@@ -35,7 +35,7 @@ from streamsnap.checkpoint.io import ThreadedIO
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import SystemClock, TimerQueue
-from streamsnap.cluster.attempts import AttemptTracker
+from streamsnap.cluster.attempts import AttemptTracker, replaces_cause
 from streamsnap.cluster.restart import RestartBackoff
 from streamsnap.cluster.spark_session import control_host, is_local
 from streamsnap.cluster.status import ExecutionState, JobStatus
@@ -56,8 +56,6 @@ FINAL_CHECKPOINT_RETRY = 0.5
 # How long a cancelled attempt's Spark job may take to end before the JobMaster stops waiting
 # for it (Flink's task cancellation timeout plays the same role).
 SPARK_CANCEL_GRACE = 20.0
-# Failure reasons that name a root cause, by precedence (others, e.g. a lost upstream, rank 0).
-_CAUSE_RANK = {"USER_FUNCTION": 1, "DATA_ERROR": 2}
 
 
 @dataclass
@@ -690,7 +688,7 @@ class JobMaster:
     def _upgrades_cause(self, reason: str, attempt: int) -> bool:
         """Whether a failure report is the root cause of the attempt already failing (above)."""
         return (self._failing and attempt == self._attempt and not self.status.is_terminal
-                and _CAUSE_RANK.get(reason, 0) > _CAUSE_RANK.get(self._failure_reason, 0))
+                and replaces_cause(reason, self._failure_reason))
 
     def _spark_job_overdue(self, attempt: int) -> None:
         """The cancelled attempt's Spark job has not ended: stop waiting for it."""

@@ -121,3 +121,12 @@ def test_cancel_during_the_restart_delay_deploys_nothing():
         assert master.status is JobStatus.CANCELED and spark.jobs_started == 1
     finally:
         spark.release.set()
+
+
+def test_a_user_or_data_error_replaces_a_knock_on_cause_and_nothing_replaces_a_data_error():
+    from streamsnap.cluster.attempts import replaces_cause
+
+    assert replaces_cause("USER_FUNCTION", "TASK_FAILURE") and replaces_cause("DATA_ERROR", "TASK_LOST")
+    assert replaces_cause("DATA_ERROR", "USER_FUNCTION")
+    assert not replaces_cause("TASK_FAILURE", "USER_FUNCTION") and not replaces_cause("USER_FUNCTION", "DATA_ERROR")
+    assert not replaces_cause("TASK_LOST", "TASK_FAILURE") and not replaces_cause("USER_FUNCTION", "USER_FUNCTION")
