@@ -121,12 +121,12 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             ok = None
             if label == "5ms":
                 ok = s["p99"] <= TARGETS["latency_p99"] and (not spark or spark["p99"] / s["p99"] >= TARGETS["latency_vs_spark"])
-            out.append((f"per-row latency at {lat['rate'] / 1e3:.0f} K/s (half {of_max}), buffer timeout {label}",
+            out.append((f"per-row `process` latency behind a vectorized rate-limited Generator, at {lat['rate'] / 1e3:.0f} K/s (half {of_max}), buffer timeout {label}",
                         f"p50 {_fmt_s(s['p50'])} / p99 {_fmt_s(s['p99'])}", comparison, ratio,
                         "p99 ≤ 50 ms, ≥ 10× below Spark" if label == "5ms" else "", _verdict(ok)))
         quarter = lat.get("streamsnap_5ms_quarter_rate")
         if quarter:
-            out.append((f"per-row latency at {lat['rate'] / 2e3:.0f} K/s (a quarter {of_max}), buffer timeout 5ms",
+            out.append((f"per-row `process` latency behind a vectorized rate-limited Generator, at {lat['rate'] / 2e3:.0f} K/s (a quarter {of_max}), buffer timeout 5ms",
                         f"p50 {_fmt_s(quarter['p50'])} / p99 {_fmt_s(quarter['p99'])}", "", "",
                         "p99 ≤ 50 ms", _verdict(quarter["p99"] <= TARGETS["latency_p99"])))
     out += files_vs_spark_rows(results)
