@@ -52,8 +52,8 @@ def to_rows(messages) -> list[tuple]:
 
 
 def job(spark, bootstrap, source, sink, tmp_path, mode="exactly_once", semantic="exactly_once", attempts=3,
-        prefix=None, retention="delete_on_cancellation"):
-    config = ss.CheckpointConfig(interval=0.5, directory=str(tmp_path / "ckpt"), mode=mode, num_retained=2,
+        prefix=None, retention="delete_on_cancellation", interval=0.5):
+    config = ss.CheckpointConfig(interval=interval, directory=str(tmp_path / "ckpt"), mode=mode, num_retained=2,
                                  retention=retention)
     # The source reads far ahead of the slow sum: small batches and few in flight keep the data
     # a barrier waits behind short, so checkpoints (and commits) keep completing.
@@ -107,10 +107,18 @@ def test_a_second_run_restored_from_a_cancelled_runs_checkpoint_ends_its_transac
     reader sees every row once."""
     source, sink = topics(kafka_broker)
     prefix = f"twice-{sink}"
+    # No periodic checkpoints: two triggered ones, then nothing commits, so the transactions the
+    # cancel leaves open cannot race a commit (cancelling right after a commit could find none open).
     first = job(spark, kafka_broker, source, sink, tmp_path, prefix=prefix, retention="retain_on_cancellation",
-                attempts=0).execute_async("kafka first run")
+                attempts=0, interval=None).execute_async("kafka first run")
     wait_status(first, "RUNNING")
-    wait_completed(first, 2)
+    first.trigger_checkpoint()
+    first.trigger_checkpoint()
+    time.sleep(0.5)  # the second checkpoint's commits land; the next transactions take rows
+    deadline = time.monotonic() + 30
+    while not local_kafka.read_log(kafka_broker, sink, 2)[1]:
+        assert time.monotonic() < deadline, "no transaction of the first run reached the broker"
+        time.sleep(0.1)
     first.cancel()
     _, left_open = local_kafka.read_log(kafka_broker, sink, 2)
     assert left_open, "the first run should have been cancelled with a transaction open"
