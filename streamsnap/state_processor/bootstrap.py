@@ -23,6 +23,7 @@ writes it with the operator state backend's own snapshot code, elements dealt to
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Iterator
@@ -50,6 +51,8 @@ from streamsnap.state.snapshot import safe_file_prefix
 KINDS = (VALUE, LIST, MAP)
 _KG, _SUBTASK = "__streamsnap_key_group", "__streamsnap_subtask"
 BOOTSTRAP_JOB_ID = "bootstrap"
+
+log = logging.getLogger(__name__)
 
 
 def _columns(value, what: str, schema_names: list[str], required: bool = True) -> list[str]:
@@ -287,7 +290,19 @@ class SavepointWriter:
                 parallelism[spec.uid] = min(self.max_parallelism, max(1, default))
         for spec in self._operator:
             parallelism.setdefault(spec.uid, 1)
+        existed = fs.exists(local)
         filesystem.makedirs(target)
+        try:
+            self._write_into(target, parallelism)
+        except BaseException:
+            # Nothing half-written stays behind: the directory was new or empty, and a retry
+            # into the same path must find it so again.
+            _remove_partial(target, keep_directory=existed)
+            raise
+        return path
+
+    def _write_into(self, target: str, parallelism: dict[str, int]) -> None:
+        fs, local = filesystem.filesystem(target)
         keyed: dict[str, dict[int, list]] = {}
         for spec in self._keyed:
             for subtask, handle in _write_keyed(spec, target, parallelism[spec.uid], self.max_parallelism).items():
@@ -309,7 +324,21 @@ class SavepointWriter:
         now = time.time()
         write_metadata(target, CheckpointMetadata(BOOTSTRAP_JOB_ID, 0, CheckpointType.SAVEPOINT, now, now,
                                                   operators))
-        return path
+
+
+def _remove_partial(target: str, keep_directory: bool) -> None:
+    """Delete what a failed `write` left in `target`; a failure to do so is reported, never
+    hiding the error that made the write fail."""
+    try:
+        if keep_directory:
+            fs, local = filesystem.filesystem(target)
+            for entry in fs.ls(local, detail=False):
+                fs.rm(entry, recursive=True)
+        else:
+            filesystem.delete(target, recursive=True)
+    except Exception:
+        log.warning("bootstrap: could not remove the partial savepoint in %r; delete it before writing "
+                    "there again", filesystem.user_path(target), exc_info=True)
 
 
 def _broadcast_entries(values, state_name: str) -> list[tuple]:

@@ -124,6 +124,11 @@ def test_bad_inputs_are_named_with_what_exists(spark, tmp_path, bootstrapped):
     with pytest.raises(ss.ConfigurationError, match="key [01] is in more than one row"):
         ss.state.bootstrap(df, "key", uid="op", state_name="s", value_column="v", path=str(tmp_path / "dup"),
                            parallelism=2)
+    assert not (tmp_path / "dup").exists(), "a failed write leaves no partial savepoint behind"
+    (tmp_path / "given").mkdir()
+    with pytest.raises(ss.ConfigurationError, match="more than one row"):
+        ss.state.bootstrap(df, "key", uid="op", state_name="s", value_column="v", path=str(tmp_path / "given"))
+    assert list((tmp_path / "given").iterdir()) == [], "a directory the user made stays, emptied"
     with pytest.raises(ss.ConfigurationError, match="'nope' not in the DataFrame; its columns: key, v"):
         ss.state.bootstrap(df, "nope", uid="op", state_name="s", value_column="v", path=str(tmp_path / "x"))
     with pytest.raises(ss.ConfigurationError, match="already a savepoint or checkpoint"):
