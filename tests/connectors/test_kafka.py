@@ -90,6 +90,31 @@ def test_a_rescaled_restore_fences_the_ids_of_the_old_subtasks_it_now_owns(kafka
     assert committed_values(kafka_broker, topic) == [0, 1, 2, 100, 101, 102]
 
 
+def test_the_next_transaction_is_made_ready_while_the_current_one_writes(kafka_broker):
+    topic = fresh_topic(kafka_broker)
+    sink = ss.sinks.Kafka(kafka_broker, topic, key="key", transactional_id_prefix=f"ready-{topic}",
+                          transaction_pool_size=2)
+    writer = sink.create_writer(ctx())
+    writer.open()
+    prepared = writer._next.result(30)            # readied in the background after open
+    assert prepared["id"] == f"ready-{topic}-0-0" and prepared["rows"] == 0
+    writer.write(rows(0, 5))
+    assert writer._txn is prepared
+    assert writer._next.result(30)["id"] == f"ready-{topic}-0-1"   # the following one, meanwhile
+    writer.prepare_commit(1)
+    writer.write(rows(5, 5))                      # slot 1; slot 0 still awaits checkpoint 1's commit...
+    assert writer._txn["id"] == f"ready-{topic}-0-1" and writer._next is None   # ...so it is not touched
+    assert committed_values(kafka_broker, topic) == []
+    writer.commit(1)
+    writer.prepare_commit(2)
+    writer.commit(2)
+    writer.write(rows(10, 5))                     # slot 0 again, readied on the spot
+    writer.prepare_commit(3)
+    writer.commit(3)
+    assert committed_values(kafka_broker, topic) == list(range(15))
+    writer.close()
+
+
 def test_json_messages_are_encoded_column_wise_as_json_dumps_would():
     batch = pa.RecordBatch.from_pylist([
         {"i": 1, "f": 2.5, "s": 'say "hi"\\', "b": True, "n": None},
