@@ -2,8 +2,10 @@
 
 `python -m benchmarks.kafka [events] [runs]` starts the local broker (scripts/kafka-broker),
 fills a 2-partition input topic with JSON events {"key": i % 1000, "value": i, "ts": i}, and runs, in
-turn (A B C A B C ...), the same pipeline with the exactly-once Kafka sink, the at-least-once
-one, and a discarding sink (what reading Kafka alone costs). Before them it measures the CPU
+turn (A B C D A B C D ...), the same pipeline with the exactly-once Kafka sink, the at-least-once
+one, a discarding sink (what reading Kafka alone costs), and the client ceiling
+(`client_ceiling`: the same copy with bare confluent-kafka consumers and transactional
+producers, no engine, no decoding — what librdkafka and the broker alone reach here). Before them it measures the CPU
 time per message of the source reader and the exactly-once sink writer alone (`profile`), and
 of encoding and decoding the same rows as Avro instead of JSON (no broker). Throughput is events over the time
 from the job running to the job finished — for exactly-once that includes the final checkpoint
@@ -119,6 +121,72 @@ def profile(bootstrap: str, topic: str) -> dict:
             "avro_decode_us_per_message": avro_decoded / n * 1e6}
 
 
+def _raw_copy(bootstrap: str, source_topic: str, partition: int, out_topic: str, start, done) -> None:
+    """One process of the client ceiling: partition `partition` copied to `out_topic` as it is."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from streamsnap.connectors.kafka_sink import _PRODUCER_DEFAULTS
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ceiling-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "fetch.wait.max.ms": 20, "fetch.queue.backoff.ms": 5})
+    _, end = consumer.get_watermark_offsets(TopicPartition(source_topic, partition), timeout=30)
+    consumer.assign([TopicPartition(source_topic, partition, 0)])
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"ceiling-{out_topic}-{partition}",
+                         **_PRODUCER_DEFAULTS})
+    producer.init_transactions(30)
+    start.wait()
+    producer.begin_transaction()
+    interval_end, position = time.monotonic() + 1.0, 0
+    while position < end:
+        for m in consumer.consume(50_000, 0.1):
+            try:
+                producer.produce(out_topic, m.value(), m.key())
+            except BufferError:
+                producer.poll(0.05)
+                producer.produce(out_topic, m.value(), m.key())
+            position = m.offset() + 1
+        producer.poll(0)
+        if time.monotonic() >= interval_end:       # a transaction per second, as the job's checkpoints
+            producer.commit_transaction(60)
+            producer.begin_transaction()
+            interval_end = time.monotonic() + 1.0
+    producer.commit_transaction(60)
+    consumer.close()
+    done.put(partition)
+
+
+def client_ceiling(bootstrap: str, source_topic: str, n: int) -> dict:
+    """The same copy with nothing but confluent-kafka: one process per input partition (2, as the
+    job's parallelism) consuming it (the source's consumer settings) and producing every message's
+    value and key unchanged to a 2-partition output topic in one transaction per second (the
+    sink's producer settings). No JSON decoding or encoding, no shuffle, no W1, no Spark: what
+    librdkafka and the broker alone do on this machine. Events/s from the start signal until both
+    processes committed their last transaction; the output's committed count is checked."""
+    import multiprocessing
+
+    out_topic = f"bench-ceiling-{uuid.uuid4().hex[:8]}"
+    local_kafka.create_topic(bootstrap, out_topic, 2)
+    context = multiprocessing.get_context("spawn")
+    start, done = context.Event(), context.Queue()
+    processes = [context.Process(target=_raw_copy, args=(bootstrap, source_topic, p, out_topic, start, done))
+                 for p in range(2)]
+    for process in processes:
+        process.start()
+    time.sleep(2.0)                                  # both initialized (imports, init_transactions)
+    started = time.monotonic()
+    start.set()
+    for _ in processes:
+        done.get(timeout=600)
+    seconds = time.monotonic() - started
+    for process in processes:
+        process.join(60)
+    checked = len(local_kafka.read_committed(bootstrap, out_topic, 2))
+    assert checked == n, f"client ceiling: {checked} committed rows in {out_topic}, expected {n}"
+    return {"sink": "client_ceiling", "events_per_second": n / seconds, "seconds": seconds, "checkpoints": 0,
+            "committed_rows": checked}
+
+
 def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int) -> dict:
     out_topic = None
     if sink == "discard":
@@ -163,15 +231,18 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
             f"{k.removesuffix('_us_per_message')} {v:.2f} us" for k, v in costs.items() if k != "messages"),
             flush=True)
         run_once(spark, bootstrap, topic, "discard", n)          # warm workers and imports
-        measured: dict[str, list[dict]] = {"exactly_once": [], "at_least_once": [], "discard": []}
+        measured: dict[str, list[dict]] = {"exactly_once": [], "at_least_once": [], "discard": [],
+                                           "client_ceiling": []}
         for _ in range(runs):
             for sink in measured:
-                m = run_once(spark, bootstrap, topic, sink, n)
+                m = (client_ceiling(bootstrap, topic, n) if sink == "client_ceiling"
+                     else run_once(spark, bootstrap, topic, sink, n))
                 measured[sink].append(m)
                 print(f"  {sink:14s} {m['events_per_second'] / 1e6:.2f} M events/s ({m['seconds']:.1f} s, "
                       f"{m['checkpoints']} checkpoints)", flush=True)
         summary = {sink: statistics.median(m["events_per_second"] for m in ms) for sink, ms in measured.items()}
         print("median events/s: " + ", ".join(f"{s} {v / 1e6:.2f} M" for s, v in summary.items()))
+        print(f"exactly-once / client ceiling: {summary['exactly_once'] / summary['client_ceiling']:.2f}")
         return {"summary": summary, "runs": measured, "connector_cpu": costs}
     finally:
         spark.stop()

@@ -52,6 +52,9 @@ class KeyGroupsStateHandle:
     # The states the file holds, (name, kind, serializer tag) each, so a reader can plan on the
     # driver (`streamsnap.state_processor`); None: written before handles listed them.
     states: tuple[tuple[str, str, str], ...] | None = None
+    # Entries (keys) per state name in the file, counted when it was written, so metadata needs
+    # no pass over the file; None: written before handles counted them.
+    keys: tuple[tuple[str, int], ...] | None = None
 
     @property
     def size(self) -> int:
@@ -66,17 +69,20 @@ class KeyGroupsStateHandle:
         }
         if self.states is not None:
             wire["states"] = [list(s) for s in self.states]
+        if self.keys is not None:
+            wire["keys"] = [list(k) for k in self.keys]
         return wire
 
     @classmethod
     def from_wire(cls, data: dict) -> "KeyGroupsStateHandle":
         start, end = data["key_groups"]
-        states = data.get("states")
+        states, keys = data.get("states"), data.get("keys")
         return cls(
             FileHandle.from_wire(data["file"]), int(start), int(end),
             {int(kg): (int(off), int(length)) for kg, off, length in data["offsets"]},
             tuple(FileHandle.from_wire(f) for f in data.get("shared", ())),
             None if states is None else tuple((str(n), str(k), str(t)) for n, k, t in states),
+            None if keys is None else tuple((str(n), int(c)) for n, c in keys),
         )
 
 

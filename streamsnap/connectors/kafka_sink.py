@@ -5,7 +5,9 @@ Why it exists: the exactly-once path out of streamsnap into Kafka, as a two-phas
 checkpoint interval in one Kafka transaction, under a transactional id drawn from its pool
 (`kafka_transactions.py`):
 
-* write — rows go into the interval's open transaction (a fresh producer per interval);
+* write — rows go into the interval's open transaction (a fresh producer per interval; the
+  next interval's producer is made ready — init_transactions, producer id, begin — on a
+  background thread while this one writes, so the switch at a checkpoint does not stall);
 * pre-commit (the checkpoint's synchronous phase) — flush, and keep (transactional id,
   producer id, epoch) in the checkpoint; the next row opens the next interval's transaction;
 * commit (notify-checkpoint-complete) — commit the transaction(s) the checkpoint covers;
@@ -34,6 +36,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -295,21 +299,27 @@ class TransactionalKafkaWriter(KafkaWriter):
         self._recovered = False
         self._txn: dict | None = None                 # the open transaction: slot, id, producer, ids, rows
         self._committing: dict[int, object] = {}      # slot -> producer of a pre-committed transaction
+        self._next: Future | None = None              # the next interval's transaction, being made ready
 
     # ---------------------------------------------------------------- producers
-    def _transactional_producer(self, tid: str):
-        """A producer that owns `tid` (fencing and aborting whatever was open under it)."""
+    def _transactional_producer(self, tid: str, producer_id: bool = True):
+        """A producer that owns `tid` (fencing and aborting whatever was open under it), with its
+        (producer id, epoch) when `producer_id` (else None: fencing needs no id)."""
         from confluent_kafka import KafkaException, Producer
 
         pid_log = _PidLog()
-        producer = Producer(self._settings(**{"transactional.id": tid, "debug": "eos", "logger": pid_log,
-                                              "transaction.timeout.ms": int(self._sink.transaction_timeout * 1000)}))
+        settings = {"transactional.id": tid, "transaction.timeout.ms": int(self._sink.transaction_timeout * 1000)}
+        if producer_id:
+            settings.update({"debug": "eos", "logger": pid_log})
+        producer = Producer(self._settings(**settings))
         try:
             producer.init_transactions(self._sink.transaction_timeout)
         except KafkaException as exc:
             raise KafkaSinkError(f"Kafka sink: could not initialize transactional id {tid!r} on "
                                  f"{self._sink.bootstrap!r}: {exc}. Fix: make sure the broker supports "
                                  f"transactions and transaction.timeout.ms <= its transaction.max.timeout.ms") from exc
+        if not producer_id:
+            return producer, None
         deadline = time.monotonic() + 10
         while pid_log.producer_id is None and time.monotonic() < deadline:
             producer.poll(0.01)
@@ -319,22 +329,60 @@ class TransactionalKafkaWriter(KafkaWriter):
         return producer, pid_log.producer_id
 
     def _fence(self, tids: list[str]) -> None:
-        """Abort whatever the given transactional ids left open (a new producer epoch fences them)."""
-        for tid in tids:
-            producer, _ = self._transactional_producer(tid)
+        """Abort whatever the given transactional ids left open (a new producer epoch fences them).
+
+        The ids are fenced in parallel (one round trip to the transaction coordinator each, which
+        a restore would otherwise pay one after another); the first failure is raised."""
+        def fence(tid: str) -> None:
+            producer, _ = self._transactional_producer(tid, producer_id=False)
             producer.flush(0)
 
-    def _begin(self) -> None:
-        slot, tid = self._pool.take()
+        if tids:
+            with ThreadPoolExecutor(len(tids), thread_name_prefix="kafka-fence") as pool:
+                list(pool.map(fence, tids))       # waits for all; raises the first failure
+
+    def _ready_transaction(self, slot: int, tid: str) -> dict:
+        """A producer owning `tid` with its transaction begun (runs on the preparing thread too)."""
         producer, (pid, epoch) = self._transactional_producer(tid)
         producer.begin_transaction()
-        self._txn = {"slot": slot, "id": tid, "producer": producer, "pid": pid, "epoch": epoch, "rows": 0}
+        return {"slot": slot, "id": tid, "producer": producer, "pid": pid, "epoch": epoch, "rows": 0}
+
+    def _prepare_next(self) -> None:
+        """Make the next slot's transaction ready in the background, if that slot is free now.
+
+        Taking the slot fences its id (init_transactions), which is safe only because a free
+        slot's last transaction was committed; a slot still waiting for its commit is left alone
+        and taken later by `_begin` (which then says the pool is exhausted, if it still is)."""
+        if self._next is not None or not self._pool.next_is_free():
+            return
+        slot, tid = self._pool.take()
+        future: Future = Future()
+
+        def prepare() -> None:
+            try:
+                future.set_result(self._ready_transaction(slot, tid))
+            except BaseException as exc:      # handed to the mailbox thread by _begin's result()
+                future.set_exception(exc)
+
+        # A daemon thread (not an executor, whose threads are joined at exit): a broker that does
+        # not answer must not keep a finished subtask's process alive.
+        threading.Thread(target=prepare, name=f"kafka-txn-{tid}", daemon=True).start()
+        self._next = future
+
+    def _begin(self) -> None:
+        if self._next is not None:
+            prepared, self._next = self._next, None
+            self._txn = prepared.result()
+        else:
+            self._txn = self._ready_transaction(*self._pool.take())
+        self._prepare_next()
 
     # ---------------------------------------------------------------- the two phases
     def open(self) -> None:
         if not self._recovered:
             # A fresh start: a previous run of this job (same prefix) may have left transactions open.
             self._fence(txns.pool_ids(self._pool.prefix, self._ctx.subtask_index, self._pool.pool_size))
+        self._prepare_next()
 
     def write(self, batch: Batch) -> None:
         if not num_rows(batch):
@@ -394,8 +442,10 @@ class TransactionalKafkaWriter(KafkaWriter):
             self._txn = None
 
     def close(self) -> None:
-        # Open and pre-committed transactions stay as they are: a restore commits or aborts them.
+        # Open and pre-committed transactions stay as they are: a restore commits or aborts them
+        # (a transaction being made ready is one of the pool's ids, fenced by a restore too).
         self._txn = None
+        self._next = None
         self._committing.clear()
 
 

@@ -23,6 +23,8 @@ are never used for recovery).
   `pyarrow.json` in one call (no per-row Python beyond taking each message's bytes); "avro"
   decodes them with the user's writer schema (`avro.py`: flat records column by column with
   numpy, others with fastavro, one C call per message, then one Arrow conversion); "raw" gives key, value, topic, partition, offset and timestamp columns.
+* Poison messages: a message that does not decode is a `KafkaDecodeError`, a DataError naming
+  topic, partition and offset (a restore would meet it again, so restarting cannot help).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import pyarrow.json as pajson
 from streamsnap.connectors import kafka_admin
 from streamsnap.connectors.avro import AvroCodec, AvroDecodeError
 from streamsnap.connectors.base import Source, SourceReader
-from streamsnap.errors import ConfigurationError, StreamsnapError
+from streamsnap.errors import ConfigurationError, DataError, StreamsnapError
 from streamsnap.runtime.operators import OperatorContext
 from streamsnap.runtime.schemas import StreamSchema
 
@@ -55,6 +57,35 @@ RAW_SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", 
 
 class KafkaSourceError(StreamsnapError):
     """Reading a Kafka partition failed (the message names the topic, partition and broker)."""
+
+
+class KafkaDecodeError(KafkaSourceError, DataError):
+    """A message is not one record of the source's format (a poison message).
+
+    A DataError: a restore resumes the partition at the same offset and meets the same message
+    again, so the job fails at once instead of spending its restart budget. Names the topic,
+    partition and offset (`offset` None: no single message is at fault, e.g. JSON values whose
+    types disagree across messages, and the message gives the range)."""
+
+    def __init__(self, message: str, *, topic: str, partition: int, offset: int | None,
+                 operator: str | None = None, subtask: str | None = None):
+        super().__init__(message, operator=operator, subtask=subtask)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+    def __reduce__(self):
+        return _rebuild_decode_error, (str(self), self.topic, self.partition, self.offset, self.operator,
+                                       self.subtask)
+
+
+def _rebuild_decode_error(message, topic, partition, offset, operator, subtask):
+    return KafkaDecodeError(message, topic=topic, partition=partition, offset=offset, operator=operator,
+                            subtask=subtask)
+
+
+_SKIP_FIX = ("; or, to skip it, start the job anew (not from its checkpoint) with starting_offsets="
+             "{{({topic!r}, {partition}): {after}}}")
 
 
 def split_id(topic: str, partition: int) -> str:
@@ -348,6 +379,8 @@ class KafkaReader(SourceReader):
         return batch
 
     def _fill(self) -> None:
+        from confluent_kafka import Message
+
         source = self._source
         if (not source.bounded and source.discovery_interval is not None
                 and time.monotonic() >= self._next_discovery):
@@ -361,21 +394,21 @@ class KafkaReader(SourceReader):
             if source.bounded:
                 self._check_positions()
             return
-        for m in messages:
-            if m.error() is not None:
-                raise KafkaSourceError(f"Kafka source reading {m.topic()}[{m.partition()}] from "
-                                       f"{source.bootstrap!r} failed: {m.error().str()}")
-        # One list comprehension per field (no per-message branching): runs of one partition
-        # are found with numpy on the partition numbers (and topics, when there are several).
-        partitions = np.array([m.partition() for m in messages], dtype=np.int64)
+        if any(map(Message.error, messages)):
+            m = next(m for m in messages if m.error() is not None)
+            raise KafkaSourceError(f"Kafka source reading {m.topic()}[{m.partition()}] from "
+                                   f"{source.bootstrap!r} failed: {m.error().str()}")
+        # One C-level map per field (no per-message Python bytecode or branching): runs of one
+        # partition are found with numpy on the partition numbers (and topics, when there are several).
+        partitions = np.fromiter(map(Message.partition, messages), dtype=np.int64, count=len(messages))
         change = np.flatnonzero(partitions[1:] != partitions[:-1]) + 1
         if self._multi_topic:
-            topics = [m.topic() for m in messages]
+            topics = list(map(Message.topic, messages))
             change = np.union1d(change, np.array([i for i in range(1, len(topics)) if topics[i] != topics[i - 1]],
                                                  dtype=np.int64))
         else:
             topic = messages[0].topic()
-        values = [m.value() for m in messages]
+        values = list(map(Message.value, messages))
         for start, end in zip([0, *change.tolist()], [*change.tolist(), len(messages)]):
             key = (topics[start] if self._multi_topic else topic, int(partitions[start]))
             stop = self._splits[key][1]
@@ -419,35 +452,70 @@ class KafkaReader(SourceReader):
                 pa.array([m.offset() for m in messages], pa.int64()),
                 pa.array([m.timestamp()[1] for m in messages], pa.int64())], schema=RAW_SCHEMA)
         if None in values:
-            first = next(m for m in messages if m.value() is None)
-            raise KafkaSourceError(f"Kafka source: message {key[0]}[{key[1]}]@{first.offset()} has no value "
-                                   f"(a tombstone); format={source.format!r} needs one record per message. Fix: "
-                                   f"use format='raw' for topics with tombstones")
+            index = values.index(None)
+            raise self._poison(key, messages[index].offset(),
+                               f"has no value (a tombstone); format={source.format!r} needs one record per message",
+                               "use format='raw' for topics with tombstones")
         if source.format == "avro":
             try:
                 return source._avro.decode(values)
             except AvroDecodeError as exc:
-                raise KafkaSourceError(f"Kafka source: message {key[0]}[{key[1]}]@{messages[exc.index].offset()} "
-                                       f"{exc.reason} (from {source.bootstrap!r}). Fix: give the schema the "
-                                       f"messages were written with as avro_schema=, and avro_framing='confluent' "
-                                       f"if they carry the Schema Registry header") from exc
-        return self._parse_json(key, values)
+                raise self._poison(key, messages[exc.index].offset(), exc.reason,
+                                   "give the schema the messages were written with as avro_schema=, and "
+                                   "avro_framing='confluent' if they carry the Schema Registry header") from exc
+        return self._parse_json(key, messages, values)
 
-    def _parse_json(self, key, values: list[bytes]) -> pa.RecordBatch:
+    def _poison(self, key, offset: int, what: str, fix: str) -> KafkaDecodeError:
+        """The DataError for message `offset` of split `key`: what is wrong with it and the fix."""
+        topic, partition = key
+        skip = _SKIP_FIX.format(topic=topic, partition=partition, after=offset + 1)
+        return KafkaDecodeError(
+            f"Kafka source '{self._ctx.name}' ({self._ctx.task_name}): message {topic}[{partition}]@{offset} "
+            f"(from {self._source.bootstrap!r}) {what}. Fix: {fix}{skip}",
+            topic=topic, partition=partition, offset=offset, operator=self._ctx.name, subtask=self._ctx.task_name)
+
+    def _read_json(self, values: list[bytes]) -> pa.Table:
+        """The values as one table, one row per message; ValueError says why not."""
         schema = self._source.schema
         parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error") if schema else None
         data = b"\n".join(values)
-        try:
-            table = pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(block_size=max(1 << 20, len(data) + 1)),
-                                     parse_options=parse)
-        except pa.ArrowInvalid as exc:
-            raise KafkaSourceError(f"Kafka source: messages of {key[0]}[{key[1]}] are not the JSON objects "
-                                   f"format='json' expects ({exc}). Fix: declare schema= to match them, or use "
-                                   f"format='raw' and parse them in a map") from exc
+        table = pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(block_size=max(1 << 20, len(data) + 1)),
+                                 parse_options=parse)
         if table.num_rows != len(values):
-            raise KafkaSourceError(f"Kafka source: {len(values)} messages of {key[0]}[{key[1]}] parsed into "
-                                   f"{table.num_rows} rows (empty values, or JSON spread over several lines). "
-                                   f"Fix: one JSON object per message on one line, or format='raw'")
+            raise ValueError(f"{len(values)} messages parsed into {table.num_rows} rows (an empty value, or a JSON "
+                             f"object spread over several lines)")
+        return table
+
+    def _first_unreadable(self, values: list[bytes], start: int, end: int) -> tuple[int, str] | None:
+        """(index, reason) of the first message in values[start:end] that fails on its own (found by
+        halving: the error path only), or None when every message reads alone."""
+        try:
+            self._read_json(values[start:end])
+            return None
+        except (pa.ArrowInvalid, ValueError) as exc:
+            if end - start == 1:
+                return start, str(exc)
+        middle = (start + end) // 2
+        return self._first_unreadable(values, start, middle) or self._first_unreadable(values, middle, end)
+
+    def _parse_json(self, key, messages: list, values: list[bytes]) -> pa.RecordBatch:
+        try:
+            table = self._read_json(values)
+        except (pa.ArrowInvalid, ValueError) as exc:
+            fix = ("declare schema= to match them, or use format='raw' and parse them in a map" if
+                   self._source.schema is None else "make schema= match the messages (or the producer match "
+                   "schema=), or use format='raw' and parse them in a map")
+            found = self._first_unreadable(values, 0, len(values))
+            if found is not None:
+                index, reason = found
+                raise self._poison(key, messages[index].offset(), f"is not the JSON object format='json' "
+                                   f"expects ({reason}; value {values[index][:200]!r})", fix) from exc
+            first, last = messages[0].offset(), messages[-1].offset()
+            raise KafkaDecodeError(
+                f"Kafka source '{self._ctx.name}' ({self._ctx.task_name}): messages {key[0]}[{key[1]}]@{first}..{last} "
+                f"(from {self._source.bootstrap!r}) each read alone but not together: {exc}. Fix: {fix}",
+                topic=key[0], partition=key[1], offset=None, operator=self._ctx.name,
+                subtask=self._ctx.task_name) from exc
         batches = table.combine_chunks().to_batches()
         return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
 
@@ -469,4 +537,4 @@ class KafkaReader(SourceReader):
             self._consumer = None
 
 
-__all__ = ["Kafka", "KafkaReader", "KafkaSourceError", "owner_of", "initial_offset", "split_id", "RAW_SCHEMA"]
+__all__ = ["Kafka", "KafkaReader", "KafkaSourceError", "KafkaDecodeError", "owner_of", "initial_offset", "split_id", "RAW_SCHEMA"]

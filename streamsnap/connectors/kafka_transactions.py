@@ -90,6 +90,10 @@ class TransactionPool:
         self._next = (slot + 1) % self.pool_size
         return slot, transactional_id(self.prefix, self.subtask, slot)
 
+    def next_is_free(self) -> bool:
+        """Whether `take` would succeed now (the next slot holds no transaction awaiting commit)."""
+        return self._next not in self._pending
+
     def pre_committed(self, slot: int, committable: dict) -> None:
         self._pending[slot] = committable
 

@@ -177,6 +177,18 @@ def array_header(length: int) -> bytes:
     return b"\xdd" + length.to_bytes(4, "big")
 
 
+def array_length(packed: bytes) -> int:
+    """The element count of a msgpack array from its header (what `array_header` writes)."""
+    first = packed[0]
+    if 0x90 <= first <= 0x9F:
+        return first & 0x0F
+    if first == 0xDC:
+        return int.from_bytes(packed[1:3], "big")
+    if first == 0xDD:
+        return int.from_bytes(packed[1:5], "big")
+    raise ValueError(f"not a msgpack array (first byte 0x{first:02x})")
+
+
 PACK_CHUNK = 512
 
 

@@ -91,6 +91,7 @@ class _SubtaskFile:
         self._out.write(MAGIC)
         self._position = len(MAGIC)
         self._offsets: dict[int, tuple[int, int]] = {}
+        self._keys = 0
 
     def write_key_group(self, key_group: int, entries: dict) -> None:
         from streamsnap.state.backends.hashmap import FORMAT_VERSION, _checksum
@@ -109,12 +110,13 @@ class _SubtaskFile:
         self._out.write(_checksum(payload))
         self._offsets[key_group] = (self._position, len(payload) + 8)
         self._position += len(payload) + 8
+        self._keys += len(entries)
 
     def close(self) -> dict:
         self._out.close()
         return KeyGroupsStateHandle(FileHandle(self._name, self._position), self._range.start,
                                     self._range.end, self._offsets,
-                                    states=((*self._state, "msgpack"),)).to_wire()
+                                    states=((*self._state, "msgpack"),), keys=((self._state[0], self._keys),)).to_wire()
 
 
 def _task_error(exc: Exception) -> Exception | None:

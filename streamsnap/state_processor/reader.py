@@ -12,7 +12,8 @@ states they hold, that every file is there, the column types from a bounded samp
 unknown operator uid or state name, a missing serializer, a type that does not fit or a damaged
 checkpoint fails on the driver, naming it, before any task runs. What only a task can find (a
 corrupt block, a value that does not fit the sampled type) fails that task with a message naming
-the state, operator, subtask and file. `metadata` counts keys with one survey job.
+the state, operator, subtask and file. `metadata` takes key counts from the handles (recorded
+when the state was written), surveying with one Spark job only files that recorded none.
 """
 
 from __future__ import annotations
@@ -85,9 +86,24 @@ def _survey_task(task: dict) -> Iterator[pa.RecordBatch]:
 
 
 def _survey(spark, tasks: list[dict]) -> dict[str, dict[str, list]]:
-    """{uid: {name: [kind, tag, keys]}} over all tasks (one Spark job)."""
+    """{uid: {name: [kind, tag, keys]}} over all tasks: from the counts their handles recorded
+    when written, and with one Spark job over the files of those that recorded none (handles
+    written before the counts were)."""
     by_uid: dict[str, dict[str, list]] = {}
-    for row in _run(spark, tasks, _survey_task, _SURVEY_SCHEMA).collect():
+    unsurveyed = []
+    for task in tasks:
+        wire = task["handle"]
+        if "keys" not in wire or "states" not in wire:
+            unsurveyed.append(task)
+            continue
+        kinds = {name: (kind, tag) for name, kind, tag in wire["states"]}
+        states = by_uid.setdefault(task["uid"], {})
+        for name, keys in wire["keys"]:
+            if keys:                         # as the survey, which sees only states with entries
+                states.setdefault(name, [*kinds[name], 0])[2] += keys
+    if not unsurveyed:
+        return by_uid
+    for row in _run(spark, unsurveyed, _survey_task, _SURVEY_SCHEMA).collect():
         result = json.loads(row.survey)
         states = by_uid.setdefault(result["uid"], {})
         for name, (kind, tag, keys) in result["states"].items():
@@ -204,8 +220,9 @@ def metadata(spark, path: str):
     parallelism, max_parallelism, the operator's bytes, and per state its name, whether keyed
     or operator state, its kind (value/list/map/reducing, or split/union/broadcast), serializer
     and number of keys (elements for operator state). Operators without state have one row with
-    a null state. Keyed state names live inside the state files, so they are surveyed with Spark
-    (one task per file). The keyed state of a changelog checkpoint (RocksDBConfig(changelog=...))
+    a null state. Keyed state names and key counts come from the handles in `_metadata` (counted
+    when the files were written; no Spark job); files of checkpoints written before handles
+    counted keys are surveyed with Spark (one task per file). The keyed state of a changelog checkpoint (RocksDBConfig(changelog=...))
     is one row of kind "changelog" without names or counts: its state is a materialization plus
     log segments the reader cannot decode — read a savepoint of the job instead."""
     meta, base = load(path)
@@ -216,7 +233,7 @@ def metadata(spark, path: str):
                 changelog.add(uid)
             else:
                 tasks.append(task)
-    by_uid = _survey(spark, tasks) if tasks else {}
+    by_uid = _survey(spark, tasks)
     rows = []
     for uid in sorted(meta.operators):
         operator = meta.operators[uid]

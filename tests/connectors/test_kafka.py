@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import time
 import uuid
 
@@ -88,6 +89,31 @@ def test_a_rescaled_restore_fences_the_ids_of_the_old_subtasks_it_now_owns(kafka
         with pytest.raises(KafkaException):
             writer._txn["producer"].commit_transaction(3)
     assert committed_values(kafka_broker, topic) == [0, 1, 2, 100, 101, 102]
+
+
+def test_the_next_transaction_is_made_ready_while_the_current_one_writes(kafka_broker):
+    topic = fresh_topic(kafka_broker)
+    sink = ss.sinks.Kafka(kafka_broker, topic, key="key", transactional_id_prefix=f"ready-{topic}",
+                          transaction_pool_size=2)
+    writer = sink.create_writer(ctx())
+    writer.open()
+    prepared = writer._next.result(30)            # readied in the background after open
+    assert prepared["id"] == f"ready-{topic}-0-0" and prepared["rows"] == 0
+    writer.write(rows(0, 5))
+    assert writer._txn is prepared
+    assert writer._next.result(30)["id"] == f"ready-{topic}-0-1"   # the following one, meanwhile
+    writer.prepare_commit(1)
+    writer.write(rows(5, 5))                      # slot 1; slot 0 still awaits checkpoint 1's commit...
+    assert writer._txn["id"] == f"ready-{topic}-0-1" and writer._next is None   # ...so it is not touched
+    assert committed_values(kafka_broker, topic) == []
+    writer.commit(1)
+    writer.prepare_commit(2)
+    writer.commit(2)
+    writer.write(rows(10, 5))                     # slot 0 again, readied on the spot
+    writer.prepare_commit(3)
+    writer.commit(3)
+    assert committed_values(kafka_broker, topic) == list(range(15))
+    writer.close()
 
 
 def test_json_messages_are_encoded_column_wise_as_json_dumps_would():
@@ -198,8 +224,55 @@ def test_an_undecodable_avro_message_fails_naming_its_topic_partition_and_offset
     source = ss.sources.Kafka(kafka_broker, [topic], format="avro", avro_schema=AVRO, stop_at="latest")
     reader = source.create_reader(ctx(uid="avro-bad"))
     reader.assign_splits(source.splits(1))
-    with pytest.raises(ss.connectors.kafka_source.KafkaSourceError, match=rf"{topic}\[0\]@2 .*avro_schema="):
+    with pytest.raises(ss.DataError, match=rf"{topic}\[0\]@2 .*avro_schema=") as info:
         reader.open()                    # a bounded source fetches once to learn the end offsets
         while not reader.is_finished():
             reader.poll()
     reader.close()
+    assert (info.value.topic, info.value.partition, info.value.offset) == (topic, 0, 2)
+
+
+def read_until_error(bootstrap, topic, **options):
+    source = ss.sources.Kafka(bootstrap, [topic], stop_at="latest", **options)
+    reader = source.create_reader(ctx(uid="poison"))
+    reader.assign_splits(source.splits(1))
+    try:
+        with pytest.raises(ss.DataError) as info:
+            reader.open()
+            while not reader.is_finished():
+                reader.poll()
+    finally:
+        reader.close()
+    return info.value
+
+
+@pytest.mark.parametrize("poison", ["bad json", "wrong type", "two objects", "empty", "tombstone"])
+def test_a_message_that_does_not_decode_is_a_data_error_naming_topic_partition_offset_and_fix(kafka_broker, poison):
+    from confluent_kafka import Producer
+
+    from streamsnap.connectors.kafka_source import KafkaDecodeError, KafkaSourceError
+
+    topic = fresh_topic(kafka_broker, partitions=1)
+    bad = {"bad json": b'{"key": 1, "v": ', "wrong type": b'{"key": 1, "v": "seven"}',
+           "two objects": b'{"key": 1, "v": 1}\n{"key": 1, "v": 2}', "empty": b"", "tombstone": None}[poison]
+    producer = Producer({"bootstrap.servers": kafka_broker})
+    for i in range(7):
+        producer.produce(topic, bad if i == 5 else json.dumps({"key": 1, "v": i}).encode(), partition=0)
+    assert producer.flush(30) == 0
+    schema = pa.schema([("key", pa.int64()), ("v", pa.int64())])
+    error = read_until_error(kafka_broker, topic, schema=schema)
+    assert isinstance(error, KafkaDecodeError) and isinstance(error, KafkaSourceError)
+    assert (error.topic, error.partition, error.offset) == (topic, 0, 5)
+    text = str(error)
+    assert f"{topic}[0]@5 (from '{kafka_broker}')" in text and "Kafka source 'poison' (poison (1/1))" in text
+    assert "Fix: " in text and "format='raw'" in text
+    assert f"starting_offsets={{('{topic}', 0): 6}}" in text          # how to skip it
+    again = pickle.loads(pickle.dumps(error))                        # crosses from the task to the driver
+    assert (type(again), str(again), again.offset, again.subtask) == (KafkaDecodeError, text, 5, "poison (1/1)")
+
+
+def test_json_values_that_read_alone_but_not_together_name_the_range(kafka_broker):
+    topic = fresh_topic(kafka_broker, partitions=1)
+    local_kafka.produce_json(kafka_broker, topic, [{"v": 1}, {"v": 2}, {"v": "x"}], partition=0)
+    error = read_until_error(kafka_broker, topic)                    # no schema=: inferred per batch
+    assert error.offset is None and f"{topic}[0]@0..2" in str(error) and "declare schema=" in str(error)

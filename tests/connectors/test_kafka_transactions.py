@@ -24,9 +24,11 @@ def test_the_pool_cycles_and_refuses_a_slot_still_waiting_for_its_commit():
     slot1, tid1 = pool.take()
     pool.pre_committed(slot1, txns.txn_committable(tid1, 8, 0, 2, 0))
     assert [c["checkpoint"] for _, c in pool.due(1)] == [1]
+    assert not pool.next_is_free()
     with pytest.raises(txns.TransactionPoolExhausted, match="checkpoints \\[1, 2\\].*transaction_pool_size"):
         pool.take()
     pool.committed(slot0)
+    assert pool.next_is_free()
     assert pool.take() == (0, "p-0-0")
     marker, *pending = pool.committables(parallelism=3)
     assert marker == {"kind": "ids", "prefix": "p", "subtask": 0, "parallelism": 3, "pool": 2}

@@ -151,6 +151,22 @@ def test_an_unreachable_broker_or_a_missing_topic_fails_at_execute_naming_it(spa
                  ss.sinks.Kafka(kafka_broker, "missing-out")).execute("no sink topic")
 
 
+def test_a_poison_message_fails_the_job_at_once_naming_its_offset(spark, kafka_broker, tmp_path):
+    source, _ = topics(kafka_broker, 1)                               # N good events at offsets 0..N-1
+    local_kafka.produce_json(kafka_broker, source, [{"key": 1, "value": 1, "i": "not a number"}], partition=0)
+    env = ss.StreamEnvironment(parallelism=1, spark=spark, restart=ss.RestartStrategy.fixed_delay(3, 1.0),
+                               checkpointing=ss.CheckpointConfig(interval=1.0, directory=str(tmp_path / "c")))
+    schema = pa.schema([("key", pa.int64()), ("value", pa.int64()), ("i", pa.int64())])
+    (env.from_source(ss.sources.Kafka(kafka_broker, [source], stop_at="latest", schema=schema), name="events")
+        .sink_to(ss.sinks.Discard(), name="out"))
+    with pytest.raises(ss.JobExecutionError) as info:
+        env.execute("poison")
+    assert info.value.reason == "DATA_ERROR"
+    text = str(info.value)
+    assert "without a restart (0 earlier restart(s))" in text        # the restart budget is not spent
+    assert f"message {source}[0]@{N} " in text and "Fix: " in text
+
+
 # ===================================================================== event time
 WINDOW = 1_000          # ms
 BOUND = 2.0             # s of out-of-orderness

@@ -206,6 +206,30 @@ def test_a_savepoint_of_several_operators_and_operator_state_restores_into_a_job
         {k: k * 1000 + sum(i + 7 for i in range(1300) if i % KEYS == k) for k in range(KEYS)}
 
 
+def test_metadata_takes_key_counts_from_the_handles_and_surveys_only_files_that_recorded_none(
+        spark, tmp_path, bootstrapped):
+    from dataclasses import replace
+
+    from streamsnap.checkpoint.metadata import write_metadata
+    from streamsnap.state_processor.reader import load
+
+    rows = []
+    counted_jobs = spark_jobs(spark, lambda: rows.extend(ss.state.metadata(spark, bootstrapped).collect()))
+    assert [(r.uid, r.state_name, r.kind, r.keys) for r in rows] == [("sum", "total", "value", KEYS)]
+    # The same savepoint as a checkpoint written before handles counted keys: surveyed with Spark.
+    old = str(tmp_path / "old-savepoint")
+    shutil.copytree(bootstrapped, old)
+    meta, _ = load(old)
+    uncounted = {uid: replace(op, subtask_states={
+        s: replace(st, keyed=tuple(replace(h, keys=None) for h in st.keyed)) for s, st in op.subtask_states.items()})
+        for uid, op in meta.operators.items()}
+    write_metadata("file://" + old, replace(meta, operators=uncounted))
+    surveyed = []
+    # collect() of the result runs a job either way; the survey is the one more
+    assert spark_jobs(spark, lambda: surveyed.extend(ss.state.metadata(spark, old).collect())) == counted_jobs + 1
+    assert surveyed == rows
+
+
 def test_keyed_state_of_a_changelog_checkpoint_is_listed_as_such_and_its_read_names_the_way_out(spark, tmp_path):
     from streamsnap.checkpoint.handles import OperatorSubtaskState
     from streamsnap.checkpoint.metadata import CheckpointMetadata, OperatorState, write_metadata

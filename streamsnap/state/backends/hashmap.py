@@ -71,7 +71,7 @@ from streamsnap.state.keyed_state_ttl import TTL_STATE_CLASSES, drop_expired
 from streamsnap.state import local_recovery
 from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.ttl import check_same_ttl, clock_millis, is_ttl_tag, tag_mismatch
-from streamsnap.state.serialization import (Serializer, find_unencodable,
+from streamsnap.state.serialization import (Serializer, array_length, find_unencodable,
                                             key_error, pack_value, unpack_keys,
                                             unpack_value, value_error)
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
@@ -232,6 +232,7 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
         name = filesystem.unique_name(f"{safe_file_prefix(backend.operator_uid)}-keyed")
         self._url = filesystem.join(self.location, name)
         offsets: dict[int, tuple[int, int]] = {}
+        keys = dict.fromkeys(sorted({p.name for p in parts}), 0)
         with local_recovery.open_write(self._url, backend.local_store) as out:
             pending = _CoalescedWriter(out)
             pending.write(MAGIC)
@@ -240,6 +241,8 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
                 self._check_not_discarded()
                 states = [[part.name, part.kind, part.tag, *part.encode(kg, group)]
                           for part, group in by_key_group.pop(kg)]
+                for state in states:
+                    keys[state[0]] += array_length(state[3])
                 payload = msgpack.packb([FORMAT_VERSION, kg, states], use_bin_type=True)
                 pending.write(payload)
                 pending.write(_checksum(payload))
@@ -249,7 +252,8 @@ class KeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
             pending.flush()
         kg_range = backend.key_group_range
         return KeyGroupsStateHandle(FileHandle(name, position), kg_range.start, kg_range.end,
-                                    offsets, states=tuple(sorted({(p.name, p.kind, p.tag) for p in parts})))
+                                    offsets, states=tuple(sorted({(p.name, p.kind, p.tag) for p in parts})),
+                                    keys=tuple(keys.items()))
 
 
 def read_key_group_blocks(handle: KeyGroupsStateHandle, base_location: str, key_group_range: KeyGroupRange,

@@ -114,7 +114,7 @@ from streamsnap.state.descriptors import (LIST, MAP, REDUCING, STATE_KINDS, VALU
 from streamsnap.state.errors import StateError, StateSerializationError
 from streamsnap.state.key_groups import KeyGroupRange, check_max_parallelism
 from streamsnap.state.keyed_state import PLAIN_TYPES, check_map_key, put_many_values
-from streamsnap.state.serialization import (Serializer, key_error, unpack_keys, unpack_value,
+from streamsnap.state.serialization import (Serializer, array_length, key_error, unpack_keys, unpack_value,
                                             value_default, value_error)
 from streamsnap.state.backends import rocksdb_incremental
 from streamsnap.state.backends.write_cache import ABSENT, UNDECODED, WriteCache
@@ -923,11 +923,14 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
         name = filesystem.unique_name(f"{safe_file_prefix(backend.operator_uid)}-keyed")
         self._url = filesystem.join(self.location, name)
         offsets: dict[int, tuple[int, int]] = {}
+        keys = dict.fromkeys(sorted(name for name, _, _ in self._states.values()), 0)
         with local_recovery.open_write(self._url, backend.local_store) as out:
             out.write(MAGIC)
             position = len(MAGIC)
             for kg, states in self._blocks():
                 self._check_not_discarded()
+                for state in states:
+                    keys[state[0]] += array_length(state[3])
                 payload = msgpack.packb([FORMAT_VERSION, kg, states], use_bin_type=True)
                 out.write(payload)
                 out.write(_checksum(payload))
@@ -936,7 +939,7 @@ class RocksDBKeyedStateSnapshot(StateSnapshot[KeyGroupsStateHandle]):
                 position += length
         kg_range = backend.key_group_range
         return KeyGroupsStateHandle(FileHandle(name, position), kg_range.start, kg_range.end,
-                                    offsets, states=tuple(sorted(self._states.values())))
+                                    offsets, states=tuple(sorted(self._states.values())), keys=tuple(keys.items()))
 
 
 def canonical_entries(backend: "RocksDBKeyedStateBackend"
