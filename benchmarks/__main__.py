@@ -118,7 +118,9 @@ def run_latency(spark, p: dict, results: dict) -> None:
     """Per-row W1 (vectorized source, per-row `process`): event creation -> sink at half and a
     quarter of the max rate of the same job with the same settings (buffer timeout 5 ms, 1 s
     checkpoints), measured warm just before (workloads.w1_latency_max_rate); at the same rate
-    with a 100 ms timeout; and Spark's micro-batch latency at that rate."""
+    with a 100 ms timeout; Spark's micro-batch latency at that rate; and W1 written the README
+    way (per-row rate-limited Generator function, per_row.w1_latency_readme) at half of its
+    own max rate, 5 ms timeout."""
     from benchmarks import spark_baselines as sb
 
     print(f"  latency: the job's max rate (buffer timeout 5 ms, checkpoints 1 s, {p['row']:,} rows) ...", flush=True)
@@ -133,6 +135,18 @@ def run_latency(spark, p: dict, results: dict) -> None:
     print(f"  latency at {rate / 2:,.0f} events/s, buffer timeout 5 ms ...", flush=True)
     results["latency"]["streamsnap_5ms_quarter_rate"] = workloads.w1_latency(
         spark, rate / 2, p["latency_seconds"], p["keys"], "row", 0.005)
+    # The per-row path end to end, written the README way: a per-row rate-limited Generator
+    # function in front (benchmarks/per_row.py), at half of that job's own max rate.
+    from benchmarks import per_row
+
+    print(f"  README-way latency job (per-row Generator function): its max rate ({p['per_row']:,} rows) ...",
+          flush=True)
+    readme_max = per_row.w1_latency_readme_max_rate(spark, p["per_row"], p["keys"])
+    readme_rate = readme_max["events_per_second"] / 2
+    print(f"  README-way latency at {readme_rate:,.0f} events/s, buffer timeout 5 ms ...", flush=True)
+    results["latency_readme"] = {"rate": readme_rate, "max_rate": readme_max,
+                                 "streamsnap_5ms": per_row.w1_latency_readme(spark, readme_rate,
+                                                                             p["latency_seconds"], p["keys"])}
     print("  Spark micro-batch latency ...", flush=True)
     work = tempfile.mkdtemp(prefix="ssbench-sparklat-")
     try:

@@ -23,6 +23,14 @@ checkpoints (when enabled) — and not deployment (Spark job start, connections,
 the final checkpoint after end of input, or teardown. Default network settings
 (`NetworkConfig()`: 4096-row batches, 100 ms buffer timeout) and the Generator's default batch
 size, as the README's example uses them.
+
+* **W1 per-row latency, README way** (`w1_latency_readme`): the same W1 with a rate-limited
+  per-row source, `Generator(lambda i: {"key": i % K, "value": i, "ts": time.time()},
+  rate=...)` — each row stamped with the wall clock by the user's function when it is made —
+  per-row `process` passing the stamp on with every running sum, a 5 ms buffer timeout
+  (`NetworkConfig(buffer_timeout=0.005)`, default batch sizes), checkpoints every 1 s; latency
+  = row creation → sink. Run at half the max rate of this very job (same settings, unthrottled:
+  `w1_latency_readme_max_rate`), beside `workloads.w1_latency`, whose source is vectorized.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from __future__ import annotations
 import shutil
 import statistics
 import tempfile
+import time
 
 import streamsnap as ss
 from benchmarks import workloads
@@ -185,6 +194,55 @@ def _expected_word_count_rows(sentences: int) -> int:
     return sum(c // 1000 for c in counts.values())
 
 
+# ----------------------------------------------------------------------------- latency, README way
+LATENCY_BUFFER_TIMEOUT = 0.005
+
+
+def _w1_latency_readme_job(spark, n: int, k: int, rate: float | None, checkpoint_interval: float | None,
+                           sink: workloads.LatencySink, parallelism: int = 2) -> ss.StreamEnvironment:
+    checkpointing = None
+    if checkpoint_interval is not None:
+        checkpointing = ss.CheckpointConfig(interval=checkpoint_interval,
+                                            directory=workloads._checkpoint_dir("perrow-lat-"))
+    env = ss.StreamEnvironment(parallelism=parallelism, spark=spark, checkpointing=checkpointing,
+                               network=ss.NetworkConfig(buffer_timeout=LATENCY_BUFFER_TIMEOUT))
+    (env.from_source(ss.sources.Generator(lambda i: {"key": i % k, "value": i, "ts": time.time()},
+                                          count=n, rate=rate), name="events", uid="events")
+        .key_by("key")
+        .process(workloads.RowRunningSum(), name="sum", uid="sum")
+        .sink_to(sink, name="sink", uid="sink"))
+    return env
+
+
+def w1_latency_readme_max_rate(spark, n: int, k: int, checkpoint_interval: float | None = 1.0,
+                               runs: int = 3) -> dict:
+    """Events/s the README-way latency job sustains unthrottled (same settings as
+    `w1_latency_readme`): first to last row at its sink, median of `runs` runs of n rows after a
+    warm-up run of n / 4."""
+    def one(rows: int) -> float:
+        sink = workloads.LatencySink(warmup=0.0)
+        env = _w1_latency_readme_job(spark, rows, k, None, checkpoint_interval, sink)
+        env.execute(f"W1 per-row README latency max rate n={rows}")
+        return sink.events_per_second()
+
+    one(max(1, n // 4))
+    rates = [one(n) for _ in range(runs)]
+    return {"events_per_second": statistics.median(rates), "runs": rates, "rows": n,
+            "buffer_timeout": LATENCY_BUFFER_TIMEOUT, "checkpoint_interval": checkpoint_interval,
+            "source": "per-row Generator function"}
+
+
+def w1_latency_readme(spark, rate: float, seconds: float, k: int, checkpoint_interval: float | None = 1.0,
+                      warmup: float = 2.0) -> dict:
+    """p50/p99 of row creation (stamped by the user's Generator function) → sink at `rate`
+    events/s over both source subtasks, for the README-way job (module docstring)."""
+    sink = workloads.LatencySink(warmup=warmup)
+    env = _w1_latency_readme_job(spark, int(rate * seconds), k, rate, checkpoint_interval, sink)
+    env.execute(f"W1 per-row README latency rate={rate}")
+    return {**sink.percentiles(), "rate": rate, "buffer_timeout": LATENCY_BUFFER_TIMEOUT,
+            "checkpoint_interval": checkpoint_interval}
+
+
 def bytewax_available() -> bool:
     """Whether Bytewax (the `bench` extra) is installed, for the W1 comparison."""
     try:
@@ -236,4 +294,4 @@ def measure(spark, n: int, sentences: int, k: int = 1000, runs: int = 3, paralle
     return out
 
 
-__all__ = ["run_w1_readme", "run_word_count", "measure", "RunningSum", "Count", "sentence", "split"]
+__all__ = ["run_w1_readme", "run_word_count", "measure", "w1_latency_readme", "w1_latency_readme_max_rate", "RunningSum", "Count", "sentence", "split"]

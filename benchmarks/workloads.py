@@ -353,6 +353,13 @@ class LatencySink(Sink):
     def events_per_second(self) -> float:
         return rows_per_second(self.collector.timings)
 
+    def percentiles(self) -> dict:
+        """p50 / p99 / p99.9 / max (seconds) and the number of samples the run collected."""
+        lat = np.concatenate(self.collector.samples) if self.collector.samples else np.array([np.nan])
+        p50, p99, p999 = np.percentile(lat, [50, 99, 99.9])
+        return {"p50": float(p50), "p99": float(p99), "p999": float(p999), "max": float(np.max(lat)),
+                "samples": int(lat.size)}
+
 
 # The per-row latency job (W1, per-row `process`) and the rate it is run at. Its source is the
 # vectorized Generator stamping each batch with the wall clock (one stamp per batch, so the
@@ -400,10 +407,7 @@ def w1_latency(spark, rate: float, seconds: float, k: int, form: str, buffer_tim
     sink = LatencySink(warmup=warmup)
     env = _w1_latency_job(spark, int(rate * seconds), k, form, rate, buffer_timeout, checkpoint_interval, sink)
     env.execute(f"W1 latency {form} rate={rate} timeout={buffer_timeout}")
-    lat = np.concatenate(sink.collector.samples) if sink.collector.samples else np.array([np.nan])
-    p50, p99, p999 = np.percentile(lat, [50, 99, 99.9])
-    return {"p50": float(p50), "p99": float(p99), "p999": float(p999), "max": float(np.max(lat)),
-            "samples": int(lat.size), "rate": rate, "buffer_timeout": buffer_timeout,
+    return {**sink.percentiles(), "rate": rate, "buffer_timeout": buffer_timeout,
             "checkpoint_interval": checkpoint_interval}
 
 

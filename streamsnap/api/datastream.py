@@ -345,7 +345,9 @@ class KeyedStream(DataStream):
                          KeyedProcessOperatorFactory(function, key, timestamps=self.timestamp_assigner),
                          parallelism,
                          _row_schema(schema, output_schema, "process"),
-                         KeyGroupPartitioner(key, self._env.max_parallelism))
+                         # The receiver keys its rows by this key and max parallelism: the
+                         # sender's key groups are its own (runtime/shipped_key_groups.py).
+                         KeyGroupPartitioner(key, self._env.max_parallelism, ship_key_groups=True))
         return DataStream(self._env, (node,))
 
     def process_batches(self, function, *, name: str | None = None, uid: str | None = None,

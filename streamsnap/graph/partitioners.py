@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from streamsnap.graph.keys import KeySelector
+from streamsnap.runtime import shipped_key_groups
 from streamsnap.runtime.batches import Batch, num_rows
 from streamsnap.state.key_groups import subtasks_for_key_groups
 
@@ -139,29 +140,42 @@ def split_by_channel(batch: Batch, channels: np.ndarray, num_channels: int) -> I
 
 
 class _ByKeyGroup(ChannelSelector):
-    def __init__(self, key: KeySelector, max_parallelism: int, num_channels: int):
+    def __init__(self, key: KeySelector, max_parallelism: int, num_channels: int, ship_key_groups: bool):
         self._key = key
         self._max_parallelism = max_parallelism
         self._n = num_channels
+        self._ship = ship_key_groups
 
     def route(self, batch: Batch):
         if not num_rows(batch):
             return
+        if self._n == 1 and self._ship:
+            # One channel into a per-row keyed `process`: every key group goes there, and that
+            # receiver keys its rows anyway (refusing null keys as a data error, as here).
+            yield 0, batch
+            return
         key_groups = self._key.key_groups(batch, self._max_parallelism)
         channels = subtasks_for_key_groups(key_groups, self._max_parallelism, self._n)
+        if self._ship and isinstance(batch, pa.RecordBatch):
+            batch = shipped_key_groups.attach(batch, key_groups, self._max_parallelism)
         yield from split_by_channel(batch, channels, self._n)
 
 
 @dataclass(frozen=True, eq=False)
 class KeyGroupPartitioner(Partitioner):
-    """Hash partitioning by key group: key -> key group -> the subtask owning that group."""
+    """Hash partitioning by key group: key -> key group -> the subtask owning that group.
+
+    ship_key_groups: the routed Arrow batches carry their rows' key groups to the receiver
+    (runtime/shipped_key_groups.py); only for an edge into a per-row keyed `process` keyed by
+    this very `key` and `max_parallelism`."""
 
     key: KeySelector
     max_parallelism: int
+    ship_key_groups: bool = False
     name = "hash"
 
     def create_selector(self, num_channels: int, subtask_index: int) -> ChannelSelector:
-        return _ByKeyGroup(self.key, self.max_parallelism, num_channels)
+        return _ByKeyGroup(self.key, self.max_parallelism, num_channels, self.ship_key_groups)
 
     def __str__(self) -> str:
         return f"hash({self.key.describe()})"

@@ -31,8 +31,9 @@ from streamsnap.api.functions import (
     Context, FunctionInitializationContext, FunctionSnapshotContext, RuntimeContext, TimerService,
 )
 from streamsnap.checkpoint.handles import OperatorSubtaskState
-from streamsnap.errors import UserFunctionError
+from streamsnap.errors import DataError, UserFunctionError
 from streamsnap.graph.keys import KeySelector
+from streamsnap.runtime import shipped_key_groups
 from streamsnap.runtime.batches import Batch, as_record_batch, num_rows, rows_of, to_record_batch, to_rows
 from streamsnap.runtime.row_chain import RowRun
 from streamsnap.runtime.schemas import RowSchema
@@ -384,13 +385,20 @@ class ProcessOperator(StreamOperator):
 
 
 def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | None = None,
-            columns: list | None = None) -> tuple[list, list]:
+            columns: list | None = None, key_groups: list | None = None) -> tuple[list, list]:
     """The keys and key groups of a batch's rows for a keyed operator (`key`, default `op.key`):
     column-wise for Arrow batches (one to_pylist, key groups hashed vectorized), per row for row
     lists. columns: the batch's columns as Python lists, when the caller has them already
-    (`batches.rows_of`), so a key column is not converted twice."""
+    (`batches.rows_of`), so a key column is not converted twice. key_groups: the rows' key
+    groups as the sender computed them (runtime/shipped_key_groups.py): only the keys are read."""
     key, max_parallelism = key or op.key, op.ctx.max_parallelism
     try:
+        if key_groups is not None:
+            if columns is not None and key.function is None and len(key.columns) == 1:
+                position = batch.schema.get_field_index(key.columns[0])
+                if position >= 0:
+                    return columns[position], key_groups
+            return key.keys_of_batch(batch, rows), key_groups
         if isinstance(batch, pa.RecordBatch):
             if columns is not None and key.function is None and len(key.columns) == 1:
                 position = batch.schema.get_field_index(key.columns[0])
@@ -404,6 +412,8 @@ def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | N
         else:
             keys = key.keys_of_rows(rows)
             groups = key.key_groups(rows, max_parallelism, keys=keys)
+    except DataError:
+        raise   # a null key: the data's fault, not the function's (as where a hash edge routes it)
     except Exception as exc:
         raise user_error(op, rows[0], exc) from None
     return keys, groups.tolist()
@@ -486,17 +496,23 @@ class KeyedProcessOperator(ProcessingTimeWakeups, ProcessOperator):
         self._schedule_wakeup(self.timer_service.next_processing_time())
 
     def process(self, batch: Batch) -> None:
+        key_groups = None
+        if type(batch) is pa.RecordBatch:
+            # The hash edge's sender may have shipped the key groups (runtime/shipped_key_groups.py).
+            batch, key_groups = shipped_key_groups.detach(batch)
         rows, columns = rows_of(batch)
         n = len(rows)
         self.records_in += n
         if not n:
             return
-        self._run_keyed_rows(self.function.process_element, batch, rows, self.key, columns)
+        self._run_keyed_rows(self.function.process_element, batch, rows, self.key, columns, key_groups)
 
-    def _run_keyed_rows(self, fn, batch: Batch, rows: list, key: KeySelector, columns: list | None = None) -> None:
+    def _run_keyed_rows(self, fn, batch: Batch, rows: list, key: KeySelector, columns: list | None = None,
+                        key_groups: list | None = None) -> None:
         """`fn(row, context)` for each row with the row's key current — the per-row keyed loop of
-        every keyed process-function operator (one input or two)."""
-        keys, key_groups = keys_of(self, batch, rows, key, columns)
+        every keyed process-function operator (one input or two). key_groups: the rows' key
+        groups when the sender shipped them."""
+        keys, key_groups = keys_of(self, batch, rows, key, columns, key_groups)
         backend = self.keyed_backend
         context = self.context
         out: list = []

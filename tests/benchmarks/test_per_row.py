@@ -69,3 +69,16 @@ def test_sentences_are_the_word_count_examples():
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     assert all(per_row.sentence(i) == example.sentence(i) for i in range(1000))
+
+
+def test_readme_way_latency_job_runs_a_per_row_rate_limited_source(spark):
+    """The README-way latency variant (per-row Generator function with rate=, per-row process,
+    5 ms timeout): its max-rate run and a latency run at a small rate both see every sink row."""
+    m = per_row.w1_latency_readme_max_rate(spark, 8_000, 50, runs=1)
+    assert m["events_per_second"] > 0 and math.isfinite(m["events_per_second"])
+    assert (m["buffer_timeout"], m["checkpoint_interval"]) == (0.005, 1.0)
+    result = per_row.w1_latency_readme(spark, rate=4000, seconds=1.5, k=50, warmup=0.3)
+    assert result["samples"] > 1000
+    assert 0 < result["p50"] <= result["p99"] <= result["max"] < 5.0
+    rendered = report.rows({"latency_readme": {"rate": 2000, "max_rate": m, "streamsnap_5ms": result}})
+    assert any("README way" in row[0] and "per-row rate-limited Generator" in row[0] for row in rendered)
