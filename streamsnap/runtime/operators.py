@@ -419,8 +419,11 @@ def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | N
     return keys, groups.tolist()
 
 
-# Distinct string/binary keys whose key group an operator remembers (words, user ids, ...).
+# Distinct string/binary keys whose key group an operator remembers (words, user ids, ...),
+# and the longest key remembered: together they bound the cache (~20 MB at most), however
+# long the keys of a job are; longer keys are hashed with their batch every time.
 KEY_GROUP_CACHE_ENTRIES = 1 << 16
+KEY_GROUP_CACHE_KEY_LENGTH = 64
 
 
 def _column_keys(key: KeySelector, batch: pa.RecordBatch, position: int, values: list,
@@ -430,7 +433,8 @@ def _column_keys(key: KeySelector, batch: pa.RecordBatch, position: int, values:
     A string or binary key is hashed once per distinct key: from the operator's `cache` of
     key → key group when every key of the batch is in it (a dict lookup per row, a third of
     hashing the batch's dictionary in Arrow), else dictionary-encoded and hashed in Arrow, the
-    new keys remembered until the cache holds KEY_GROUP_CACHE_ENTRIES."""
+    new keys up to KEY_GROUP_CACHE_KEY_LENGTH long remembered until the cache holds
+    KEY_GROUP_CACHE_ENTRIES."""
     column = batch.column(position)
     if column.null_count and not key.allow_null:
         key._check_columns(batch)   # raises NullKeyError naming the row
@@ -442,7 +446,8 @@ def _column_keys(key: KeySelector, batch: pa.RecordBatch, position: int, values:
         except KeyError:
             groups = assign_key_groups(pc.dictionary_encode(column), max_parallelism).tolist()
             if len(cache) < KEY_GROUP_CACHE_ENTRIES:
-                cache.update(zip(values, groups))
+                longest = KEY_GROUP_CACHE_KEY_LENGTH
+                cache.update((v, g) for v, g in zip(values, groups) if v is None or len(v) <= longest)
             return values, groups
     return values, assign_key_groups(column, max_parallelism).tolist()
 

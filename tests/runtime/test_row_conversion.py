@@ -154,18 +154,20 @@ def test_remembered_key_groups_of_string_keys_stay_equal_to_hashing_them(monkeyp
     from streamsnap.runtime import operators
 
     monkeypatch.setattr(operators, "KEY_GROUP_CACHE_ENTRIES", 6)
+    monkeypatch.setattr(operators, "KEY_GROUP_CACHE_KEY_LENGTH", 3)
 
     class _Op:
         class ctx:
             max_parallelism = 128
         key = KeySelector.of("k").for_operator("op")
 
-    batches = [["a", "b", "a"], ["a", "b"], ["c", "a", "d", "e", "f", "g"], ["g", "h", "a"], ["b", "a"]]
+    batches = [["a", "b", "a"], ["a", "b", "long"], ["c", "a", "d", "e", "f", "g"], ["g", "h", "a"], ["b", "a"]]
     for values in batches:
         batch = pa.RecordBatch.from_pylist([{"k": v} for v in values])
         rows, columns = rows_and_columns(batch)
         keys, groups = operators.keys_of(_Op, batch, rows, columns=columns)
         assert keys == values
         assert groups == assign_key_groups(values, 128).tolist()
-    # Remembered until the cache held its bound (after the third batch), never beyond it.
+    # Remembered until the cache held its bound (after the third batch), never beyond it; a key
+    # longer than the bound on key length is never remembered.
     assert set(_Op._key_group_cache) == {"a", "b", "c", "d", "e", "f", "g"}
