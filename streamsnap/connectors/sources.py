@@ -31,7 +31,9 @@ class Generator(Source):
     rate: rows per second over all subtasks (None = as fast as possible). A rate-limited
       subtask emits in steps of about `PACE` seconds of its rows (at most batch_size), not in
       whatever trickle its budget allows at each wake-up: a batch carries a fixed cost, and a
-      stream of tiny batches would spend a core on it at rates far below the maximum.
+      stream of tiny batches would spend a core on it at rates far below the maximum. A subtask
+      held back (backpressure, a slow start) catches up by at most `MAX_BURST` seconds of its
+      rows, as a token bucket does, instead of emitting its whole arrears at once.
     splits: number of splits (default: the source's parallelism at first start).
     batch_size: rows per emitted batch.
     schema: the output pyarrow.Schema (declared: rows are checked against it); "widen" or None
@@ -101,6 +103,7 @@ class Generator(Source):
 
 
 PACE = 0.001
+MAX_BURST = 1.0
 
 
 class GeneratorReader(SourceReader):
@@ -138,10 +141,20 @@ class GeneratorReader(SourceReader):
             step = min(step, max(1, sum(self._remaining(s) for s in self._splits)))
         return step
 
+    def _behind(self) -> float:
+        """Rows the subtask is behind its rate, at most MAX_BURST seconds of them: arrears beyond
+        that are forgiven (the pacing clock moves forward)."""
+        behind = (time.monotonic() - self._started) * self._rate - self._emitted_since_start
+        burst = max(self._rate * MAX_BURST, self._step_rows())
+        if behind > burst:
+            self._started += (behind - burst) / self._rate
+            behind = burst
+        return behind
+
     def _allowed(self) -> int:
         if self._rate is None:
             return self._source.batch_size
-        budget = int((time.monotonic() - self._started) * self._rate - self._emitted_since_start)
+        budget = int(self._behind())
         if budget < self._step_rows():
             return 0
         return min(self._source.batch_size, budget)
@@ -149,8 +162,7 @@ class GeneratorReader(SourceReader):
     def next_available_in(self) -> float:
         if self._rate is None:
             return 0.0
-        deficit = self._step_rows() + self._emitted_since_start - (time.monotonic() - self._started) * self._rate
-        return max(0.0005, deficit / self._rate)
+        return max(0.0005, (self._step_rows() - self._behind()) / self._rate)
 
     def is_finished(self) -> bool:
         return self._source.count is not None and all(self._remaining(s) <= 0 for s in self._splits)

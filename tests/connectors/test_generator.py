@@ -53,3 +53,15 @@ def test_an_unlimited_generator_emits_full_batches_at_once(clock):
     reader = reader_for(Generator(lambda i: {"i": i}, batch_size=64))
     assert len(reader.poll()) == 64
     assert reader.next_available_in() == 0.0
+
+
+def test_a_held_back_generator_catches_up_by_at_most_max_burst_of_its_rows(clock):
+    """A token bucket, not an unbounded debt: after a 5 s stall (a slow start, backpressure)
+    a 150 rows/s subtask emits 1 s of rows at once, then keeps its pace from there."""
+    reader = reader_for(Generator(lambda i: {"i": i}, rate=150, batch_size=1024))
+    clock.now += 5.0
+    assert len(reader.poll()) == int(150 * sources.MAX_BURST)
+    assert reader.poll() is None
+    assert reader.next_available_in() == pytest.approx(1 / 150)
+    clock.now += 1.01 / 150
+    assert len(reader.poll()) == 1
