@@ -274,14 +274,16 @@ def test_a_failure_after_a_completed_stop_with_savepoint_restores_from_it(spark,
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.0))
-    (env.from_source(ss.sources.Generator(event, count=n, rate=2000), name="events", uid="events")
+    # The splits hold half-way until the failover: the stop lands mid-input, rows after checkpoint 1.
+    gate = tmp_path / "gate"
+    (env.from_source(support.HeldGenerator(event, count=n, rate=2000, gate=gate, hold_at=n // 4), name="events",
+                     uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.FileSink(str(out), format="parquet"), name="files", uid="files"))
     client = env.execute_async("fails after stop-with-savepoint")
     wait_status(client, "RUNNING")
-    time.sleep(0.5)
     assert client.trigger_checkpoint().checkpoint_id == 1
-    time.sleep(0.5)
+    support.wait_held(gate, 2, client)
     stop: dict = {}
 
     def stop_job():
@@ -301,6 +303,7 @@ def test_a_failure_after_a_completed_stop_with_savepoint_restores_from_it(spark,
         time.sleep(0.002)
     os.kill(int(markers[0].rsplit("-", 1)[1]), signal.SIGKILL)
     stopper.join(60)
+    support.release(gate)
     assert isinstance(stop.get("error"), ss.StreamsnapError), stop
     assert "restores from that savepoint and runs on" in str(stop["error"])
     result = client.wait(60)

@@ -40,10 +40,12 @@ def test_a_slot_hosts_one_subtask_of_each_vertex_and_dies_whole(spark, tmp_path)
         assert source.pid != keyed.pid and psutil.Process(keyed.pid).ppid() == source.pid
     wait_completed(client, 1)
     slot = by_index[0]
+    # The handle is taken before the kill: the keyed process may be gone (and reaped) by the
+    # time the test looks it up afterwards.
+    keyed = psutil.Process(next(s.pid for s in slot if not s.vertex.startswith("events")))
     os.kill(next(s.pid for s in slot if s.vertex.startswith("events")), signal.SIGKILL)
-    keyed_pid = next(s.pid for s in slot if not s.vertex.startswith("events"))
     # The forked subtask goes with its slot (parent-death signal), not orphaned.
-    gone, alive = psutil.wait_procs([psutil.Process(keyed_pid)], timeout=10)
+    gone, alive = psutil.wait_procs([keyed], timeout=10)
     assert alive == [] and gone[0].returncode in (-signal.SIGKILL, None)
     wait_restarted(client, 1)
     result = client.wait(120)

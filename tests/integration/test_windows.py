@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections import defaultdict
 
 import pytest
 
 import streamsnap as ss
 from streamsnap.time.watermarks import MAX_WATERMARK
-from tests.integration.support import both_backends, wait_completed, wait_status
+from tests.integration.support import HeldGenerator, both_backends, wait_completed, wait_held, wait_status
 from tests.integration.test_event_time import read_parquet_rows
 
 pytestmark = pytest.mark.spark
@@ -63,9 +62,12 @@ class WithWindow(ss.ProcessWindowFunction):
                "count": count, "sum": total, "watermark": context.current_watermark()}
 
 
-def tumbling_pipeline(env, n, rate, *, sink=None, vectorized=False):
+def tumbling_pipeline(env, n, rate, *, sink=None, vectorized=False, gate=None):
+    """With a `gate`, the source's splits hold half-way (HeldGenerator) until released."""
     strategy = ss.WatermarkStrategy.for_bounded_out_of_orderness(2.0).with_timestamp_assigner("ts")
-    source = ss.sources.Generator(event, count=n, rate=rate, splits=SPLITS, batch_size=40)
+    source = (ss.sources.Generator(event, count=n, rate=rate, splits=SPLITS, batch_size=40) if gate is None else
+              HeldGenerator(event, count=n, rate=rate, splits=SPLITS, batch_size=40, gate=gate,
+                            hold_at=n // SPLITS // 2))
     keyed = (env.from_source(source, name="events", uid="events", watermark_strategy=strategy)
              .key_by("key"))
     windows = (keyed.window(W.TumblingEventTimeWindows.of(SIZE / 1000))
@@ -272,10 +274,9 @@ def test_a_savepoint_restored_at_another_parallelism_keeps_pending_windows(spark
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, state_backend=state_backend,
                                auto_watermark_interval=0.05)
-    tumbling_pipeline(env, n, rate=1500)
+    tumbling_pipeline(env, n, rate=1500, gate=tmp_path / "gate")
     client = env.execute_async("windows, first part")
-    wait_status(client, "RUNNING")
-    time.sleep(2.5)         # about half the input: the earliest windows fired, most are open
+    wait_held(tmp_path / "gate", SPLITS, client)   # half the input: the earliest windows fired, most are open
     savepoint = client.stop_with_savepoint(str(tmp_path / "savepoints"))   # no drain
     first = client.wait(10).rows("out")
     assert 0 < len(first) < len(reference_windows(event(i) for i in range(n)))
@@ -295,10 +296,9 @@ def test_a_draining_stop_fires_every_window_into_the_savepoint(spark, tmp_path):
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                auto_watermark_interval=0.05)
-    tumbling_pipeline(env, n, rate=1500, sink=ss.sinks.FileSink(str(out), format="parquet"))
+    tumbling_pipeline(env, n, rate=1500, sink=ss.sinks.FileSink(str(out), format="parquet"), gate=tmp_path / "gate")
     client = env.execute_async("windows, drained")
-    wait_status(client, "RUNNING")
-    time.sleep(2.5)
+    wait_held(tmp_path / "gate", SPLITS, client)
     savepoint = client.stop_with_savepoint(str(tmp_path / "savepoints"), drain=True)
     first = read_parquet_rows(out)          # committed by the savepoint (two-phase commit)
     assert any(r["watermark"] == MAX_WATERMARK for r in first), "the drain fired no window"
