@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import textwrap
@@ -155,6 +156,26 @@ def wait_held(gate, splits: int, client=None, timeout: float = 120) -> None:
 def release(gate) -> None:
     """Let a HeldGenerator's splits read on past their hold."""
     open(os.path.join(str(gate), "release"), "w").close()
+
+
+def kill_in_phase(client, phase_dir, phase: str, vertex_prefix: str = "", timeout: float = 60) -> int:
+    """SIGKILL a running subtask whose vertex starts with `vertex_prefix` while it is in `phase`
+    ("async": its checkpoint's asynchronous part; "commit": between the checkpoint's completion
+    and its commit), as the phase markers of the test hooks (TEST_HOOKS_ENV) say; returns its pid.
+    Only the job's current processes are candidates: the marker of a process killed earlier
+    stays behind, and its pid may name another process by now (pids wrap around)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = {s.pid for s in client.subtasks()
+                if s.state == "RUNNING" and s.vertex.replace("/", "_").startswith(vertex_prefix)}
+        for path in glob.glob(os.path.join(str(phase_dir), f"{phase}-{vertex_prefix}*")):
+            pid = int(path.rsplit("-", 1)[1])
+            if pid in pids:
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        assert client.status() == "RUNNING", f"job {client.status()} before a {phase} phase of {vertex_prefix!r}"
+        time.sleep(0.005)
+    raise AssertionError(f"no {vertex_prefix!r} task entered the {phase} phase within {timeout} s")
 
 
 def final_by_key(rows, key, value):

@@ -11,7 +11,7 @@ import pytest
 
 import streamsnap as ss
 from streamsnap.time.watermarks import MAX_WATERMARK
-from tests.integration.support import HeldGenerator, both_backends, wait_completed, wait_held, wait_status
+from tests.integration.support import HeldGenerator, both_backends, release, wait_completed, wait_held, wait_status
 
 pytestmark = pytest.mark.spark
 
@@ -225,12 +225,15 @@ def test_timers_survive_a_sigkill_failover_exactly_once(spark, tmp_path):
         parallelism=2, spark=spark, auto_watermark_interval=0.05,
         checkpointing=ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt")),
         restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.1))
-    bucket_pipeline(env, n, rate=1000, sink=ss.sinks.FileSink(str(out), format="parquet"))
+    # The splits hold at 80% of the input until the kill: on a slow machine it cannot end first.
+    bucket_pipeline(env, n, rate=1000, sink=ss.sinks.FileSink(str(out), format="parquet"), gate=tmp_path / "gate",
+                    hold_at=n // SPLITS * 4 // 5)
     client = env.execute_async("buckets with a kill")
     wait_status(client, "RUNNING")
     wait_completed(client, 2)
     victim = next(s for s in client.subtasks() if s.vertex.startswith("buckets"))
     os.kill(victim.pid, signal.SIGKILL)
+    release(tmp_path / "gate")
     result = client.wait(120)
     assert result.restarts == 1
     assert_exact_buckets(read_parquet_rows(out), n)

@@ -94,21 +94,6 @@ def wait_restarted(client, attempt, timeout=60):
         time.sleep(0.02)
 
 
-def kill_in_phase(phase_dir, phase: str, vertex_prefix: str = "", timeout=30) -> int:
-    """SIGKILL a task while it is in `phase` ("async" or "commit"); returns its pid."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for path in glob.glob(os.path.join(phase_dir, f"{phase}-{vertex_prefix}*")):
-            pid = int(path.rsplit("-", 1)[1])
-            try:
-                os.kill(pid, signal.SIGKILL)
-                return pid
-            except ProcessLookupError:
-                continue
-        time.sleep(0.005)
-    raise AssertionError(f"no task entered the {phase} phase within {timeout} s")
-
-
 def three_kills(client, rng, phase_dir: str, first_within: float = 4.0, then_within: float = 2.0) -> None:
     """SIGKILL three times, each on a running attempt: any subtask at a random moment, a task in
     its checkpoint's asynchronous phase, and the sink's task ("sum" chain) after a checkpoint
@@ -119,10 +104,10 @@ def three_kills(client, rng, phase_dir: str, first_within: float = 4.0, then_wit
     os.kill(victim.pid, signal.SIGKILL)
     wait_restarted(client, 1)
     time.sleep(rng.uniform(0.5, then_within))
-    kill_in_phase(phase_dir, "async", rng.choice(["events", "sum"]))
+    support.kill_in_phase(client, phase_dir, "async", rng.choice(["events", "sum"]))
     wait_restarted(client, 2)
     time.sleep(rng.uniform(0.5, then_within))
-    kill_in_phase(phase_dir, "commit", "sum")
+    support.kill_in_phase(client, phase_dir, "commit", "sum")
 
 
 def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend: str = "hashmap",
@@ -196,12 +181,16 @@ def test_restore_gives_user_functions_their_operator_state_and_is_restored(spark
     config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path))
     env = ss.StreamEnvironment(parallelism=1, spark=spark, checkpointing=config,
                                restart=ss.RestartStrategy.fixed_delay(3, 0.1))
-    (env.from_source(ss.sources.Generator(lambda i: {"i": i}, count=n, rate=3000), name="rows")
+    # The input holds at 80% until the kill: on a slow machine it cannot end first.
+    gate = tmp_path / "gate"
+    (env.from_source(support.HeldGenerator(lambda i: {"i": i}, count=n, rate=3000, gate=gate, hold_at=n * 4 // 5),
+                     name="rows")
         .map(CountingMap(), name="count", uid="count").sink_to(ss.sinks.Collect()))
     client = env.execute_async("operator state")
     wait_status(client, "RUNNING")
-    wait_completed(client, 2, timeout=30)
+    wait_completed(client, 2, timeout=60)
     os.kill(client.subtasks()[0].pid, signal.SIGKILL)
+    support.release(gate)
     rows = client.wait(60).rows()
     assert sorted(r["i"] for r in rows) == list(range(n))
     assert max(r["count"] for r in rows) == n  # the count continued from the checkpoint
@@ -233,7 +222,8 @@ def test_a_failure_is_noticed_fast_and_recovery_is_timed(spark, tmp_path):
     config = ss.CheckpointConfig(interval=0.5, directory=str(tmp_path))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                restart=ss.RestartStrategy.fixed_delay(3, 0.0))
-    (env.from_source(ss.sources.Generator(event, count=8000, rate=2000), name="events")
+    gate = tmp_path / "gate"    # the input holds at 80% until the kill: it cannot end first
+    (env.from_source(support.HeldGenerator(event, count=8000, rate=2000, gate=gate, hold_at=3200), name="events")
         .key_by("key").process(RunningSum(), name="sum").sink_to(ss.sinks.Collect()))
     client = env.execute_async("timed recovery")
     wait_status(client, "RUNNING")
@@ -241,6 +231,7 @@ def test_a_failure_is_noticed_fast_and_recovery_is_timed(spark, tmp_path):
     victim = [s for s in client.subtasks() if s.vertex.startswith("sum")][0]
     killed_at = time.time()
     os.kill(victim.pid, signal.SIGKILL)
+    support.release(gate)
     result = client.wait(60)
     (recovery,) = result.recoveries
     assert recovery["failed_at"] - killed_at < 2.0  # noticed through the dropped connection
