@@ -173,7 +173,9 @@ def test_an_expired_checkpoint_is_counted_and_fails_the_job_when_none_are_tolera
 
 
 def test_expired_checkpoints_within_the_tolerance_do_not_fail_the_job(spark, tmp_path):
-    config = ss.CheckpointConfig(interval=0.3, timeout=1.0, tolerable_failures=5, directory=str(tmp_path))
+    # The 4 s stall expires about four checkpoints in a row; on a loaded machine the ones behind
+    # the queue it leaves may expire too: the tolerance is far above either.
+    config = ss.CheckpointConfig(interval=0.3, timeout=1.0, tolerable_failures=50, directory=str(tmp_path))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, restart=ss.RestartStrategy.none())
     (env.from_source(ss.sources.Generator(event, rate=5000, count=25000), name="events")
         .map(Stall(), name="stall").key_by("key").process(RunningSum(), name="sum")

@@ -103,6 +103,12 @@ def three_kills(client, rng, phase_dir: str, first_within: float = 4.0, then_wit
     victim = rng.choice(client.subtasks())
     os.kill(victim.pid, signal.SIGKILL)
     wait_restarted(client, 1)
+    # Rows reach a sink again before the next kill (on a loaded machine a restore can take long
+    # enough that the next kill would come first, and that recovery would have no first output).
+    deadline = time.monotonic() + 60
+    while "first_output_at" not in client.recoveries()[0]:
+        assert time.monotonic() < deadline, f"no output after the first restore: {client.recoveries()}"
+        time.sleep(0.02)
     time.sleep(rng.uniform(0.5, then_within))
     support.kill_in_phase(client, phase_dir, "async", rng.choice(["events", "sum"]))
     wait_restarted(client, 2)
@@ -130,8 +136,9 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend:
     three_kills(client, rng, str(phases))
     result = client.wait(180)
     assert result.restarts == 3 and len(result.recoveries) == 3, causes(client)
-    # The first kill comes seconds into a 20 s input, so rows follow its restore; a later one may
-    # restore the final checkpoint on a loaded machine, after which no row is left to write.
+    # The first kill comes seconds into a 20 s input, so rows follow its restore (three_kills
+    # waits for them); a later one may restore the final checkpoint on a loaded machine, after
+    # which no row is left to write.
     assert "first_output_at" in result.recoveries[0]
     # After aborts, expiries and three failovers the directory holds no abandoned state.
     assert support.stray_checkpoint_files(ckpt) == []
