@@ -180,18 +180,25 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[in
     return read_log(bootstrap, topic, partitions)[0]
 
 
-def consumer_read_committed(bootstrap: str, topic: str, partitions: int, timeout: float = 5.0) -> list[bytes]:
-    """Values a librdkafka read_committed consumer sees now (hides open transactions)."""
+def consumer_read_committed(bootstrap: str, topic: str, partitions: int, expect: int, timeout: float = 60.0,
+                            settle: float = 2.0) -> list[bytes]:
+    """Values a librdkafka read_committed consumer sees (it hides open transactions): consumed
+    until `expect` of them arrived (or `timeout` passed), then for `settle` seconds more, in which
+    any value beyond those would show. A slow start of the consumer is waited for, not taken for
+    fewer values."""
+    import time
+
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "streamsnap-tests-verify",
                          "isolation.level": "read_committed", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     values = []
-    import time
     deadline = time.monotonic() + timeout
+    while len(values) < expect and time.monotonic() < deadline:
+        values += [m.value() for m in consumer.consume(10_000, 0.5) if m.error() is None]
+    deadline = time.monotonic() + settle
     while time.monotonic() < deadline:
-        batch = consumer.consume(10_000, 0.5)
-        values += [m.value() for m in batch if m.error() is None]
+        values += [m.value() for m in consumer.consume(10_000, 0.5) if m.error() is None]
     consumer.close()
     return values

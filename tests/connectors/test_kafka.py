@@ -51,7 +51,7 @@ def test_a_restored_sink_commits_the_pre_committed_transaction_and_fences_its_pr
     first.write(rows(100, 5))                    # ...with checkpoint 3's transaction open
     assert committed_values(kafka_broker, topic) == list(range(10))
     # A librdkafka read_committed consumer does not see open transactions either.
-    assert len(local_kafka.consumer_read_committed(kafka_broker, topic, 2, timeout=2.0)) == 10
+    assert len(local_kafka.consumer_read_committed(kafka_broker, topic, 2, expect=10)) == 10
 
     restored = sink.create_writer(ctx(attempt=1, restored=True))
     restored.recover(checkpoint_2)

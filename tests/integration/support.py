@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import textwrap
@@ -11,6 +12,7 @@ import pytest
 
 import streamsnap as ss
 from streamsnap.checkpoint.storage import checkpoint_id_of
+from streamsnap.connectors.sources import Generator, GeneratorReader
 
 
 # A test of keyed state, checkpoints, failover, savepoints or rescaling runs on both keyed state
@@ -88,6 +90,92 @@ def kill_a_reader_mid_input(spark, tmp_path, add_source, n: int) -> None:
     rows = result.rows()
     assert sorted(r["i"] for r in rows) == list(range(n))
     assert sum(final_by_key(rows, "key", "total").values()) == n
+
+
+class HeldGenerator(Generator):
+    """A Generator whose every split stops before its row `hold_at` until the file
+    `<gate>/release` exists, and says so with a file `<gate>/held-<split>`. A test that stops,
+    kills or takes a savepoint "mid-input" waits for the hold (`wait_held`) instead of sleeping:
+    the input has neither ended nor barely begun, however slow the machine. A restored run may
+    read the rest with a plain Generator of the same `fn`, `count` and `splits`."""
+
+    def __init__(self, fn, *, gate, hold_at: int, **kwargs):
+        super().__init__(fn, **kwargs)
+        self.gate, self.hold_at = str(gate), hold_at
+        os.makedirs(self.gate, exist_ok=True)
+
+    def create_reader(self, ctx):
+        return _HeldReader(self, ctx)
+
+
+class _HeldReader(GeneratorReader):
+    def __init__(self, source, ctx):
+        super().__init__(source, ctx)
+        self._holding = False
+        self._marked: set[int] = set()
+
+    def _released(self) -> bool:
+        return os.path.exists(os.path.join(self._source.gate, "release"))
+
+    def _remaining(self, split):
+        remaining = super()._remaining(split)
+        if not self._holding:
+            return remaining
+        before_hold = max(0, self._source.hold_at - split[2])
+        return before_hold if remaining is None else min(remaining, before_hold)
+
+    def poll(self):
+        self._holding = not self._released()
+        try:
+            batch = super().poll()
+        finally:
+            holding, self._holding = self._holding, False
+        if holding:
+            for j, _, position in self._splits:
+                if position >= self._source.hold_at and j not in self._marked:
+                    open(os.path.join(self._source.gate, f"held-{j}"), "w").close()
+                    self._marked.add(j)
+        return batch
+
+    def next_available_in(self) -> float:
+        if all(s[2] >= self._source.hold_at for s in self._splits) and not self._released():
+            return 0.01   # held: look for the release file now and then
+        return super().next_available_in()
+
+
+def wait_held(gate, splits: int, client=None, timeout: float = 120) -> None:
+    """Until all `splits` splits of a HeldGenerator stopped at its hold (the job keeps running)."""
+    deadline = time.monotonic() + timeout
+    while len([p for p in os.listdir(gate) if p.startswith("held-")]) < splits:
+        if client is not None:
+            assert client.status() in ("CREATED", "RUNNING"), f"job {client.status()} before the hold"
+        assert time.monotonic() < deadline, f"the source did not reach its hold within {timeout} s"
+        time.sleep(0.02)
+
+
+def release(gate) -> None:
+    """Let a HeldGenerator's splits read on past their hold."""
+    open(os.path.join(str(gate), "release"), "w").close()
+
+
+def kill_in_phase(client, phase_dir, phase: str, vertex_prefix: str = "", timeout: float = 60) -> int:
+    """SIGKILL a running subtask whose vertex starts with `vertex_prefix` while it is in `phase`
+    ("async": its checkpoint's asynchronous part; "commit": between the checkpoint's completion
+    and its commit), as the phase markers of the test hooks (TEST_HOOKS_ENV) say; returns its pid.
+    Only the job's current processes are candidates: the marker of a process killed earlier
+    stays behind, and its pid may name another process by now (pids wrap around)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = {s.pid for s in client.subtasks()
+                if s.state == "RUNNING" and s.vertex.replace("/", "_").startswith(vertex_prefix)}
+        for path in glob.glob(os.path.join(str(phase_dir), f"{phase}-{vertex_prefix}*")):
+            pid = int(path.rsplit("-", 1)[1])
+            if pid in pids:
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        assert client.status() == "RUNNING", f"job {client.status()} before a {phase} phase of {vertex_prefix!r}"
+        time.sleep(0.005)
+    raise AssertionError(f"no {vertex_prefix!r} task entered the {phase} phase within {timeout} s")
 
 
 def final_by_key(rows, key, value):

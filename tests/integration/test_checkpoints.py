@@ -11,7 +11,8 @@ import streamsnap as ss
 from streamsnap.checkpoint.listing import list_checkpoints
 from streamsnap.checkpoint.metadata import read_metadata
 from streamsnap.checkpoint.stats import CheckpointStatus
-from tests.integration.support import both_backends, checkpoint_dirs, final_by_key, stray_checkpoint_files, wait_completed, wait_status
+from tests.integration.support import (HeldGenerator, both_backends, checkpoint_dirs, final_by_key, release,
+                                       stray_checkpoint_files, wait_completed, wait_held, wait_status)
 
 pytestmark = pytest.mark.spark
 
@@ -47,8 +48,9 @@ def event(i: int) -> dict:
     return {"key": i % 17, "value": i + 1}
 
 
-def build(env, rate=4000, slow=False, count=None):
-    stream = env.from_source(ss.sources.Generator(event, count=count, rate=rate), name="events", uid="events")
+def build(env, rate=4000, slow=False, count=None, source=None):
+    source = source or ss.sources.Generator(event, count=count, rate=rate)
+    stream = env.from_source(source, name="events", uid="events")
     if slow:
         stream = stream.rebalance().map(SlowOnSubtaskZero(), name="slow", uid="slow")
     (stream.key_by("key").process(RunningSum(), name="sum", uid="sum")
@@ -63,16 +65,23 @@ def test_checkpoints_complete_at_the_interval_with_metadata_listing_every_operat
     build(env)
     client = env.execute_async("periodic checkpoints")
     wait_status(client, "RUNNING")
-    started = time.monotonic()
     stats = wait_completed(client, 6)
-    elapsed = time.monotonic() - started
     client.cancel()
-    completed = [c for c in stats.history if c.status is CheckpointStatus.COMPLETED]
-    triggers = sorted(c.trigger_timestamp for c in completed)
+    completed = sorted((c for c in stats.history if c.status is CheckpointStatus.COMPLETED),
+                       key=lambda c: c.checkpoint_id)
+    triggers = [c.trigger_timestamp for c in completed]
     # Fixed-rate triggering: one late trigger shortens the next gap, the mean stays the interval.
     mean_gap = (triggers[-1] - triggers[0]) / (len(triggers) - 1)
-    assert 0.75 * interval <= mean_gap <= 1.5 * interval, triggers
-    assert elapsed < 6 * interval + 4  # the first one comes after a random delay below the interval
+    assert 0.75 * interval <= mean_gap, triggers
+    # A trigger waits only while the checkpoint before it is in flight (max_concurrent=1): each
+    # gap is the longer of the interval and that checkpoint's duration, plus latency. On a loaded
+    # machine a checkpoint can take seconds, and the trigger queued behind it waits for its
+    # `_metadata` to be written too; a slow trigger would be late every time: most triggers (the
+    # median) are on time.
+    late = sorted(b.trigger_timestamp - a.trigger_timestamp - max(interval, a.end_to_end_duration)
+                  for a, b in zip(completed, completed[1:]) if b.checkpoint_id == a.checkpoint_id + 1)
+    assert late and late[len(late) // 2] <= 0.5 * interval, \
+        (late, [(c.checkpoint_id, c.trigger_timestamp, c.end_to_end_duration) for c in completed])
     # Retained on cancellation: the newest `num_retained` checkpoints, each complete on disk.
     job_dir = tmp_path / client.job_id
     chk_dirs = checkpoint_dirs(job_dir)
@@ -166,7 +175,9 @@ def test_an_expired_checkpoint_is_counted_and_fails_the_job_when_none_are_tolera
 
 
 def test_expired_checkpoints_within_the_tolerance_do_not_fail_the_job(spark, tmp_path):
-    config = ss.CheckpointConfig(interval=0.3, timeout=1.0, tolerable_failures=5, directory=str(tmp_path))
+    # The 4 s stall expires about four checkpoints in a row; on a loaded machine the ones behind
+    # the queue it leaves may expire too: the tolerance is far above either.
+    config = ss.CheckpointConfig(interval=0.3, timeout=1.0, tolerable_failures=50, directory=str(tmp_path))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, restart=ss.RestartStrategy.none())
     (env.from_source(ss.sources.Generator(event, rate=5000, count=25000), name="events")
         .map(Stall(), name="stall").key_by("key").process(RunningSum(), name="sum")
@@ -257,13 +268,15 @@ def test_user_functions_hear_about_completed_checkpoints(spark, tmp_path):
 def test_without_a_periodic_interval_only_requested_checkpoints_are_taken(spark, tmp_path):
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
-    build(env, rate=5000, count=5000)
+    # Held mid-input until the savepoint is taken: the input cannot end before it.
+    gate = tmp_path / "gate"
+    build(env, source=HeldGenerator(event, count=5000, rate=5000, splits=2, gate=gate, hold_at=1250))
     client = env.execute_async("no periodic checkpoints")
-    wait_status(client, "RUNNING")
-    time.sleep(0.5)
+    wait_held(gate, 2, client)      # half the input (~0.5 s) went by without a checkpoint
     assert client.checkpoint_stats().counts.triggered == 0
     savepoint = client.trigger_savepoint(str(tmp_path / "sp"))
     assert os.path.exists(os.path.join(savepoint, "_metadata"))
+    release(gate)
     result = client.wait(60)
     assert len(result.rows()) == 5000  # the final checkpoint still committed everything
     assert result.checkpoints.counts.completed == 2  # the savepoint and the final checkpoint

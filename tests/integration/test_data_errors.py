@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import streamsnap as ss
-from tests.integration.support import RunningSum, final_by_key, wait_status
+from tests.integration.support import HeldGenerator, RunningSum, final_by_key, wait_held
 
 pytestmark = pytest.mark.spark
 
@@ -118,49 +118,35 @@ def test_widening_keeps_every_field_in_collect_and_file_sink_alike(spark, tmp_pa
         assert all(r.get("extra") is None for r in rows if r["value"] < DRIFT_AT)
 
 
-class MarkingEvents:
-    """`event`, touching `marker` once row `at` was made: rows before it precede any barrier
-    injected afterwards."""
-
-    def __init__(self, marker: str, at: int):
-        self.marker, self.at = marker, at
-
-    def __call__(self, i):
-        if i == self.at:
-            open(self.marker, "w").close()
-        return event(i)
-
-
 def test_savepoint_target_checked_at_call_time_and_a_resumed_job_continues_its_file_output(spark, tmp_path):
     import pyarrow.dataset as ds
 
     n = 4000
-    out, blocker, marker = tmp_path / "out", tmp_path / "a-file", tmp_path / "rows-made"
+    out, blocker, gate = tmp_path / "out", tmp_path / "a-file", tmp_path / "gate"
     blocker.write_text("not a directory")
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
 
-    def build(env, rate):
-        source = ss.sources.Generator(MarkingEvents(str(marker), 200), count=n, rate=rate)
+    def build(env, first_run):
+        # The first run's splits hold half-way: rows are on their way and the input has not ended
+        # when the savepoint stops it.
+        source = (HeldGenerator(event, count=n, rate=2000, gate=gate, hold_at=n // 4) if first_run else
+                  ss.sources.Generator(event, count=n))
         (env.from_source(source, name="events", uid="events")
             .key_by("key").process(RunningSum(), name="sum", uid="sum")
             .sink_to(ss.sinks.FileSink(str(out)), name="files", uid="files"))
 
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
-    build(env, rate=2000)
+    build(env, first_run=True)
     client = env.execute_async("first run")
-    started = time.monotonic()
     with pytest.raises(ss.PreflightError, match=f"the savepoint directory '{blocker}/sp' is not usable"):
         client.trigger_savepoint(str(blocker / "sp"))
-    assert time.monotonic() - started < 2 and client.status() in ("CREATED", "RUNNING")
-    wait_status(client, "RUNNING")
-    deadline = time.monotonic() + 60
-    while not marker.exists():   # some rows are on their way, so the first run commits output
-        assert time.monotonic() < deadline, "the first run made no rows"
-        time.sleep(0.01)
+    # Refused at the call, not as a failed savepoint: the job never saw one.
+    assert client.checkpoint_stats().counts.triggered == 0 and client.status() in ("CREATED", "RUNNING")
+    wait_held(gate, 2, client)
     savepoint = client.stop_with_savepoint(str(tmp_path / "sp"))
 
     again = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
-    build(again, rate=None)
+    build(again, first_run=False)
     with pytest.raises(ss.ConfigurationError, match="already holds"):   # a fresh run into that output
         again.execute("second run, not resumed")
     result = again.execute("resumed", restore_from=savepoint)   # the same job resumed: not refused

@@ -26,17 +26,17 @@ from tests.integration.test_failover import expected_rows, read_output
 
 pytestmark = pytest.mark.spark
 
-N = 6_000
+N = 12_000      # the first run's input takes 6 s at 2000 rows/s: it is killed well before its end
 
 DRIVER = textwrap.dedent('''
     import json, os, sys
     import streamsnap as ss
 
-    out, ckpt, info, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    out, ckpt, info, n, rate = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]) or None
 ''') + SCRIPT_EVENT_AND_SUM + textwrap.dedent('''
     env = ss.StreamEnvironment(parallelism=2, checkpointing=ss.CheckpointConfig(interval=0.3, directory=ckpt),
                                restart=ss.RestartStrategy.none())
-    (env.from_source(ss.sources.Generator(event, count=n, rate=2000), name="events", uid="events")
+    (env.from_source(ss.sources.Generator(event, count=n, rate=rate), name="events", uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.FileSink(out, format="parquet"), name="files", uid="files"))
     client = env.execute_async("driver dies")
@@ -52,13 +52,27 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
-def start_driver(tmp_path, run: int) -> tuple[subprocess.Popen, str]:
+@pytest.fixture
+def drivers():
+    """The driver processes a test started; any still running at its end is killed (its Spark
+    session goes with it, as the test shows), so a failed test leaves nothing behind."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def start_driver(tmp_path, run: int, rate: float | None, drivers: list) -> tuple[subprocess.Popen, str]:
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     info = str(tmp_path / f"run-{run}.json")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "out"), str(tmp_path / "ckpt"), info, str(N)],
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "out"), str(tmp_path / "ckpt"), info, str(N),
+                             str(rate or 0)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    drivers.append(proc)
     return proc, info
 
 
@@ -72,6 +86,14 @@ def wait_for_file(path: str, proc: subprocess.Popen, timeout=240) -> dict:
         return json.load(f)
 
 
+def _running(pid: int) -> bool:
+    """Whether a process runs (a zombie does not); it may end while it is being looked at."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def completed_checkpoints(job_dir) -> list[str]:
     if not job_dir.exists():
         return []
@@ -79,9 +101,9 @@ def completed_checkpoints(job_dir) -> list[str]:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_killed_driver_leaves_nothing_running_and_the_rerun_resumes_exactly(tmp_path, seed):
+def test_a_killed_driver_leaves_nothing_running_and_the_rerun_resumes_exactly(tmp_path, seed, drivers):
     rng = random.Random(seed)
-    first, info = start_driver(tmp_path, 1)
+    first, info = start_driver(tmp_path, 1, rate=2000, drivers=drivers)
     started = wait_for_file(info, first)
     job_dir = tmp_path / "ckpt" / started["job_id"]
     deadline = time.monotonic() + 30
@@ -95,12 +117,12 @@ def test_a_killed_driver_leaves_nothing_running_and_the_rerun_resumes_exactly(tm
     assert "RESULT" not in first.stdout.read(), "the job ended before its driver was killed: make it longer"
     orphans = set(started["tasks"]) | {p.pid for p in spawned}
     deadline = time.monotonic() + 20
-    while alive := sorted(p for p in orphans if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"):
+    while alive := sorted(p for p in orphans if _running(p)):
         assert time.monotonic() < deadline, f"processes of the dead driver still run: {alive}"
         time.sleep(0.1)
     assert not (tmp_path / "out").exists() or read_output(tmp_path / "out") != sorted(expected_rows(N))
 
-    second, _ = start_driver(tmp_path, 2)
+    second, _ = start_driver(tmp_path, 2, rate=None, drivers=drivers)   # the rest as fast as it goes
     output, _ = second.communicate(timeout=180)
     assert second.returncode == 0, output
     assert "resumes from checkpoint" in output and "RESULT" in output, output

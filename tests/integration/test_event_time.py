@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections import defaultdict
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 import streamsnap as ss
 from streamsnap.time.watermarks import MAX_WATERMARK
-from tests.integration.support import both_backends, wait_completed, wait_status
+from tests.integration.support import HeldGenerator, both_backends, release, wait_completed, wait_held, wait_status
 
 pytestmark = pytest.mark.spark
 
@@ -96,10 +95,12 @@ class BatchBucketSums(ss.KeyedBatchFunction):
         return out if out["key"] else None
 
 
-def bucket_pipeline(env, n, rate, *, parallelism=None, sink=None, batch_sink=None):
+def bucket_pipeline(env, n, rate, *, parallelism=None, sink=None, batch_sink=None, gate=None, hold_at=None):
+    """With a `gate`, the source's splits hold before their row `hold_at` (HeldGenerator)."""
     strategy = ss.WatermarkStrategy.for_bounded_out_of_orderness(2.0).with_timestamp_assigner("ts")
-    keyed = (env.from_source(ss.sources.Generator(event, count=n, rate=rate, splits=SPLITS, batch_size=40),
-                             name="events", uid="events", watermark_strategy=strategy, parallelism=parallelism)
+    source = (ss.sources.Generator(event, count=n, rate=rate, splits=SPLITS, batch_size=40) if gate is None else
+              HeldGenerator(event, count=n, rate=rate, splits=SPLITS, batch_size=40, gate=gate, hold_at=hold_at))
+    keyed = (env.from_source(source, name="events", uid="events", watermark_strategy=strategy, parallelism=parallelism)
              .key_by("key"))
     (keyed.process(BucketSums(), name="buckets", uid="buckets", parallelism=parallelism)
         .sink_to(sink or ss.sinks.Collect(), name="out", uid="out", parallelism=parallelism))
@@ -224,12 +225,15 @@ def test_timers_survive_a_sigkill_failover_exactly_once(spark, tmp_path):
         parallelism=2, spark=spark, auto_watermark_interval=0.05,
         checkpointing=ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt")),
         restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.1))
-    bucket_pipeline(env, n, rate=1000, sink=ss.sinks.FileSink(str(out), format="parquet"))
+    # The splits hold at 80% of the input until the kill: on a slow machine it cannot end first.
+    bucket_pipeline(env, n, rate=1000, sink=ss.sinks.FileSink(str(out), format="parquet"), gate=tmp_path / "gate",
+                    hold_at=n // SPLITS * 4 // 5)
     client = env.execute_async("buckets with a kill")
     wait_status(client, "RUNNING")
     wait_completed(client, 2)
     victim = next(s for s in client.subtasks() if s.vertex.startswith("buckets"))
     os.kill(victim.pid, signal.SIGKILL)
+    release(tmp_path / "gate")
     result = client.wait(120)
     assert result.restarts == 1
     assert_exact_buckets(read_parquet_rows(out), n)
@@ -240,10 +244,10 @@ def test_a_savepoint_restored_at_another_parallelism_keeps_pending_timers(spark,
     n = 6000
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, state_backend=state_backend, auto_watermark_interval=0.05)
-    bucket_pipeline(env, n, rate=1500)
+    # The splits hold at row 1000 of 1500: the slow ones at ~20 s of event time, the first buckets fired.
+    bucket_pipeline(env, n, rate=1500, gate=tmp_path / "gate", hold_at=1000)
     client = env.execute_async("buckets, first part")
-    wait_status(client, "RUNNING")
-    time.sleep(2.5)   # the slow splits reach ~19 s of event time: the first buckets fired
+    wait_held(tmp_path / "gate", SPLITS, client)
     savepoint = client.stop_with_savepoint(str(tmp_path / "savepoints"))   # no drain: timers stay
     first = client.wait(10).rows()
     assert 0 < len(first) < len(reference_buckets(n))
@@ -261,10 +265,10 @@ def test_a_draining_stop_fires_every_timer_into_the_savepoint(spark, tmp_path):
     out = tmp_path / "out"
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, auto_watermark_interval=0.05)
-    bucket_pipeline(env, n, rate=1500, sink=ss.sinks.FileSink(str(out), format="parquet"))
+    bucket_pipeline(env, n, rate=1500, sink=ss.sinks.FileSink(str(out), format="parquet"), gate=tmp_path / "gate",
+                    hold_at=1000)
     client = env.execute_async("buckets, drained")
-    wait_status(client, "RUNNING")
-    time.sleep(2.5)
+    wait_held(tmp_path / "gate", SPLITS, client)
     savepoint = client.stop_with_savepoint(str(tmp_path / "savepoints"), drain=True)
     first = read_parquet_rows(out)      # committed by the savepoint (two-phase commit)
     assert any(r["watermark"] == MAX_WATERMARK for r in first), "the drain fired no timer"

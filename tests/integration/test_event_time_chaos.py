@@ -8,7 +8,6 @@ More seeds: STREAMSNAP_EVENT_TIME_CHAOS_SEEDS=1,2,3 (the default suite runs one)
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import random
@@ -106,23 +105,6 @@ class BucketTotals(ss.KeyedProcessFunction):
                "watermark": ctx.timer_service().current_watermark()}
 
 
-def kill_in_phase(client, phase_dir, phase: str, vertex: str, timeout=60) -> int:
-    """SIGKILL a running subtask of `vertex` while it is in `phase` ("async": its checkpoint's
-    asynchronous part; "commit": between the checkpoint's completion and its commit). Only the
-    job's current processes are candidates (a killed attempt's marker may name a reused pid)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pids = {s.pid for s in client.subtasks() if s.vertex == vertex and s.state == "RUNNING"}
-        for path in glob.glob(os.path.join(phase_dir, f"{phase}-{vertex}-*")):
-            pid = int(path.rsplit("-", 1)[1])
-            if pid in pids:
-                os.kill(pid, signal.SIGKILL)
-                return pid
-        assert client.status() == "RUNNING", f"job {client.status()} before a {phase} phase of {vertex}"
-        time.sleep(0.005)
-    raise AssertionError(f"no {vertex} task entered the {phase} phase within {timeout} s")
-
-
 def restored_id(client):
     restored = client.checkpoint_stats().latest_restored
     return None if restored is None else restored.checkpoint_id
@@ -166,12 +148,12 @@ def run_event_time_chaos(spark, tmp_path, monkeypatch, seed: int):
     # 2: a task while its checkpoint's asynchronous phase runs (window and timer state written)
     wait_completed(client, client.checkpoint_stats().counts.completed + 1)
     time.sleep(rng.uniform(0.0, 1.0))
-    kill_in_phase(client, str(phases), "async", rng.choice(["events", "windows", "timers"]))
+    support.kill_in_phase(client, phases, "async", rng.choice(["events", "windows", "timers"]))
     wait_restarted(client, 2)
     restores.append(restored_id(client))
     # 3: a sink task after the checkpoint completed, before it committed (pre-commit → commit)
     time.sleep(rng.uniform(0.0, 1.0))
-    kill_in_phase(client, str(phases), "commit", rng.choice(["windows", "timers"]))
+    support.kill_in_phase(client, phases, "commit", rng.choice(["windows", "timers"]))
     result = client.wait(180)
     restores.append(result.checkpoints.latest_restored.checkpoint_id)
     assert result.restarts == 3 and len(result.recoveries) == 3, causes(client)

@@ -94,21 +94,6 @@ def wait_restarted(client, attempt, timeout=60):
         time.sleep(0.02)
 
 
-def kill_in_phase(phase_dir, phase: str, vertex_prefix: str = "", timeout=30) -> int:
-    """SIGKILL a task while it is in `phase` ("async" or "commit"); returns its pid."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for path in glob.glob(os.path.join(phase_dir, f"{phase}-{vertex_prefix}*")):
-            pid = int(path.rsplit("-", 1)[1])
-            try:
-                os.kill(pid, signal.SIGKILL)
-                return pid
-            except ProcessLookupError:
-                continue
-        time.sleep(0.005)
-    raise AssertionError(f"no task entered the {phase} phase within {timeout} s")
-
-
 def three_kills(client, rng, phase_dir: str, first_within: float = 4.0, then_within: float = 2.0) -> None:
     """SIGKILL three times, each on a running attempt: any subtask at a random moment, a task in
     its checkpoint's asynchronous phase, and the sink's task ("sum" chain) after a checkpoint
@@ -118,11 +103,17 @@ def three_kills(client, rng, phase_dir: str, first_within: float = 4.0, then_wit
     victim = rng.choice(client.subtasks())
     os.kill(victim.pid, signal.SIGKILL)
     wait_restarted(client, 1)
+    # Rows reach a sink again before the next kill (on a loaded machine a restore can take long
+    # enough that the next kill would come first, and that recovery would have no first output).
+    deadline = time.monotonic() + 60
+    while "first_output_at" not in client.recoveries()[0]:
+        assert time.monotonic() < deadline, f"no output after the first restore: {client.recoveries()}"
+        time.sleep(0.02)
     time.sleep(rng.uniform(0.5, then_within))
-    kill_in_phase(phase_dir, "async", rng.choice(["events", "sum"]))
+    support.kill_in_phase(client, phase_dir, "async", rng.choice(["events", "sum"]))
     wait_restarted(client, 2)
     time.sleep(rng.uniform(0.5, then_within))
-    kill_in_phase(phase_dir, "commit", "sum")
+    support.kill_in_phase(client, phase_dir, "commit", "sum")
 
 
 def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend: str = "hashmap",
@@ -145,8 +136,9 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend:
     three_kills(client, rng, str(phases))
     result = client.wait(180)
     assert result.restarts == 3 and len(result.recoveries) == 3, causes(client)
-    # The first kill comes seconds into a 20 s input, so rows follow its restore; a later one may
-    # restore the final checkpoint on a loaded machine, after which no row is left to write.
+    # The first kill comes seconds into a 20 s input, so rows follow its restore (three_kills
+    # waits for them); a later one may restore the final checkpoint on a loaded machine, after
+    # which no row is left to write.
     assert "first_output_at" in result.recoveries[0]
     # After aborts, expiries and three failovers the directory holds no abandoned state.
     assert support.stray_checkpoint_files(ckpt) == []
@@ -196,12 +188,16 @@ def test_restore_gives_user_functions_their_operator_state_and_is_restored(spark
     config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path))
     env = ss.StreamEnvironment(parallelism=1, spark=spark, checkpointing=config,
                                restart=ss.RestartStrategy.fixed_delay(3, 0.1))
-    (env.from_source(ss.sources.Generator(lambda i: {"i": i}, count=n, rate=3000), name="rows")
+    # The input holds at 80% until the kill: on a slow machine it cannot end first.
+    gate = tmp_path / "gate"
+    (env.from_source(support.HeldGenerator(lambda i: {"i": i}, count=n, rate=3000, gate=gate, hold_at=n * 4 // 5),
+                     name="rows")
         .map(CountingMap(), name="count", uid="count").sink_to(ss.sinks.Collect()))
     client = env.execute_async("operator state")
     wait_status(client, "RUNNING")
-    wait_completed(client, 2, timeout=30)
+    wait_completed(client, 2, timeout=60)
     os.kill(client.subtasks()[0].pid, signal.SIGKILL)
+    support.release(gate)
     rows = client.wait(60).rows()
     assert sorted(r["i"] for r in rows) == list(range(n))
     assert max(r["count"] for r in rows) == n  # the count continued from the checkpoint
@@ -233,7 +229,8 @@ def test_a_failure_is_noticed_fast_and_recovery_is_timed(spark, tmp_path):
     config = ss.CheckpointConfig(interval=0.5, directory=str(tmp_path))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                restart=ss.RestartStrategy.fixed_delay(3, 0.0))
-    (env.from_source(ss.sources.Generator(event, count=8000, rate=2000), name="events")
+    gate = tmp_path / "gate"    # the input holds at 80% until the kill: it cannot end first
+    (env.from_source(support.HeldGenerator(event, count=8000, rate=2000, gate=gate, hold_at=3200), name="events")
         .key_by("key").process(RunningSum(), name="sum").sink_to(ss.sinks.Collect()))
     client = env.execute_async("timed recovery")
     wait_status(client, "RUNNING")
@@ -241,6 +238,7 @@ def test_a_failure_is_noticed_fast_and_recovery_is_timed(spark, tmp_path):
     victim = [s for s in client.subtasks() if s.vertex.startswith("sum")][0]
     killed_at = time.time()
     os.kill(victim.pid, signal.SIGKILL)
+    support.release(gate)
     result = client.wait(60)
     (recovery,) = result.recoveries
     assert recovery["failed_at"] - killed_at < 2.0  # noticed through the dropped connection
@@ -274,14 +272,16 @@ def test_a_failure_after_a_completed_stop_with_savepoint_restores_from_it(spark,
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.0))
-    (env.from_source(ss.sources.Generator(event, count=n, rate=2000), name="events", uid="events")
+    # The splits hold half-way until the failover: the stop lands mid-input, rows after checkpoint 1.
+    gate = tmp_path / "gate"
+    (env.from_source(support.HeldGenerator(event, count=n, rate=2000, gate=gate, hold_at=n // 4), name="events",
+                     uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.FileSink(str(out), format="parquet"), name="files", uid="files"))
     client = env.execute_async("fails after stop-with-savepoint")
     wait_status(client, "RUNNING")
-    time.sleep(0.5)
     assert client.trigger_checkpoint().checkpoint_id == 1
-    time.sleep(0.5)
+    support.wait_held(gate, 2, client)
     stop: dict = {}
 
     def stop_job():
@@ -301,6 +301,7 @@ def test_a_failure_after_a_completed_stop_with_savepoint_restores_from_it(spark,
         time.sleep(0.002)
     os.kill(int(markers[0].rsplit("-", 1)[1]), signal.SIGKILL)
     stopper.join(60)
+    support.release(gate)
     assert isinstance(stop.get("error"), ss.StreamsnapError), stop
     assert "restores from that savepoint and runs on" in str(stop["error"])
     result = client.wait(60)

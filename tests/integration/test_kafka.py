@@ -170,6 +170,10 @@ def test_a_poison_message_fails_the_job_at_once_naming_its_offset(spark, kafka_b
 # ===================================================================== event time
 WINDOW = 1_000          # ms
 BOUND = 2.0             # s of out-of-orderness
+# s without records before a partition counts as idle: far longer than the pauses between the
+# laggard's pieces, even when a loaded machine stretches them (an idle laggard would let the
+# watermark jump to partition 0's flush row and make the rest of its rows late).
+IDLE = 8.0
 FLUSH_TS = 60_000       # a row per data partition this far ahead fires every data window
 
 
@@ -209,7 +213,7 @@ def test_event_time_windows_over_partitions_with_a_lagging_and_an_idle_one(spark
     local_kafka.produce_json(kafka_broker, source, lagging[:25], partition=1)
     schema = pa.schema([("key", pa.int64()), ("value", pa.int64()), ("ts", pa.int64())])
     strategy = (ss.WatermarkStrategy.for_bounded_out_of_orderness(BOUND).with_timestamp_assigner("ts")
-                .with_idleness(2.0))
+                .with_idleness(IDLE))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, auto_watermark_interval=0.05,
                                checkpointing=ss.CheckpointConfig(interval=0.5, directory=str(tmp_path / "ckpt")))
     late_tag = ss.OutputTag("late")

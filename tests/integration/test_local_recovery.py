@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import streamsnap as ss
-from tests.integration.support import both_backends, wait_status
+from tests.integration.support import HeldGenerator, both_backends, release, wait_status
 from tests.integration.test_failover import RunningSum, event, expected_rows
 
 pytestmark = pytest.mark.spark
@@ -63,7 +63,10 @@ def test_a_killed_job_restores_from_local_copies_then_from_storage_when_they_are
                                state_backend=state_backend, local_recovery=True,
                                local_recovery_dir=str(local),
                                restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.0))
-    (env.from_source(ss.sources.Generator(event, count=N, rate=RATE), name="events", uid="events")
+    # The splits hold at 3/4 of the input until the second kill: the input cannot end first.
+    gate = tmp_path / "gate"
+    (env.from_source(HeldGenerator(event, count=N, rate=RATE, gate=gate, hold_at=N * 3 // 8), name="events",
+                     uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.Collect(), name="out", uid="out"))
     client = env.execute_async("local recovery")
@@ -88,6 +91,7 @@ def test_a_killed_job_restores_from_local_copies_then_from_storage_when_they_are
     wait_for_retention(local_job)
     assert spoil(local_job) >= 2
     second = kill_and_wait_for_restore(client, 2)["restore"]
+    release(gate)
     assert second["local_files"] == 0 and second["remote_files"] >= 2, second
     assert second["local_missing"] >= 1 and second["local_rejected"] >= 1, second
 

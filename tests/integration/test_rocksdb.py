@@ -67,7 +67,10 @@ def test_rocksdb_job_survives_a_sigkill_with_exact_output(spark, tmp_path, mode)
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                state_backend=backend,
                                restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.1))
-    (env.from_source(ss.sources.Generator(event, count=N, rate=RATE), name="events", uid="events")
+    # The splits hold at 80% of the input until the kill: on a slow machine it cannot end first.
+    gate = tmp_path / "gate"
+    (env.from_source(support.HeldGenerator(event, count=N, rate=RATE, gate=gate, hold_at=N * 2 // 5), name="events",
+                     uid="events")
         .key_by("key").process(SumAndRecent(), name="sum", uid="sum")
         .sink_to(ss.sinks.Collect(), name="out", uid="out"))
     client = env.execute_async("rocksdb failover")
@@ -88,6 +91,7 @@ def test_rocksdb_job_survives_a_sigkill_with_exact_output(spark, tmp_path, mode)
         wait_completed(client, client.checkpoint_stats().counts.completed + 2, timeout=30)
     victim = next(s for s in client.subtasks() if "sum" in s.vertex)
     os.kill(victim.pid, signal.SIGKILL)
+    support.release(gate)
     result = client.wait(120)
     assert result.restarts == 1, client.recoveries()
     rows = [(r["key"], r["total"], r["recent"], r["i"]) for r in result.rows()]

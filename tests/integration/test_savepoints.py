@@ -6,18 +6,19 @@ import logging
 import os
 import shutil
 import signal
-import time
 from collections import defaultdict
 
 import pytest
 
 import streamsnap as ss
-from tests.integration.support import both_backends, checkpoint_dirs, stray_checkpoint_files, wait_completed, wait_status
+from tests.integration.support import (HeldGenerator, both_backends, checkpoint_dirs, release, stray_checkpoint_files,
+                                       wait_completed, wait_held, wait_status)
 
 pytestmark = pytest.mark.spark
 
 N = 12_000
 KEYS = 40
+SPLITS = 4
 
 
 def event(i: int) -> dict:
@@ -36,9 +37,12 @@ class RunningSum(ss.KeyedProcessFunction):
         yield {"key": ctx.current_key, "total": total, "count": self.count.value(), "i": row["i"]}
 
 
-def build(env, rate=4000, stateful_uid="sum", parallelism=None):
-    stream = env.from_source(ss.sources.Generator(event, count=N, rate=rate, splits=4), name="events",
-                             uid="events", parallelism=parallelism)
+def build(env, rate=4000, stateful_uid="sum", parallelism=None, gate=None, hold_at=N // SPLITS // 2):
+    """With a `gate`, each split holds before its row `hold_at` until released (HeldGenerator):
+    a stop, savepoint or kill then lands mid-input, never after the input ended."""
+    source = (ss.sources.Generator(event, count=N, rate=rate, splits=SPLITS) if gate is None else
+              HeldGenerator(event, count=N, rate=rate, splits=SPLITS, gate=gate, hold_at=hold_at))
+    stream = env.from_source(source, name="events", uid="events", parallelism=parallelism)
     (stream.key_by("key").process(RunningSum(), name="sum", uid=stateful_uid, parallelism=parallelism)
         .sink_to(ss.sinks.Collect(), name="out", uid="out", parallelism=parallelism))
 
@@ -68,8 +72,8 @@ def config(tmp_path, **kwargs):
     return ss.CheckpointConfig(interval=kwargs.pop("interval", 0.5), directory=str(tmp_path / "ckpt"), **kwargs)
 
 
-def stop_after(client, seconds, savepoints):
-    time.sleep(seconds)
+def stop_when_held(client, gate, savepoints):
+    wait_held(gate, SPLITS, client)
     path = client.stop_with_savepoint(str(savepoints))
     assert client.status() == "FINISHED"
     return path
@@ -77,9 +81,9 @@ def stop_after(client, seconds, savepoints):
 
 def test_stop_with_savepoint_then_restore_equals_an_uninterrupted_run(spark, tmp_path):
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
-    build(env)
+    build(env, gate=tmp_path / "gate")
     first = start(env, "first half")
-    savepoint = stop_after(first, 1.5, tmp_path / "savepoints")
+    savepoint = stop_when_held(first, tmp_path / "gate", tmp_path / "savepoints")
     assert os.path.basename(savepoint).startswith("savepoint-") and os.path.exists(os.path.join(savepoint, "_metadata"))
     rows_before = first.wait(10).rows()
     assert 0 < len(rows_before) < N
@@ -97,9 +101,9 @@ def test_stop_with_savepoint_then_restore_equals_an_uninterrupted_run(spark, tmp
 @both_backends
 def test_a_relocated_savepoint_restores(spark, tmp_path, state_backend):
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path), state_backend=state_backend)
-    build(env)
+    build(env, gate=tmp_path / "gate")
     client = start(env, "to relocate")
-    time.sleep(1.0)
+    wait_held(tmp_path / "gate", SPLITS, client)
     original = client.trigger_savepoint(str(tmp_path / "savepoints"))  # the job keeps running
     assert client.status() == "RUNNING"
     client.cancel()
@@ -115,17 +119,17 @@ def test_a_relocated_savepoint_restores(spark, tmp_path, state_backend):
 
 def test_rescaling_two_to_three_to_one_keeps_per_key_results(spark, tmp_path):
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
-    build(env, rate=3000)
+    build(env, rate=3000, gate=tmp_path / "gate-1", hold_at=N // SPLITS // 3)
     rows = []
     first = start(env, "p2")
-    sp1 = stop_after(first, 1.2, tmp_path / "sp")
+    sp1 = stop_when_held(first, tmp_path / "gate-1", tmp_path / "sp")
     rows += first.wait(10).rows()
 
     # p3 runs on RocksDB (rescaled heap state in, RocksDB state out), p1 on the heap again.
     env3 = ss.StreamEnvironment(parallelism=3, spark=spark, checkpointing=config(tmp_path), state_backend="rocksdb")
-    build(env3, rate=3000)
+    build(env3, rate=3000, gate=tmp_path / "gate-2", hold_at=N // SPLITS * 2 // 3)
     second = start(env3, "p3", restore_from=sp1)
-    sp2 = stop_after(second, 1.2, tmp_path / "sp")
+    sp2 = stop_when_held(second, tmp_path / "gate-2", tmp_path / "sp")
     rows += second.wait(10).rows()
     assert len(second.subtasks()) == 6  # 3 sources + 3 of the chained sum -> out
 
@@ -146,9 +150,9 @@ def test_rescaling_two_to_three_to_one_keeps_per_key_results(spark, tmp_path):
 def test_a_retained_checkpoint_survives_cancel_and_restores(spark, tmp_path, state_backend):
     env = ss.StreamEnvironment(parallelism=2, spark=spark, state_backend=state_backend,
                                checkpointing=config(tmp_path, retention="retain_on_cancellation"))
-    build(env)
+    build(env, gate=tmp_path / "gate")   # held: the job cannot finish before the cancel
     client = start(env, "retained")
-    wait_completed(client, 2, timeout=30)
+    wait_completed(client, 2, timeout=60)
     client.cancel()
     assert client.status() == "CANCELED"
     job_dir = tmp_path / "ckpt" / client.job_id
@@ -170,8 +174,8 @@ def test_a_retained_checkpoint_survives_cancel_and_restores(spark, tmp_path, sta
 
 def test_restoring_state_of_a_missing_operator_fails_unless_allowed(spark, tmp_path):
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
-    build(env)
-    savepoint = stop_after(start(env, "original"), 1.0, tmp_path / "sp")
+    build(env, gate=tmp_path / "gate")
+    savepoint = stop_when_held(start(env, "original"), tmp_path / "gate", tmp_path / "sp")
     renamed = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
     build(renamed, rate=None, stateful_uid="sum-v2")
     with pytest.raises(ss.RestoreError) as info:
@@ -195,8 +199,8 @@ def test_restoring_from_something_that_is_not_a_checkpoint_fails_clearly(spark, 
 
 def test_a_corrupted_metadata_file_fails_clearly(spark, tmp_path):
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path))
-    build(env)
-    savepoint = stop_after(start(env, "to corrupt"), 1.0, tmp_path / "sp")
+    build(env, gate=tmp_path / "gate")
+    savepoint = stop_when_held(start(env, "to corrupt"), tmp_path / "gate", tmp_path / "sp")
     metadata = os.path.join(savepoint, "_metadata")
     data = bytearray(open(metadata, "rb").read())
     data[len(data) // 2] ^= 0x20
@@ -209,20 +213,25 @@ def test_a_corrupted_metadata_file_fails_clearly(spark, tmp_path):
 
 
 def corrupt_newest_and_kill(client, tmp_path) -> int:
-    """Corrupt the newest retained checkpoint's _metadata, then fail a task right away."""
-    wait_completed(client, 3, timeout=30)
+    """Three triggered checkpoints while the source holds mid-input; corrupt the newest one's
+    _metadata, fail a task, let the source go on. No periodic checkpoint: none can complete (or
+    be half-written, its directory taken for the newest) between the corruption and the kill."""
+    wait_held(tmp_path / "gate", SPLITS, client)
+    for _ in range(3):
+        client.trigger_checkpoint()
     newest = checkpoint_dirs(tmp_path / "ckpt" / client.job_id)[-1]
     (newest / "_metadata").write_bytes(b"garbage")
     os.kill([s for s in client.subtasks() if s.vertex == "sum"][0].pid, signal.SIGKILL)
+    release(tmp_path / "gate")
     return int(newest.name[4:])
 
 
 def test_at_least_once_falls_back_from_a_corrupted_latest_checkpoint(spark, tmp_path, caplog):
     caplog.set_level(logging.WARNING)
     env = ss.StreamEnvironment(parallelism=2, spark=spark,
-                               checkpointing=config(tmp_path, num_retained=3, interval=0.3, mode="at_least_once"),
+                               checkpointing=config(tmp_path, num_retained=3, interval=None, mode="at_least_once"),
                                restart=ss.RestartStrategy.fixed_delay(3, 0.0))
-    build(env, rate=3000)
+    build(env, rate=3000, gate=tmp_path / "gate")
     client = start(env, "fallback")
     newest = corrupt_newest_and_kill(client, tmp_path)
     result = client.wait(60)
@@ -233,9 +242,9 @@ def test_at_least_once_falls_back_from_a_corrupted_latest_checkpoint(spark, tmp_
 
 
 def test_exactly_once_refuses_to_fall_back_and_says_how_to_go_on(spark, tmp_path):
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path, num_retained=3, interval=0.3),
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config(tmp_path, num_retained=3, interval=None),
                                restart=ss.RestartStrategy.fixed_delay(3, 0.0))
-    build(env, rate=3000)
+    build(env, rate=3000, gate=tmp_path / "gate")
     client = start(env, "no unsafe fallback")
     newest = corrupt_newest_and_kill(client, tmp_path)
     with pytest.raises(ss.JobExecutionError) as info:

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 import streamsnap as ss
-from tests.integration.support import wait_completed, wait_status
+from tests.integration.support import HeldGenerator, release, wait_completed, wait_status
 from tests.integration.test_failover import RunningSum, event, expected_rows, read_output, wait_restarted
 
 pytestmark = pytest.mark.spark
@@ -23,7 +23,10 @@ def test_a_slot_hosts_one_subtask_of_each_vertex_and_dies_whole(spark, tmp_path)
     config = ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt"))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.1))
-    (env.from_source(ss.sources.Generator(event, count=N, rate=3000), name="events", uid="events")
+    # The splits hold at 80% of the input until the kill: on a slow machine the input cannot end first.
+    gate = tmp_path / "gate"
+    (env.from_source(HeldGenerator(event, count=N, rate=3000, gate=gate, hold_at=N * 2 // 5), name="events",
+                     uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.FileSink(str(out), format="parquet"), name="files", uid="files"))
     client = env.execute_async("slot sharing")
@@ -40,11 +43,14 @@ def test_a_slot_hosts_one_subtask_of_each_vertex_and_dies_whole(spark, tmp_path)
         assert source.pid != keyed.pid and psutil.Process(keyed.pid).ppid() == source.pid
     wait_completed(client, 1)
     slot = by_index[0]
+    # The handle is taken before the kill: the keyed process may be gone (and reaped) by the
+    # time the test looks it up afterwards.
+    keyed = psutil.Process(next(s.pid for s in slot if not s.vertex.startswith("events")))
     os.kill(next(s.pid for s in slot if s.vertex.startswith("events")), signal.SIGKILL)
-    keyed_pid = next(s.pid for s in slot if not s.vertex.startswith("events"))
     # The forked subtask goes with its slot (parent-death signal), not orphaned.
-    gone, alive = psutil.wait_procs([psutil.Process(keyed_pid)], timeout=10)
+    gone, alive = psutil.wait_procs([keyed], timeout=10)
     assert alive == [] and gone[0].returncode in (-signal.SIGKILL, None)
+    release(gate)
     wait_restarted(client, 1)
     result = client.wait(120)
     assert result.restarts == 1

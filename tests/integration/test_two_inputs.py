@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 import streamsnap as ss
-from tests.integration.support import wait_completed
+from tests.integration.support import HeldGenerator, release, wait_completed
 from tests.integration.test_event_time import read_parquet_rows
 
 pytestmark = pytest.mark.spark
@@ -70,11 +70,18 @@ class Enrich(ss.KeyedCoProcessFunction):
         self.clicks.remove(timestamp)
 
 
-def enrichment_pipeline(env, clicks, rules, rate, sink=None):
+def enrichment_pipeline(env, clicks, rules, rate, sink=None, gate=None):
+    """With a `gate`, both inputs hold at 80% until released (HeldGenerator)."""
     strategy = ss.WatermarkStrategy.for_bounded_out_of_orderness(DELAY).with_timestamp_assigner("ts")
-    a = env.from_source(ss.sources.Generator(click, count=clicks, rate=rate, batch_size=50),
+
+    def generator(fn, count, rate, splits):
+        if gate is None:
+            return ss.sources.Generator(fn, count=count, rate=rate, batch_size=50)
+        return HeldGenerator(fn, count=count, rate=rate, batch_size=50, splits=splits, gate=gate,
+                             hold_at=count // splits * 4 // 5)
+    a = env.from_source(generator(click, clicks, rate, env.parallelism),
                         name="clicks", uid="clicks", watermark_strategy=strategy)
-    b = env.from_source(ss.sources.Generator(rule, count=rules, rate=rate * rules / clicks, batch_size=50),
+    b = env.from_source(generator(rule, rules, rate * rules / clicks, 1),
                         name="rules", uid="rules", watermark_strategy=strategy, parallelism=1)
     (a.key_by("user").connect(b.key_by("uid")).process(Enrich(), name="enrich", uid="enrich")
         .sink_to(sink or ss.sinks.Collect(), name="out", uid="out"))
@@ -154,11 +161,14 @@ def test_a_sigkill_of_a_two_input_task_gives_the_failure_free_output(spark, tmp_
         parallelism=2, spark=spark, auto_watermark_interval=0.05,
         checkpointing=ss.CheckpointConfig(interval=0.3, mode="exactly_once", directory=str(tmp_path / "ckpt")),
         restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.1))
-    enrichment_pipeline(env, clicks, rules, rate=1000, sink=ss.sinks.FileSink(str(out), format="parquet"))
+    # Both inputs hold at 80% until the kill: on a slow machine they cannot end first.
+    gate = tmp_path / "gate"
+    enrichment_pipeline(env, clicks, rules, rate=1000, sink=ss.sinks.FileSink(str(out), format="parquet"), gate=gate)
     client = env.execute_async("enrichment with a kill")
     wait_completed(client, 2)
     victim = next(s for s in client.subtasks() if s.vertex.startswith("enrich"))
     os.kill(victim.pid, signal.SIGKILL)
+    release(gate)
     result = client.wait()
     assert result.restarts == 1
     assert_enriched(read_parquet_rows(out), clicks, rules)

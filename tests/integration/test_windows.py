@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections import defaultdict
 
 import pytest
 
 import streamsnap as ss
 from streamsnap.time.watermarks import MAX_WATERMARK
-from tests.integration.support import both_backends, wait_completed, wait_status
+from tests.integration.support import HeldGenerator, both_backends, release, wait_completed, wait_held, wait_status
 from tests.integration.test_event_time import read_parquet_rows
 
 pytestmark = pytest.mark.spark
@@ -63,9 +62,13 @@ class WithWindow(ss.ProcessWindowFunction):
                "count": count, "sum": total, "watermark": context.current_watermark()}
 
 
-def tumbling_pipeline(env, n, rate, *, sink=None, vectorized=False):
+def tumbling_pipeline(env, n, rate, *, sink=None, vectorized=False, gate=None, hold_at=None):
+    """With a `gate`, the source's splits hold before their row `hold_at` (default: half-way)
+    until released (HeldGenerator)."""
     strategy = ss.WatermarkStrategy.for_bounded_out_of_orderness(2.0).with_timestamp_assigner("ts")
-    source = ss.sources.Generator(event, count=n, rate=rate, splits=SPLITS, batch_size=40)
+    source = (ss.sources.Generator(event, count=n, rate=rate, splits=SPLITS, batch_size=40) if gate is None else
+              HeldGenerator(event, count=n, rate=rate, splits=SPLITS, batch_size=40, gate=gate,
+                            hold_at=hold_at or n // SPLITS // 2))
     keyed = (env.from_source(source, name="events", uid="events", watermark_strategy=strategy)
              .key_by("key"))
     windows = (keyed.window(W.TumblingEventTimeWindows.of(SIZE / 1000))
@@ -253,12 +256,15 @@ def test_windows_survive_a_sigkill_failover_exactly_once(spark, tmp_path):
         checkpointing=ss.CheckpointConfig(interval=0.3, mode="exactly_once",
                                           directory=str(tmp_path / "ckpt")),
         restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.1))
-    tumbling_pipeline(env, n, rate=1000, sink=ss.sinks.FileSink(str(out), format="parquet"))
+    # The splits hold at 80% of the input until the kill: on a slow machine it cannot end first.
+    tumbling_pipeline(env, n, rate=1000, sink=ss.sinks.FileSink(str(out), format="parquet"), gate=tmp_path / "gate",
+                      hold_at=n // SPLITS * 4 // 5)
     client = env.execute_async("windows with a kill")
     wait_status(client, "RUNNING")
     wait_completed(client, 2)
     victim = next(s for s in client.subtasks() if s.vertex.startswith("windows"))
     os.kill(victim.pid, signal.SIGKILL)
+    release(tmp_path / "gate")
     result = client.wait(120)
     assert result.restarts == 1
     rows = read_parquet_rows(out)
@@ -272,10 +278,9 @@ def test_a_savepoint_restored_at_another_parallelism_keeps_pending_windows(spark
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, state_backend=state_backend,
                                auto_watermark_interval=0.05)
-    tumbling_pipeline(env, n, rate=1500)
+    tumbling_pipeline(env, n, rate=1500, gate=tmp_path / "gate")
     client = env.execute_async("windows, first part")
-    wait_status(client, "RUNNING")
-    time.sleep(2.5)         # about half the input: the earliest windows fired, most are open
+    wait_held(tmp_path / "gate", SPLITS, client)   # half the input: the earliest windows fired, most are open
     savepoint = client.stop_with_savepoint(str(tmp_path / "savepoints"))   # no drain
     first = client.wait(10).rows("out")
     assert 0 < len(first) < len(reference_windows(event(i) for i in range(n)))
@@ -295,10 +300,9 @@ def test_a_draining_stop_fires_every_window_into_the_savepoint(spark, tmp_path):
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                auto_watermark_interval=0.05)
-    tumbling_pipeline(env, n, rate=1500, sink=ss.sinks.FileSink(str(out), format="parquet"))
+    tumbling_pipeline(env, n, rate=1500, sink=ss.sinks.FileSink(str(out), format="parquet"), gate=tmp_path / "gate")
     client = env.execute_async("windows, drained")
-    wait_status(client, "RUNNING")
-    time.sleep(2.5)
+    wait_held(tmp_path / "gate", SPLITS, client)
     savepoint = client.stop_with_savepoint(str(tmp_path / "savepoints"), drain=True)
     first = read_parquet_rows(out)          # committed by the savepoint (two-phase commit)
     assert any(r["watermark"] == MAX_WATERMARK for r in first), "the drain fired no window"
