@@ -6,8 +6,15 @@ import logging
 import threading
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 SPARK_SLOTS = 16
+
+# Property tests check behaviour, not speed: on a loaded CI machine one example can take longer
+# than hypothesis's default 200 ms deadline (a partitioner test failed CI at 267 ms), and the
+# data generation may be slow. Per-test settings still set max_examples.
+settings.register_profile("streamsnap", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("streamsnap")
 
 
 @pytest.fixture(scope="session")

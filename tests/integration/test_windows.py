@@ -230,17 +230,24 @@ class Fired(ss.ProcessWindowFunction):
                "count": len(elements), "fired_at": context.current_processing_time()}
 
 
-def test_processing_time_windows_fire_on_the_clock(spark):
-    n = 300
+def test_processing_time_windows_fire_on_the_clock(spark, tmp_path):
+    """The source holds its first row until every subtask runs: rows sent while a slow window
+    subtask still starts would wait in its input and all land in one window at once."""
+    n = 450
     env = ss.StreamEnvironment(parallelism=2, spark=spark)
-    (env.from_source(ss.sources.Generator(lambda i: {"key": i % 3, "value": i}, count=n, rate=150,
-                                          batch_size=10), name="slow")
+    source = HeldGenerator(lambda i: {"key": i % 3, "value": i}, gate=tmp_path / "gate", hold_at=0, count=n,
+                           rate=150, batch_size=10)
+    (env.from_source(source, name="slow")
         .key_by("key").window(W.TumblingProcessingTimeWindows.of(0.5))
         .process(Fired(), name="windows").sink_to(ss.sinks.Collect()))
-    rows = env.execute("processing-time windows").rows()
+    client = env.execute_async("processing-time windows")
+    wait_status(client, "RUNNING")
+    wait_held(tmp_path / "gate", 2, client)
+    release(tmp_path / "gate")   # at most 1 s of rows at once (the rate's burst), then 150/s
+    rows = client.wait(120).rows()
     fired = [(r["key"], r["start"]) for r in rows]
     assert len(fired) == len(set(fired))
-    assert len({r["start"] for r in rows}) >= 3           # ~2 s of input, 0.5 s windows
+    assert len({r["start"] for r in rows}) >= 3           # ~2 s of paced input, 0.5 s windows
     for r in rows:
         assert r["end"] - r["start"] == 500 and r["start"] % 500 == 0
         assert r["end"] - 1 <= r["fired_at"] < r["end"] + 2_000      # never early
