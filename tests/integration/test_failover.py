@@ -241,7 +241,8 @@ def test_a_failure_is_noticed_fast_and_recovery_is_timed(spark, tmp_path):
     support.release(gate)
     result = client.wait(60)
     (recovery,) = result.recoveries
-    assert recovery["failed_at"] - killed_at < 2.0  # noticed through the dropped connection
+    # noticed through the dropped connection (well under 1 s when quiet; 5 s leaves room for a loaded CI)
+    assert recovery["failed_at"] - killed_at < 5.0
     assert killed_at < recovery["running_at"] < recovery["first_output_at"]
     assert len(result.rows()) == 8000
 
