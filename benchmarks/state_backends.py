@@ -18,8 +18,10 @@ Figures, per backend:
   its uploads alternate between small and large) — steady-phase checkpoints only: those
   triggered after the keyed operator consumed the whole load (`LoadCountingRunningSum` counts
   it; up to (credits + queued frames) x batch size rows per channel are still queued when the
-  source finishes, seconds of work on RocksDB — `load_drained_after` says how long), the first
-  of them (it uploads the load's last writes) excluded; where the duration goes, as medians
+  source finishes, seconds of work on RocksDB — `load_drained_after` says how long; the steady
+  rows queued meanwhile are not, so on a busy keyed subtask the first measured barriers still
+  wait behind them: see `timeline`), the first of them (it uploads the load's last writes)
+  excluded; where the duration goes, as medians
   over those checkpoints of the slowest keyed (`sum`) subtask's parts: trigger → its barrier
   (`start_delay_p50`: the records queued ahead of the barrier, i.e. backpressure), alignment,
   synchronous and asynchronous part; `timeline` lists them per checkpoint;
