@@ -262,6 +262,9 @@ def state_backend_rows(results: dict) -> list[tuple]:
                        f"async {_fmt_s(r['async_duration_p50'])})"),
                     f"writes {r['written_bytes'] / 1e6:.1f} of {r['full_bytes'] / 1e6:.1f} MB (median)",
                     f"{share:.1%} written on average over {r['checkpoints']}"
+                    + (f", measured once the keyed operator had consumed the load "
+                       f"({_fmt_s(r['load_drained_after'])} after the source finished it)"
+                       if "load_drained_after" in r else "")
                     + (f" (of them {r['materialized']} with a new materialization)" if r.get("materialized") else "")
                     + (f", of it in-flight data {r['in_flight_bytes'] / 1e6:.1f} MB (median)" if r.get("unaligned") else ""),
                     text, _verdict(ok)))

@@ -15,8 +15,13 @@ Figures, per backend:
   checkpoint wrote itself (`incremental_size`: new SST files plus private bundles on RocksDB,
   everything on the heap) against the state's full size, as the median per checkpoint and as
   the total over the measured ones (RocksDB's compactions rewrite files every few flushes, so
-  its uploads alternate between small and large) — steady-phase checkpoints only, the first one
-  after the load (it uploads the loaded state) excluded; where the duration goes, as medians
+  its uploads alternate between small and large) — steady-phase checkpoints only: those
+  triggered after the keyed operator consumed the whole load (`LoadCountingRunningSum` counts
+  it; up to (credits + queued frames) x batch size rows per channel are still queued when the
+  source finishes, seconds of work on RocksDB — `load_drained_after` says how long; the steady
+  rows queued meanwhile are not, so on a busy keyed subtask the first measured barriers still
+  wait behind them: see `timeline`), the first of them (it uploads the load's last writes)
+  excluded; where the duration goes, as medians
   over those checkpoints of the slowest keyed (`sum`) subtask's parts: trigger → its barrier
   (`start_delay_p50`: the records queued ahead of the barrier, i.e. backpressure), alignment,
   synchronous and asynchronous part; `timeline` lists them per checkpoint;
@@ -56,11 +61,39 @@ _STRIDE = 7919  # prime: consecutive steady-phase rows hit keys far apart (disti
 
 
 def _rows(keys: int):
-    """Row i: key i for the first K rows (the load), then keys spread by a prime stride."""
+    """Row i: key i for the first K rows (the load), then keys spread by a prime stride; `ts`
+    is 0 on load rows and 1 on steady ones (how the keyed function tells them apart)."""
     def rows(indices: np.ndarray):
-        key = np.where(indices >= keys, ((indices - keys) * _STRIDE) % keys, indices)
-        return {"key": key, "value": np.ones(len(indices), dtype=np.int64), "ts": np.zeros(len(indices))}
+        steady = indices >= keys
+        key = np.where(steady, ((indices - keys) * _STRIDE) % keys, indices)
+        return {"key": key, "value": np.ones(len(indices), dtype=np.int64), "ts": steady.astype(np.float64)}
     return rows
+
+
+class LoadCountingRunningSum(workloads.BatchRunningSum):
+    """W1 (vectorized) that also counts the load rows it consumed and writes the count to a file
+    of its own in `marker_dir` (at most every 0.2 s, and at once when a batch without load rows
+    follows): all subtasks' counts reach K once the keyed operator has worked through the load,
+    including what queued in the network buffers after the source finished it."""
+
+    def __init__(self, marker_dir: str):
+        self.marker_dir = marker_dir
+
+    def open(self, ctx):
+        super().open(ctx)
+        self._path = os.path.join(self.marker_dir, f"consumed-{os.getpid()}-{id(self)}")
+        self._loaded, self._written, self._written_at = 0, 0, 0.0
+
+    def process_batch(self, batch, keys):
+        loads = int(np.count_nonzero(batch.column("ts").to_numpy() == 0))
+        self._loaded += loads
+        now = time.monotonic()
+        if self._loaded != self._written and (not loads or now - self._written_at > 0.2):
+            with open(self._path + ".tmp", "w") as f:
+                f.write(f"{self._loaded} {time.time()}")
+            os.replace(self._path + ".tmp", self._path)
+            self._written, self._written_at = self._loaded, now
+        return super().process_batch(batch, keys)
 
 
 class _TwoPhaseReader(GeneratorReader):
@@ -109,6 +142,17 @@ def _steady_since(marker_dir: str) -> float | None:
     return max(stamps) if len(stamps) >= PARALLELISM else None
 
 
+def _consumed_since(marker_dir: str, keys: int) -> float | None:
+    """When the keyed operator had consumed all K load rows (None: not yet)."""
+    total, last = 0, 0.0
+    for name in os.listdir(marker_dir):
+        if name.startswith("consumed-") and not name.endswith(".tmp"):
+            with open(os.path.join(marker_dir, name)) as f:
+                count, at = f.read().split()
+            total, last = total + int(count), max(last, float(at))
+    return last if total >= keys else None
+
+
 def _new_materializations(summary) -> set[int]:
     """Ids of the materializations a changelog checkpoint references for the first time (read
     as soon as it completed: with num_retained=1 the next completion deletes it)."""
@@ -131,13 +175,14 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
                                network=ss.NetworkConfig(batch_size=65536), **env_options)
     (env.from_source(TwoPhaseGenerator(keys, changed * keys / interval, markers, batch_size=65536),
                      name="events", uid="events")
-        .key_by("key").process_batches(workloads.BatchRunningSum(), name="sum", uid="sum")
+        .key_by("key").process_batches(LoadCountingRunningSum(markers), name="sum", uid="sum")
         .sink_to(ss.sinks.Discard(), name="sink", uid="sink"))
     client = env.execute_async(f"large state K={keys} on {state_backend}")
     seen: dict[int, object] = {}
     materializing: dict[int, set[int]] = {}   # checkpoint -> new materializations it references
     deadline = time.monotonic() + timeout
-    loaded_at = None
+    loaded_at = None        # the sources finished the load
+    consumed_at = None      # the keyed operator had consumed it (network buffers drained of it)
 
     def collect():
         for summary in list_checkpoints(os.path.join(directory, "ckpt")):
@@ -150,8 +195,9 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
                         materializing[summary.checkpoint_id] = set()
 
     def steady():
-        # Checkpoints triggered after the load ended, except the first (it uploads the load).
-        after = [s for i, s in sorted(seen.items()) if loaded_at is not None and s.triggered_at > loaded_at]
+        # Checkpoints triggered after the keyed operator consumed the load, except the first
+        # (it uploads the load's last writes).
+        after = [s for i, s in sorted(seen.items()) if consumed_at is not None and s.triggered_at > consumed_at]
         if not settle or not after:
             return after[1:]
         first = after[0].checkpoint_id
@@ -170,6 +216,7 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
                 raise RuntimeError(f"large state K={keys}: the job ended ({status}) before "
                                    f"{steady_checkpoints} steady checkpoints")
             loaded_at = loaded_at or _steady_since(markers)
+            consumed_at = consumed_at or (loaded_at and _consumed_since(markers, keys))
             collect()
             time.sleep(0.1)
         stats = {c.checkpoint_id: c for c in client.checkpoint_stats().history}
@@ -194,6 +241,9 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
     return {
         "keys": keys, "backend": label or str(state_backend), "changed_per_interval": changed,
         "checkpoints": len(measured),
+        # Seconds from the sources finishing the load to the keyed operator having consumed it:
+        # the load rows queued in the network buffers, which the measured window leaves out.
+        "load_drained_after": consumed_at - loaded_at,
         "materialized": sum(1 for s in measured if materializing.get(s.checkpoint_id)),
         "p50": float(np.percentile(durations, 50)), "p99": float(np.percentile(durations, 99)),
         # Where a checkpoint's time goes, per checkpoint the slowest subtask's part (median

@@ -271,6 +271,7 @@ def test_keys_are_laid_out_by_key_group(rocks_config, backends):
 @pytest.mark.parametrize("field, value", [
     ("block_cache_size", 0), ("block_cache_size", "64MB"), ("write_buffer_size", 1024),
     ("max_write_buffers", 1), ("max_write_buffers", True), ("level0_compaction_trigger", 1), ("local_dir", ""), ("local_dir", 3),
+    ("compaction", "fifo"), ("compaction", None),
 ])
 def test_rocksdb_config_validation(field, value):
     with pytest.raises(ConfigurationError, match=f"RocksDBConfig.{field} must be"):
@@ -328,7 +329,7 @@ def test_directories_of_dead_processes_are_removed(rocks_config):
 
 def test_large_state_options_reach_the_database(tmp_path):
     """Index/filter blocks partitioned inside the block cache (whole ones thrashed a cache shard)
-    and level-0 files piling up before one compaction (an incremental upload is the flush):
+    and flushes piling up before universal compactions (an incremental upload is the flush):
     read back from the OPTIONS file RocksDB writes for the open database."""
     config = RocksDBConfig(local_dir=str(tmp_path / "rocksdb"))
     backend = RocksDBKeyedStateBackend("op", MAX_P, FULL, config)
@@ -339,6 +340,18 @@ def test_large_state_options_reach_the_database(tmp_path):
         backend.dispose()
     assert {"index_type=kTwoLevelIndexSearch", "partition_filters=true",
             "cache_index_and_filter_blocks=true", "pin_top_level_index_and_filter=true",
-            "level_compaction_dynamic_level_bytes=true", f"max_bytes_for_level_base={64 << 20}",
-            f"target_file_size_base={8 << 20}",
-            f"level0_file_num_compaction_trigger={config.level0_compaction_trigger}"} <= settings
+            f"max_bytes_for_level_base={64 << 20}", f"target_file_size_base={8 << 20}",
+            f"level0_file_num_compaction_trigger={config.level0_compaction_trigger}",
+            "compaction_style=kCompactionStyleUniversal"} <= settings
+    [universal] = [line for line in settings if line.startswith("compaction_options_universal=")]
+    assert "max_size_amplification_percent=100;" in universal and "min_merge_width=4;" in universal
+
+
+def test_leveled_compaction_on_request(tmp_path):
+    backend = RocksDBKeyedStateBackend("op", MAX_P, FULL, RocksDBConfig(local_dir=str(tmp_path), compaction="level"))
+    try:
+        [options_file] = sorted(Path(backend.directory).rglob("OPTIONS-*"))[-1:]
+        settings = {line.strip() for line in options_file.read_text().splitlines()}
+        assert {"compaction_style=kCompactionStyleLevel", "level_compaction_dynamic_level_bytes=true"} <= settings
+    finally:
+        backend.dispose()

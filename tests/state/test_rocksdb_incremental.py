@@ -131,6 +131,26 @@ def test_restore_from_an_incremental_chain_equals_the_state(backends, job):
     assert snapshot.uploaded_bytes < handle.size / 2
 
 
+@pytest.mark.parametrize("before, after", [("level", "universal"), ("universal", "level")])
+def test_a_checkpoint_restores_under_the_other_compaction_style(backends, job, before, after):
+    """Switching RocksDBConfig.compaction between runs: the checkpoint's database opens with
+    the other style, keeps its entries and takes further incremental checkpoints."""
+    keys = range(20_000)
+    first = backends(compaction=before, write_buffer_size=256 << 10)
+    for round_ in range(3):                      # several flushes: more than one SST file
+        put_counts(first, keys, lambda k: k + round_)
+        _, handle = checkpoint(first, job, round_ + 1)
+    second = backends(compaction=after)
+    second.restore([handle], "file://" + str(job / "chk-3"))
+    assert counts(second, keys) == {k: k + 2 for k in keys}
+    put_counts(second, range(0, 20_000, 100), lambda k: -k)
+    _, next_handle = checkpoint(second, job, 4)
+    assert not all(next_handle.new_shared)       # still incremental: the restored files are reused
+    third = backends(compaction=before)
+    third.restore([next_handle], "file://" + str(job / "chk-4"))
+    assert counts(third, keys) == {k: (-k if k % 100 == 0 else k + 2) for k in keys}
+
+
 def test_rescale_two_to_three_from_incremental_checkpoints(backends, job):
     keys = list(range(3000))
     model = HashMapKeyedStateBackend("op", MAX_P, FULL)
