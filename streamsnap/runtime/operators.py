@@ -393,20 +393,19 @@ def keys_of(op: "StreamOperator", batch: Batch, rows: list, key: KeySelector | N
     groups as the sender computed them (runtime/shipped_key_groups.py): only the keys are read."""
     key, max_parallelism = key or op.key, op.ctx.max_parallelism
     try:
+        # A one-column key whose values the caller already has as a Python list.
+        position = -1
+        if columns is not None and key.function is None and len(key.columns) == 1 \
+                and isinstance(batch, pa.RecordBatch):
+            position = batch.schema.get_field_index(key.columns[0])
         if key_groups is not None:
-            if columns is not None and key.function is None and len(key.columns) == 1:
-                position = batch.schema.get_field_index(key.columns[0])
-                if position >= 0:
-                    return columns[position], key_groups
-            return key.keys_of_batch(batch, rows), key_groups
+            return (columns[position] if position >= 0 else key.keys_of_batch(batch, rows)), key_groups
         if isinstance(batch, pa.RecordBatch):
-            if columns is not None and key.function is None and len(key.columns) == 1:
-                position = batch.schema.get_field_index(key.columns[0])
-                if position >= 0:
-                    cache = op.__dict__.get("_key_group_cache")
-                    if cache is None:
-                        cache = op._key_group_cache = {}
-                    return _column_keys(key, batch, position, columns[position], max_parallelism, cache)
+            if position >= 0:
+                cache = op.__dict__.get("_key_group_cache")
+                if cache is None:
+                    cache = op._key_group_cache = {}
+                return _column_keys(key, batch, position, columns[position], max_parallelism, cache)
             keys = key.keys_of_batch(batch, rows)
             groups = key.key_groups(batch, max_parallelism, keys=keys if key.function is not None else None)
         else:
