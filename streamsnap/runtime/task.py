@@ -64,6 +64,12 @@ _MAX_IDLE_WAIT = 0.5
 ROW_CHUNK = 1024    # rows per input batch of a per-row head operator (runtime/input.py)
 
 
+def _rocksdb_metrics(op) -> dict | None:
+    """The operator's RocksDB native metrics (None: no keyed state on RocksDB)."""
+    native = getattr(getattr(op, "keyed_backend", None), "native_metrics", None)
+    return native() if native is not None else None
+
+
 class TaskCancelled(Exception):
     """The driver cancelled the task, or the connection to the driver is gone."""
 
@@ -649,7 +655,8 @@ class StreamTask:
             "operators": {op.ctx.uid: {"name": op.ctx.name, "records_in": op.records_in,
                                        "records_out": op.output.records_out if op.output else 0,
                                        "input_watermark": self._input_watermark(op),
-                                       "output_watermark": op.output.watermark if op.output else MIN_WATERMARK}
+                                       "output_watermark": op.output.watermark if op.output else MIN_WATERMARK,
+                                       "rocksdb": _rocksdb_metrics(op)}
                           for op in self.operators},
             "time": ({**self.time_account.reading(time.monotonic()), "attempt": self.deployment.attempt}
                      if self.time_account is not None else None),

@@ -71,7 +71,36 @@ def job_families(sample: JobSample) -> list[GaugeMetricFamily]:
         for index, values in vertex.time_shares.items():
             for key, family in shares.items():
                 family.add_metric(job + [vertex.id, str(index)], values[key])
-    return families + per_subtask + [rate_in, rate_out, bytes_in, bytes_out, *shares.values()]
+    return families + per_subtask + [rate_in, rate_out, bytes_in, bytes_out, *shares.values(),
+                                     *rocksdb_families(sample, job)]
+
+
+# RocksDB native metrics (Flink's state.backend.rocksdb.metrics.*), per operator subtask.
+_ROCKSDB = [
+    ("compactions_running", "rocksdbNumRunningCompactions", "Compactions RocksDB is running now."),
+    ("compaction_pending", "rocksdbCompactionPending", "1 when RocksDB has at least one compaction to do."),
+    ("pending_compaction_bytes", "rocksdbEstimatePendingCompactionBytes",
+     "Bytes RocksDB estimates its pending compactions rewrite."),
+    ("flushes_running", "rocksdbNumRunningFlushes", "Memtable flushes RocksDB is running now."),
+    ("flush_pending", "rocksdbMemTableFlushPending", "1 when a memtable flush is pending."),
+    ("live_sst_bytes", "rocksdbLiveSstFilesSize", "Bytes of the SST files of the current version."),
+    ("estimate_keys", "rocksdbEstimateNumKeys", "RocksDB's estimate of its entries (all states)."),
+    ("block_cache_bytes", "rocksdbBlockCacheUsage", "Bytes in RocksDB's block cache."),
+    ("memtables_bytes", "rocksdbCurSizeAllMemTables", "Bytes in RocksDB's memtables."),
+    ("write_cache_bytes", "rocksdbWriteCacheSize", "Bytes in streamsnap's write cache in front of RocksDB."),
+]
+
+
+def rocksdb_families(sample: JobSample, job: list[str]) -> list[GaugeMetricFamily]:
+    labels = JOB_LABELS + ["operator", "operator_uid", "subtask"]
+    families = {key: GaugeMetricFamily(name, documentation, labels=labels) for key, name, documentation in _ROCKSDB}
+    for vertex in sample.vertices:
+        for op in vertex.operators:
+            for index, values in op.rocksdb.items():
+                for key, family in families.items():
+                    if key in values:
+                        family.add_metric(job + [op.name, op.uid, str(index)], values[key])
+    return [f for f in families.values() if f.samples]
 
 
 def checkpoint_families(stats: CheckpointStatsSnapshot, job: list[str]) -> list[GaugeMetricFamily]:

@@ -33,6 +33,9 @@ class OperatorSample:
     # (MIN_WATERMARK: none yet, as Flink reports Long.MIN_VALUE).
     input_watermarks: dict[int, int] = field(default_factory=dict)
     output_watermarks: dict[int, int] = field(default_factory=dict)
+    # RocksDB native metrics by subtask index (keyed state on RocksDB only): compactions
+    # running/pending, flushes, live SST bytes, memory (state/backends/rocksdb.py NATIVE_METRICS).
+    rocksdb: dict[int, dict[str, int]] = field(default_factory=dict)
 
     @property
     def total_in(self) -> int:
@@ -92,6 +95,16 @@ def _watermarks(metrics_by_subtask: dict, vertex_id: str, uid: str) -> dict[int,
         m = (metrics.get("operators") or {}).get(uid) if vertex == vertex_id else None
         if m is not None:
             out[index] = (int(m.get("input_watermark", MIN_WATERMARK)), int(m.get("output_watermark", MIN_WATERMARK)))
+    return out
+
+
+def _rocksdb(metrics_by_subtask: dict, vertex_id: str, uid: str) -> dict[int, dict[str, int]]:
+    """{index: RocksDB native metrics} of one operator (empty: its state is not on RocksDB)."""
+    out = {}
+    for (vertex, index), metrics in sorted(metrics_by_subtask.items()):
+        m = (metrics.get("operators") or {}).get(uid) if vertex == vertex_id else None
+        if m is not None and m.get("rocksdb"):
+            out[index] = dict(m["rocksdb"])
     return out
 
 
@@ -161,7 +174,7 @@ class JobProgress:
                     node.uid, node.name, vertex.id, node.parallelism,
                     {i: c[0] for i, c in sorted(by_index.items())}, {i: c[1] for i, c in sorted(by_index.items())},
                     rate_in, rate_out, {i: w[0] for i, w in watermarks.items()},
-                    {i: w[1] for i, w in watermarks.items()}))
+                    {i: w[1] for i, w in watermarks.items()}, _rocksdb(metrics, vertex.id, node.uid)))
             network = {index: m for (vertex_id, index), m in metrics.items() if vertex_id == vertex.id}
             vertices.append(VertexSample(
                 vertex.id, vertex.name, vertex.parallelism, states.get(vertex.id, {}), tuple(operators),

@@ -199,6 +199,11 @@ def test_state_larger_than_block_cache_and_write_buffers(tmp_path, location):
         usage = backend.memory_usage()
         assert usage["memtables"] <= config.write_buffer_size * config.max_write_buffers
         assert usage["write_cache"] <= config.write_cache_size
+        native = backend.native_metrics()
+        assert set(native) == set(backend.NATIVE_METRICS) | {"block_cache_bytes", "memtables_bytes",
+                                                             "write_cache_bytes"}
+        assert native["live_sst_bytes"] > 4 * config.memory_bound
+        assert native["estimate_keys"] > 0 and native["compactions_running"] >= 0
         for i in range(0, n, 7):
             use_key(backend, i)
             assert value.value() == blob[i] and listing.get() == [i, -i]
@@ -211,6 +216,7 @@ def test_state_larger_than_block_cache_and_write_buffers(tmp_path, location):
         assert heap_value.value() == blob[n - 1]
     finally:
         backend.dispose()
+    assert backend.native_metrics() == {}       # a monitor asking after dispose gets nothing, not a crash
 
 
 def test_database_directory_is_deleted_on_dispose(rocks_config, location):

@@ -40,10 +40,10 @@ def event(i: int) -> dict:
     return {"key": i % 20, "value": 1}
 
 
-def start_job(spark, tmp_path, web: ss.WebConfig, name: str):
+def start_job(spark, tmp_path, web: ss.WebConfig, name: str, state_backend: str = "hashmap"):
     """Generator (2 subtasks, unbounded) → key_by → running sum → Collect, no periodic checkpoints."""
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, web=web)
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, web=web, state_backend=state_backend)
     (env.from_source(ss.sources.Generator(event, rate=500), name="events", uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.Collect(), name="out", uid="out"))

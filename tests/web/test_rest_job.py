@@ -30,7 +30,8 @@ def _metric(text: str, name: str, **labels) -> float:
 
 
 def test_rest_and_metrics_match_the_jobs_checkpoint_history(spark, tmp_path, no_leaked_threads):
-    client = start_job(spark, tmp_path, ss.WebConfig(port=0, bind="0.0.0.0", token=TOKEN), "web rest job")
+    client = start_job(spark, tmp_path, ss.WebConfig(port=0, bind="0.0.0.0", token=TOKEN), "web rest job",
+                       state_backend="rocksdb")
     port = urllib.parse.urlsplit(client.web_url).port
     base = f"http://127.0.0.1:{port}"
     jobs = f"{base}/jobs/{client.job_id}"
@@ -126,7 +127,9 @@ def test_rest_and_metrics_match_the_jobs_checkpoint_history(spark, tmp_path, no_
     assert _metric(text, "numberOfCompletedCheckpoints", **labels) == stats.counts.completed == 5
     assert _metric(text, "numberOfFailedCheckpoints", **labels) == 0
     assert _metric(text, "numberOfInProgressCheckpoints", **labels) == 0
-    assert _metric(text, "lastCheckpointSize", **labels) == stats.latest_completed.state_size
+    # RocksDB checkpoints are incremental: the size written vs the full size referenced.
+    assert _metric(text, "lastCheckpointSize", **labels) == stats.latest_completed.checkpointed_size
+    assert _metric(text, "lastCheckpointFullSize", **labels) == stats.latest_completed.state_size
     assert _metric(text, "lastCheckpointDuration", **labels) == pytest.approx(
         stats.latest_completed.end_to_end_duration * 1000)
     assert _metric(text, "lastCheckpointRestoreTimestamp", **labels) == -1
@@ -135,6 +138,11 @@ def test_rest_and_metrics_match_the_jobs_checkpoint_history(spark, tmp_path, no_
     assert _metric(text, "numRecordsIn", operator="sum", subtask="0", **labels) > 0
     assert _metric(text, "numRecordsOut", operator="Source: events", subtask="1", **labels) > 0
     assert _metric(text, "numBytesIn", task=chain["id"], subtask="0", **labels) > 0
+    # RocksDB's native metrics, for the keyed operator only.
+    assert _metric(text, "rocksdbEstimateNumKeys", operator="sum", subtask="0", **labels) >= 0
+    assert _metric(text, "rocksdbNumRunningCompactions", operator="sum", subtask="1", **labels) >= 0
+    assert _metric(text, "rocksdbBlockCacheUsage", operator="sum", subtask="1", **labels) > 0
+    assert not re.search(r'^rocksdb\w+\{[^}]*operator="Source: events"', text, re.M)
     vertex = stats.latest_completed.subtasks[0]
     assert _metric(text, "checkpointAlignmentTime", task=vertex.vertex_id, subtask=str(vertex.index),
                    **labels) == pytest.approx(vertex.alignment_duration * 1000)

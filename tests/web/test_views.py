@@ -117,7 +117,9 @@ def test_checkpoint_config_document():
 
 def sample() -> JobSample:
     src = OperatorSample("events", "Source: events", "src", 2, {0: 0, 1: 0}, {0: 40, 1: 60}, 0.0, 25.0)
-    total = OperatorSample("sum", "sum", "sum", 1, {0: 100}, {0: 100}, 25.0, 25.0, {0: 5_000}, {0: 4_000})
+    total = OperatorSample("sum", "sum", "sum", 1, {0: 100}, {0: 100}, 25.0, 25.0, {0: 5_000}, {0: 4_000},
+                           {0: {"compactions_running": 1, "compaction_pending": 0, "live_sst_bytes": 4096,
+                                "block_cache_bytes": 512}})
     out = OperatorSample("out", "Sink: out", "sum", 1, {0: 100}, {0: 0}, 25.0, 0.0)
     return JobSample("j1", "my job", "RUNNING", 1000.0, 1010.5, 1,
                      ({"failed_at": 1005.0, "cause": "lost subtask"},),
@@ -190,8 +192,14 @@ def test_prometheus_families_use_flinks_names():
                  f'busyTimeMsPerSecond{{{job},subtask="1",task="src"}} 200.0',
                  f'idleTimeMsPerSecond{{{job},subtask="1",task="src"}} 800.0',
                  f'currentInputWatermark{{{job},operator="sum",operator_uid="sum",subtask="0"}} 5000.0',
-                 f'currentOutputWatermark{{{job},operator="sum",operator_uid="sum",subtask="0"}} 4000.0']:
+                 f'currentOutputWatermark{{{job},operator="sum",operator_uid="sum",subtask="0"}} 4000.0',
+                 f'rocksdbNumRunningCompactions{{{job},operator="sum",operator_uid="sum",subtask="0"}} 1.0',
+                 f'rocksdbCompactionPending{{{job},operator="sum",operator_uid="sum",subtask="0"}} 0.0',
+                 f'rocksdbLiveSstFilesSize{{{job},operator="sum",operator_uid="sum",subtask="0"}} 4096.0',
+                 f'rocksdbBlockCacheUsage{{{job},operator="sum",operator_uid="sum",subtask="0"}} 512.0']:
         assert line in text.splitlines(), line
+    # Operators without RocksDB state (the source, the sink) have no RocksDB series.
+    assert not [line for line in text.splitlines() if line.startswith("rocksdb") and 'operator_uid="out"' in line]
 
 
 def test_rates_between_two_readings():

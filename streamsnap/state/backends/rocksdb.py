@@ -90,6 +90,7 @@ and restores take each file from its verified local copy before checkpoint stora
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -124,6 +125,8 @@ from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 from streamsnap.state.ttl import (check_same_ttl, clock_millis, is_ttl_tag, state_tag,
                                  tag_mismatch)
+
+log = logging.getLogger(__name__)
 
 MIB = 1 << 20
 LEVEL_BASE = 64 * MIB           # see _open_db
@@ -1139,6 +1142,30 @@ class RocksDBKeyedStateBackend:
                 "memtables": self._db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0,
                 "write_cache": self._cache.size}
 
+    # RocksDB's own figures that tell whether the database keeps up (Flink's RocksDB native
+    # metrics): name in streamsnap's metrics -> RocksDB property.
+    NATIVE_METRICS = {
+        "compactions_running": "rocksdb.num-running-compactions",
+        "compaction_pending": "rocksdb.compaction-pending",
+        "pending_compaction_bytes": "rocksdb.estimate-pending-compaction-bytes",
+        "flushes_running": "rocksdb.num-running-flushes",
+        "flush_pending": "rocksdb.mem-table-flush-pending",
+        "live_sst_bytes": "rocksdb.live-sst-files-size",
+        "estimate_keys": "rocksdb.estimate-num-keys",
+    }
+
+    def native_metrics(self) -> dict[str, int]:
+        """RocksDB's compaction and flush state and its sizes now, plus `memory_usage()`: what a
+        monitor needs to see a backend falling behind (pending compactions grow) or settled
+        (nothing pending or running), e.g. before measuring steady-state checkpoints."""
+        try:
+            # Called from the task's control thread: the database may close meanwhile.
+            values = {name: self._db.property_int_value(prop) or 0 for name, prop in self.NATIVE_METRICS.items()}
+        except import_rocksdict().DbClosedError:
+            return {}
+        values.update({f"{part}_bytes": size for part, size in self.memory_usage().items()})
+        return values
+
     # -- entries: through the write cache --------------------------------------------------
 
     def _read(self, rkey: bytes) -> bytes | None:
@@ -1524,8 +1551,9 @@ class RocksDBKeyedStateBackend:
         self._key = None
         try:
             self._db.close()
-        except Exception:
-            pass
+        except Exception:  # the directory is deleted next either way; say why it did not close
+            log.warning("RocksDB backend of operator '%s': closing the database failed", self.operator_uid,
+                        exc_info=True)
         with self._lock:
             delete = not self._live_snapshots
         if delete:
