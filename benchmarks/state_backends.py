@@ -288,11 +288,13 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
            for part in ("start_delay", "alignment_duration", "sync_duration", "async_duration")},
         # Per measured checkpoint: id, duration, and the slowest keyed subtask's start delay,
         # alignment, sync and async parts (s), then written and full bytes.
+        # (The parts only for the checkpoints the JobMaster's history still holds: None before.)
         "timeline": [[s.checkpoint_id, round(s.completed_at - s.triggered_at, 3),
                       *(round(max((getattr(sub, part) for sub in stats[s.checkpoint_id].subtasks
                                    if sub.vertex_id.startswith("sum")), default=0.0), 3)
+                        if s.checkpoint_id in stats else None
                         for part in ("start_delay", "alignment_duration", "sync_duration", "async_duration")),
-                      w, s.state_size] for s, w in zip(measured, written) if s.checkpoint_id in stats],
+                      w, s.state_size] for s, w in zip(measured, written)],
         "sync_max": max((sub.sync_duration for s in measured if s.checkpoint_id in stats
                          for sub in stats[s.checkpoint_id].subtasks), default=float("nan")),
         "full_bytes": int(np.median(full)), "written_bytes": int(np.median(written)),

@@ -350,7 +350,7 @@ def test_large_state_options_reach_the_database(tmp_path):
             f"level0_file_num_compaction_trigger={config.level0_compaction_trigger}",
             "compaction_style=kCompactionStyleUniversal"} <= settings
     [universal] = [line for line in settings if line.startswith("compaction_options_universal=")]
-    assert "max_size_amplification_percent=100;" in universal and "min_merge_width=4;" in universal
+    assert "max_size_amplification_percent=200;" in universal and "min_merge_width=4;" in universal
 
 
 def test_leveled_compaction_on_request(tmp_path):
