@@ -266,10 +266,9 @@ def state_backend_rows(results: dict) -> list[tuple]:
                        f"({_fmt_s(r['load_drained_after'])} after the source finished it)"
                        if "load_drained_after" in r else "")
                     + (f" (of them {r['materialized']} with a new materialization)" if r.get("materialized") else "")
-                    + (f"; window from RocksDB's compactions of the load done "
-                       f"({_fmt_s(r['compactions_settled_after'])} later; checkpoints before it wrote "
-                       f"{r['settling_written_bytes'] / 1e6:.1f} MB: the load's compaction output)"
-                       if r.get("compactions_settled_after") is not None else "")
+                    + (f"; largest single upload {r['largest_written_bytes'] / 1e6:.1f} MB "
+                       f"({r['largest_written_share']:.0%} of its checkpoint)"
+                       if r.get("largest_written_bytes") is not None and backend == "rocksdb" else "")
                     + (f", of it in-flight data {r['in_flight_bytes'] / 1e6:.1f} MB (median)" if r.get("unaligned") else ""),
                     text, _verdict(ok)))
         restore = r.get("restore")

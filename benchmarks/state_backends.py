@@ -32,13 +32,13 @@ Figures, per backend:
   periodic materializations too, so the mean written share is the amortized one (log segments
   + materializations); `materialized` counts the checkpoints in the window that referenced a
   new materialization;
-* plain incremental RocksDB (`settle_compactions=True`): after the load RocksDB compacts the
-  load's files, and the checkpoint after that uploads the compaction's output — a one-off of
-  the size of the state, like changelog mode's first materialization. The window starts once
-  every keyed subtask's RocksDB reports no compaction or flush pending or running (its native
-  metrics, `rocksdbCompactionPending` & co.), after one more checkpoint; what the checkpoints
-  before it wrote is `settling_written_bytes`. A long window then holds the steady
-  compactions (universal: runs of the 1 % changes merged every few flushes), amortized in the mean;
+* plain incremental RocksDB: the load reaches RocksDB as many flushes (sorted runs); the first
+  compaction after it — picked once the steady phase's flushes reach the trigger, a few
+  checkpoints into the window; RocksDB's native metrics show nothing pending before — merges
+  them, and the checkpoint after it uploads about the whole state once (a one-off, like changelog
+  mode's first materialization; `largest_written_bytes`). The window of 30 checkpoints includes
+  it and the steady compactions (universal: runs of the 1 % changes merged every few flushes),
+  all in the mean;
 * recovery: one `sum` subtask SIGKILLed in the steady phase; the full restart restores all K
   keys; seconds from the kill to the first row at the sink after the restore (the JobMaster's
   recovery log), and from the kill to RUNNING. With `local_recovery=True` (passed through to
@@ -169,24 +169,9 @@ def _new_materializations(summary) -> set[int]:
             and h.materialization is not None}
 
 
-def _compactions_settled(client) -> bool | None:
-    """Whether every keyed (`sum`) subtask's RocksDB has no compaction or flush running or
-    pending, from the subtasks' RocksDB native metrics (None: no reading yet). Asks for a fresh
-    reading first (the subtasks reply within a few milliseconds)."""
-    master = client._master
-    master.request_metrics()
-    time.sleep(0.2)
-    native = [op.get("rocksdb") for (vertex, _), m in master.operator_metrics().items() if vertex.startswith("sum")
-              for op in (m.get("operators") or {}).values() if op.get("rocksdb")]
-    if len(native) < PARALLELISM:
-        return None
-    return all(n["compactions_running"] == 0 and n["compaction_pending"] == 0 and n["flushes_running"] == 0
-               and n["flush_pending"] == 0 for n in native)
-
-
 def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, changed: float = 0.01,
                 interval: float = 1.0, timeout: float = 900.0, unaligned: bool = False, label: str | None = None,
-                settle: bool = False, settle_compactions: bool = False, **env_options) -> dict:
+                settle: bool = False, **env_options) -> dict:
     """Run the two-phase job on `state_backend`; see the module docstring for the figures."""
     directory = workloads._checkpoint_dir("state-")
     markers = tempfile.mkdtemp(prefix="markers-", dir=directory)
@@ -205,7 +190,6 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
     deadline = time.monotonic() + timeout
     loaded_at = None        # the sources finished the load
     consumed_at = None      # the keyed operator had consumed it (network buffers drained of it)
-    settled_at = None       # settle_compactions: then RocksDB had compacted it (nothing pending)
 
     def collect():
         for summary in list_checkpoints(os.path.join(directory, "ckpt")):
@@ -221,8 +205,6 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         # Checkpoints triggered after the keyed operator consumed the load, except the first
         # (it uploads the load's last writes).
         after = [s for i, s in sorted(seen.items()) if consumed_at is not None and s.triggered_at > consumed_at]
-        if settle_compactions:
-            return [s for s in after if settled_at is not None and s.triggered_at > settled_at][1:]
         if not settle or not after:
             return after[1:]
         first = after[0].checkpoint_id
@@ -242,8 +224,6 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
                                    f"{steady_checkpoints} steady checkpoints")
             loaded_at = loaded_at or _steady_since(markers)
             consumed_at = consumed_at or (loaded_at and _consumed_since(markers, keys))
-            if settle_compactions and consumed_at and settled_at is None and _compactions_settled(client):
-                settled_at = time.time()
             collect()
             time.sleep(0.1)
         stats = {c.checkpoint_id: c for c in client.checkpoint_stats().history}
@@ -272,13 +252,10 @@ def large_state(spark, keys: int, state_backend, steady_checkpoints: int = 5, ch
         # the load rows queued in the network buffers, which the measured window leaves out.
         "load_drained_after": consumed_at - loaded_at,
         "materialized": sum(1 for s in measured if materializing.get(s.checkpoint_id)),
-        # settle_compactions: seconds from then until RocksDB had no compaction or flush pending
-        # or running (the load's own compactions done), and what the checkpoints in between wrote
-        # (the load's compaction output: a one-off the window leaves out, reported here).
-        "compactions_settled_after": (settled_at - consumed_at) if settled_at is not None else None,
-        "settling_written_bytes": (sum(s.incremental_size or 0 for s in seen.values()
-                                       if consumed_at < s.triggered_at < measured[0].triggered_at)
-                                   if settled_at is not None and measured else None),
+        # The largest single upload in the window and its share of that checkpoint's full size
+        # (plain incremental RocksDB: the one-off compaction of the load's files, see above).
+        "largest_written_bytes": max(written),
+        "largest_written_share": max(w / f for w, f in zip(written, full) if f),
         "p50": float(np.percentile(durations, 50)), "p99": float(np.percentile(durations, 99)),
         # Where a checkpoint's time goes, per checkpoint the slowest subtask's part (median
         # over the measured checkpoints): trigger → barrier, alignment, sync, async.

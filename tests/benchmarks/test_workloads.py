@@ -69,10 +69,9 @@ def test_large_state_measures_steady_checkpoints_and_a_recovery(spark):
     from benchmarks import report, state_backends
 
     r = state_backends.large_state(spark, 50_000, "rocksdb", steady_checkpoints=2, changed=0.02, interval=0.5,
-                                   local_recovery=True, settle_compactions=True)
+                                   local_recovery=True)
     assert r["checkpoints"] == 2 and 0 < r["p50"] <= r["p99"] < 30
-    # The window started once RocksDB's native metrics showed the load's compactions done.
-    assert r["compactions_settled_after"] >= 0 and r["settling_written_bytes"] > 0
+    assert 0 < r["largest_written_bytes"] <= max(row[6] for row in r["timeline"])
     # 2 % of the keys changed per interval: an incremental checkpoint writes a fraction of the state.
     assert 0 < r["written_bytes"] < r["full_bytes"] and r["written_share"] < 0.5
     assert 0 < r["recovery_running"] <= r["recovery_first_output"] < 60
@@ -81,7 +80,6 @@ def test_large_state_measures_steady_checkpoints_and_a_recovery(spark):
     rendered = report.state_backend_rows({"state_backends": {"rocksdb+local": r}})
     assert "50,000 keys on rocksdb+local" in rendered[0][0]
     assert "locally" in rendered[1][3]
-    assert "compactions of the load done" in rendered[0][3]
     # Where the duration went: each part of it per measured checkpoint, their medians rendered.
     assert len(r["timeline"]) <= 2 and all(len(row) == 8 for row in r["timeline"])
     assert all(r[f"{part}_p50"] >= 0 for part in ("start_delay", "alignment_duration", "sync_duration",
