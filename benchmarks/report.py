@@ -102,6 +102,15 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                         f"p50 {_fmt_s(una['duration_p50'])} / max {_fmt_s(una['duration_max'])}",
                         f"aligned p50 {_fmt_s(slow['duration_p50'])}", "", "≤ 100 ms",
                         _verdict(una["duration_p50"] <= TARGETS["unaligned_duration"])))
+        deb = bp.get("debloated")
+        if deb:
+            out.append((f"aligned checkpoint duration under backpressure, buffer debloating "
+                        f"(target {deb.get('debloat_target', 0.2):g} s)",
+                        f"p50 {_fmt_s(deb['duration_p50'])} / max {_fmt_s(deb['duration_max'])}",
+                        f"without p50 {_fmt_s(slow['duration_p50'])}",
+                        f"barrier start delay p50 {_fmt_s(deb['start_delay_p50'])} (without "
+                        f"{_fmt_s(slow['start_delay_p50'])})", "", "–"))
+        if una:
             out.append(("unaligned barrier start delay under backpressure",
                         f"p50 {_fmt_s(una['start_delay_p50'])}",
                         f"aligned p50 {_fmt_s(slow['start_delay_p50'])}",

@@ -442,17 +442,24 @@ def checkpoint_cost(spark, k: int, seconds: float, interval: float = 1.0) -> dic
             "sync_max": max((s.sync_duration for c in checkpoints for s in c.subtasks), default=0.0)}
 
 
+DEBLOAT_TARGET = 0.2    # seconds (Flink's default is 1 s; the backpressured in-flight data here is ~1-2 s)
+
+
 def backpressure(spark, seconds: float, k: int = 1000) -> dict:
     """Alignment and checkpoint duration with a slow sink, against the same job unthrottled,
-    and the backpressured job again with unaligned checkpoints.
+    and the backpressured job again with unaligned checkpoints and with buffer debloating
+    (aligned, `NetworkConfig(debloat_target=DEBLOAT_TARGET)`).
 
     The throttled sink takes 15 µs a row: ~130 K rows/s over both subtasks against 200 K/s of
     input, so buffers fill, sources are held back by credits, and aligned barriers queue behind
-    the buffered data; unaligned ones overtake it and persist it instead."""
+    the buffered data; unaligned ones overtake it and persist it instead; debloated frames keep
+    that data to about the target's worth of processing."""
     out = {}
-    for label, throttle, unaligned in (("free", 0.0, False), ("backpressured", 1.5e-5, False),
-                                       ("unaligned", 1.5e-5, True)):
-        env = _environment(spark, "row", 1.0, network=ss.NetworkConfig(batch_size=8192), unaligned=unaligned)
+    for label, throttle, unaligned, debloat in (("free", 0.0, False, None), ("backpressured", 1.5e-5, False, None),
+                                                ("unaligned", 1.5e-5, True, None),
+                                                ("debloated", 1.5e-5, False, DEBLOAT_TARGET)):
+        env = _environment(spark, "row", 1.0, network=ss.NetworkConfig(batch_size=8192, debloat_target=debloat),
+                           unaligned=unaligned)
         rate = 200_000
         build_w1(env, int(rate * seconds), k, "row", ss.sinks.Discard(), rate=rate, slow_sink=throttle)
         checkpoints = _run_collecting_checkpoints(env, f"backpressure {label}")
@@ -462,7 +469,7 @@ def backpressure(spark, seconds: float, k: int = 1000) -> dict:
         start_delay = [s.start_delay for s in keyed]
         durations = [c.end_to_end_duration for c in checkpoints]
         persisted = [sum(s.bytes_persisted_of_in_flight_data for s in c.subtasks) for c in checkpoints]
-        out[label] = {"checkpoints": len(checkpoints),
+        out[label] = {"checkpoints": len(checkpoints), "debloat_target": debloat,
                       "persisted_in_flight_bytes_p50": _median_or_nan(persisted),
                       "persisted_in_flight_bytes_max": max(persisted, default=0),
                       "start_delay_p50": _median_or_nan(start_delay),

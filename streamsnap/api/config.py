@@ -164,6 +164,12 @@ class NetworkConfig:
     credits: data frames a receiver lets each channel have in flight (credit-based flow
       control); together with `max_frame_bytes` this bounds memory per channel.
     output_queue_frames: frames a sender queues per channel before its task stops producing.
+    debloat_target: None (off, the default, as in Flink) or seconds: buffer debloating — each
+      receiving task measures the rows it consumes per busy second and has its senders cut
+      frames so the data in flight to it (credits + queued frames per channel) is about this
+      long to process (Flink's buffer-debloat target, 1 s there). Under backpressure an aligned
+      barrier then waits behind about that much data instead of `credits + output_queue_frames`
+      full batches per channel (`streamsnap.network.debloat`). Frames never exceed `batch_size`.
     """
 
     buffer_timeout: float = 0.1
@@ -171,6 +177,7 @@ class NetworkConfig:
     credits: int = 4
     output_queue_frames: int = 4
     bind_host: str | None = None
+    debloat_target: float | None = None
 
     def __post_init__(self):
         owner = "NetworkConfig"
@@ -178,6 +185,10 @@ class NetworkConfig:
         _int_at_least(owner, "batch_size", self.batch_size, 1)
         _int_at_least(owner, "credits", self.credits, 1)
         _int_at_least(owner, "output_queue_frames", self.output_queue_frames, 1)
+        if _positive_number(owner, "debloat_target", self.debloat_target, allow_none=True) is not None \
+                and math.isinf(self.debloat_target):
+            raise ConfigurationError(f"{owner}.debloat_target must be a finite number of seconds (1.0 is "
+                                     f"Flink's default) or None to turn debloating off, got {self.debloat_target!r}")
         if self.bind_host is not None and not isinstance(self.bind_host, str):
             raise ConfigurationError(f"NetworkConfig.bind_host must be a host name or None, got {self.bind_host!r}")
 

@@ -117,6 +117,8 @@ class OutputChannel:
         self.bytes_sent = 0
         self.max_frame_bytes = 0
         self.closed = False
+        # Rows per data frame the receiver asked for (buffer debloating; None: the batch size).
+        self.frame_rows: int | None = None
         # The head frame was handed to the poller and may be partly on the wire already.
         self._head_in_flight = False
 

@@ -29,6 +29,8 @@ class FrameKind(enum.IntEnum):
     # An unaligned checkpoint barrier: it was put ahead of the sender's queued frames, and the
     # receiver announces it on arrival, ahead of the frames it holds (runtime.unaligned_barriers).
     PRIORITY_EVENT = 6
+    # Receiver → sender: cut data frames at this many rows (u32; buffer debloating, network.debloat).
+    FRAME_SIZE = 7
 
 
 class FrameError(ValueError):
@@ -67,6 +69,19 @@ def decode_credit(payload: bytes) -> int:
     if len(payload) != 4:
         raise FrameError(f"credit frame must carry 4 bytes, got {len(payload)}")
     return struct.unpack("!I", payload)[0]
+
+
+def encode_frame_size(rows: int) -> bytes:
+    return encode_frame(FrameKind.FRAME_SIZE, struct.pack("!I", rows))
+
+
+def decode_frame_size(payload: bytes) -> int:
+    if len(payload) != 4:
+        raise FrameError(f"frame-size frame must carry 4 bytes, got {len(payload)}")
+    rows = struct.unpack("!I", payload)[0]
+    if rows < 1:
+        raise FrameError("frame-size frame announces 0 rows")
+    return rows
 
 
 def encode_batches(batches: list[pa.RecordBatch]) -> pa.Buffer:

@@ -27,7 +27,8 @@ from streamsnap.network import auth
 from streamsnap.network.acceptor import Acceptor
 from streamsnap.network.channels import ChannelId, InputChannel, OutputChannel
 from streamsnap.network.frames import (
-    FrameDecoder, FrameError, FrameKind, decode_credit, encode_credit, encode_frame,
+    FrameDecoder, FrameError, FrameKind, decode_credit, decode_frame_size, encode_credit, encode_frame,
+    encode_frame_size,
 )
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class TaskNetwork:
         self._inputs: dict[int, _Connection] = {}
         self._outputs: list[_Connection] = []
         self._connections: list[_Connection] = []
+        self._frame_rows: int | None = None           # the last size announced to the senders
         self.error: BaseException | None = None
 
     # ------------------------------------------------------------------ any thread
@@ -115,6 +117,15 @@ class TaskNetwork:
         if conn.unreturned * 2 >= channel.credits:
             self._grant(conn, conn.unreturned)
             conn.unreturned = 0
+
+    def announce_frame_rows(self, rows: int) -> None:
+        """Ask every upstream sender to cut data frames at `rows` rows (buffer debloating)."""
+        self._frame_rows = rows
+        frame = encode_frame_size(rows)
+        for conn in self._inputs.values():
+            if not conn.closed:
+                conn.pending_out += frame
+                self._write_credits(conn)
 
     def poll(self, timeout: float | None = 0.0) -> None:
         """Send what can be sent, read what arrived; wait up to `timeout` if nothing did."""
@@ -189,6 +200,8 @@ class TaskNetwork:
             self._connections.append(conn)
             self._inputs[conn.input.index] = conn
             self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+            if self._frame_rows is not None:   # a sender connecting late hears the current size
+                conn.pending_out += encode_frame_size(self._frame_rows)
             self._grant(conn, conn.input.credits)  # the initial window
 
     def _drain_wake(self) -> None:
@@ -229,9 +242,12 @@ class TaskNetwork:
                     channel.on_frame(kind, payload)
             else:
                 for kind, payload in conn.decoder.received(received):
-                    if kind is not FrameKind.CREDIT:
+                    if kind is FrameKind.CREDIT:
+                        conn.output.add_credit(decode_credit(payload))
+                    elif kind is FrameKind.FRAME_SIZE:
+                        conn.output.frame_rows = decode_frame_size(payload)
+                    else:
                         raise FrameError(f"unexpected {kind.name} frame on output channel {conn.output.channel_id}")
-                    conn.output.add_credit(decode_credit(payload))
                 self._send(conn)
         except FrameError as exc:
             self._lost(conn, exc)

@@ -95,7 +95,7 @@ class RecordWriter:
             first = self._since[channel]
             if first is None or since < first:
                 self._since[channel] = since
-            if flush_now or self._rows[channel] >= self._batch_size:
+            if flush_now or self._rows[channel] >= (self.channels[channel].frame_rows or self._batch_size):
                 self._flush(channel)
 
     def _flush(self, channel: int) -> None:
@@ -114,13 +114,9 @@ class RecordWriter:
             batches.append(part)
         if rows:
             batches.append(to_record_batch(rows, self._schema))
-        # One frame per run of batches sharing a schema (an IPC stream has one schema).
-        start = 0
         target = self.channels[channel]
-        for i in range(1, len(batches) + 1):
-            if i == len(batches) or batches[i].schema != batches[start].schema:
-                target.enqueue(FrameKind.DATA, encode_batches(batches[start:i]))
-                start = i
+        for frame in _frames(batches, target.frame_rows):
+            target.enqueue(FrameKind.DATA, encode_batches(frame))
         self._parts[channel] = []
         self._rows[channel] = 0
         self._since[channel] = None
@@ -184,6 +180,34 @@ class RecordWriter:
     @property
     def peak_queued_bytes(self) -> int:
         return max((c.peak_queued_bytes for c in self.channels), default=0)
+
+
+def _frames(batches: list[pa.RecordBatch], limit: int | None) -> list[list[pa.RecordBatch]]:
+    """The batches grouped into data frames: one per run of batches sharing a schema (an IPC
+    stream has one schema) and, when the receiver asked for frames of at most `limit` rows
+    (buffer debloating), cut at that many rows (zero-copy slices)."""
+    frames: list[list[pa.RecordBatch]] = []
+    current: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        if current and batch.schema != current[0].schema:
+            frames.append(current)
+            current, rows = [], 0
+        if limit is None:
+            current.append(batch)
+            continue
+        offset = 0
+        while offset < batch.num_rows:
+            if rows >= limit:
+                frames.append(current)
+                current, rows = [], 0
+            take = min(limit - rows, batch.num_rows - offset)
+            current.append(batch if take == batch.num_rows else batch.slice(offset, take))
+            offset += take
+            rows += take
+    if current:
+        frames.append(current)
+    return frames
 
 
 def _joined(batches: list[Batch]) -> list[Batch]:

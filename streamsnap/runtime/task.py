@@ -36,6 +36,7 @@ from streamsnap.errors import DataError, StreamsnapError, UserFunctionError
 from streamsnap.graph.stream_graph import NodeKind
 from streamsnap.network.channels import InputChannel, OutputChannel
 from streamsnap.network.control import connect_control
+from streamsnap.network.debloat import BufferDebloater
 from streamsnap.network.poller import DataServer, TaskNetwork, connect_output
 from streamsnap.runtime.allocator import tune_allocator
 from streamsnap.runtime.collector import freeze_after_setup, unfreeze_at_teardown
@@ -171,6 +172,7 @@ class StreamTask:
         self._source_wait = 0.0
         # Idle / backpressured / busy time of the running loop (runtime/task_time.py).
         self.time_account: TaskTimeAccount | None = None
+        self._debloater: BufferDebloater | None = None     # NetworkConfig(debloat_target=...)
         # The event time the head operator was last told (its currentInputWatermark).
         self._head_input_watermark = MIN_WATERMARK
         self._upstream_of: dict[str, object] = {}   # chained operator uid -> the operator feeding it
@@ -289,6 +291,11 @@ class StreamTask:
                                             self.clock, self.name, self.vertex.input_of,
                                             max_rows=self.deployment.network.batch_size,
                                             unaligned=self.deployment.unaligned_checkpoints)
+            network = self.deployment.network
+            if network.debloat_target is not None:
+                self._debloater = BufferDebloater(network.debloat_target, len(self._inputs),
+                                                  network.credits + network.output_queue_frames,
+                                                  network.batch_size)
 
     def _restore_channel_state(self) -> None:
         """In-flight data of the unaligned checkpoint restored: in front of the channels,
@@ -350,6 +357,8 @@ class StreamTask:
             outputs_available = self._outputs_available()
             worked = self._step() if outputs_available else False
             now = time.monotonic()
+            if self._debloater is not None and self._debloater.due(now):
+                self._debloat(now)
             deadline = None
             for writer in self.writers:
                 due = writer.flush_due(now)
@@ -377,6 +386,12 @@ class StreamTask:
             account.begin_wait(now, not outputs_available)
             network.poll(timeout)
             account.end_wait(time.monotonic())
+
+    def _debloat(self, now: float) -> None:
+        """Buffer debloating: from the rows consumed per busy second, the frame size senders cut."""
+        rows = self._debloater.update(now, self.head.records_in, self.time_account.reading(now)["idle"])
+        if rows is not None:
+            self.network.announce_frame_rows(rows)
 
     def _outputs_available(self) -> bool:
         for writer in self.writers:
@@ -665,6 +680,8 @@ class StreamTask:
             "bytes_received": sum(c.bytes_received for c in self._inputs),
             "bytes_sent": sum(c.bytes_sent for c in self._outputs),
             "max_frame_bytes": max((c.max_frame_bytes for c in self._outputs), default=0),
+            # Buffer debloating: the smallest frame size (rows) a receiver asked of this task.
+            "frame_rows": min((c.frame_rows for c in self._outputs if c.frame_rows is not None), default=None),
             "refused_connections": self._server.refused if self._server else 0,
             "local_recovery": self.local_store.metrics() if self.local_store is not None else None,
         }

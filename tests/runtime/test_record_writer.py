@@ -17,6 +17,8 @@ from streamsnap.state.key_groups import assign_key_groups, subtasks_for_key_grou
 
 
 class _Channel:
+    frame_rows = None       # no buffer-debloating ask from the receiver
+
     def __init__(self):
         self.frames = []
 
@@ -117,3 +119,14 @@ def test_a_single_channel_and_a_zero_timeout_hold_nothing():
         writer, outs, calls = _writer(channels, timeout=timeout)
         writer.process(_rows(0, 10))
         assert calls == [10]
+
+
+def test_a_receivers_frame_size_ask_cuts_frames_and_flushes_sooner():
+    """Buffer debloating: with the receiver asking for 100-row frames, a 1000-row network batch
+    size no longer decides; rows and their order are kept."""
+    writer, [out], _ = _writer(1, batch_size=1000, timeout=10.0)
+    out.frame_rows = 100
+    writer.process([{"k": i} for i in range(150)])          # flushed at 100 rows, not 1000
+    sizes = [sum(b.num_rows for b in decode_batches(p)) for k, p in out.frames if k is FrameKind.DATA]
+    assert sizes == [100, 50]
+    assert [r["k"] for r in out.rows()] == list(range(150))

@@ -96,6 +96,8 @@ def test_ints_into_a_float_field_and_fields_in_another_order_take_the_general_pa
 
 # ----------------------------------------------------------------------------- routing by key
 class _Channel:
+    frame_rows = None       # no buffer-debloating ask from the receiver
+
     def __init__(self):
         self.payloads = []
 
