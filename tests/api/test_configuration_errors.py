@@ -52,6 +52,20 @@ def test_checkpoint_config(kwargs, message):
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batch_size": 0}, "NetworkConfig.batch_size must be an integer >= 1"),
+    ({"credits": 0}, "NetworkConfig.credits must be an integer >= 1"),
+    ({"debloat_target": 0}, "NetworkConfig.debloat_target must be > 0, got 0"),
+    ({"debloat_target": "1s"}, "NetworkConfig.debloat_target must be a number of seconds, got '1s'"),
+    ({"debloat_target": float("inf")}, "NetworkConfig.debloat_target must be a finite number of seconds"),
+])
+def test_network_config(kwargs, message):
+    with pytest.raises(ss.ConfigurationError) as info:
+        ss.NetworkConfig(**kwargs)
+    assert message in str(info.value)
+    assert ss.NetworkConfig(debloat_target=1.0).debloat_target == 1.0
+
+
 def test_restart_strategies_validate_their_arguments():
     with pytest.raises(ss.ConfigurationError, match="attempts must be an integer >= 0"):
         ss.RestartStrategy.fixed_delay(attempts=-1)
