@@ -1384,10 +1384,10 @@ class RocksDBKeyedStateBackend:
         if self.last_completed_checkpoint_id is None or checkpoint_id > self.last_completed_checkpoint_id:
             self.last_completed_checkpoint_id = checkpoint_id
         self._uploads.notify_complete(checkpoint_id)
+        if self.changelog is not None:       # first: it tells the local store what to hold
+            self.changelog.notify_checkpoint_complete(checkpoint_id)
         if self.local_store is not None:
             self.local_store.checkpoint_complete(checkpoint_id)
-        if self.changelog is not None:
-            self.changelog.notify_checkpoint_complete(checkpoint_id)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         if self.changelog is not None:
