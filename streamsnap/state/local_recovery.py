@@ -313,10 +313,6 @@ class LocalRecoveryStore:
             for name in names:
                 self._released |= self._pinned.pop(name, set())
 
-    def pinned(self) -> list[str]:
-        with self._lock:
-            return sorted(self._pinned)
-
     # -- retention --------------------------------------------------------------------------
 
     def checkpoint_complete(self, checkpoint_id: int) -> None:

@@ -461,7 +461,7 @@ class KeyedChangelog:
     def _keep_restored(self, handle: ChangelogStateHandle, base_location: str,
                        local: LocalRecoveryStore) -> None:
         """The restored log continues: its next checkpoints reference the restored files, so
-        retention keeps their local copies (the materialization's under its id, held)."""
+        retention keeps their local copies (the materialization's pinned while it is the base)."""
         if handle.materialization is not None:
             m = handle.materialization
             local.pin(self._pin_name(handle.materialization_id),
