@@ -126,6 +126,30 @@ def test_retention_keeps_the_latest_checkpoint_and_the_shared_files_it_reference
     assert not Path(store.job_directory).exists()
 
 
+def test_pinned_files_outlive_completions_until_released(store, storage, tmp_path):
+    sst = tmp_path / "000012.sst"
+    sst.write_bytes(b"sst bytes")
+    store.keep_file(str(sst), url_in(storage, "shared/m.sst"), pinned_by="materialization 1")
+    store.keep_file(str(sst), url_in(storage, "shared/both.sst"), pinned_by="materialization 1",
+                    referenced_by=3)
+    store.checkpoint_complete(2)
+    assert local_files(store) == ["shared/both.sst", "shared/m.sst"]
+    store.release(["materialization 1"])
+    store.checkpoint_complete(3)                    # released: gone unless 3 references it
+    assert local_files(store) == ["shared/both.sst"]
+
+
+def test_read_returns_a_verified_copy_and_deletes_a_rejected_one(store, storage):
+    url = url_in(storage, "shared/segment")
+    assert store.keep_bytes(b"segment", url) == store.local_path(url)
+    assert store.read(url, 7, lambda data: data == b"segment") == b"segment"
+    assert store.read(url, 7, lambda data: False) is None
+    assert not os.path.exists(store.local_path(url))
+    assert store.read(url, 7, lambda data: True) is None
+    counts = store.restored
+    assert (counts.local_files, counts.local_rejected, counts.local_missing) == (1, 1, 1)
+
+
 def test_the_directory_option_is_checked_and_the_default_is_spark_scratch_space(monkeypatch, tmp_path):
     assert check_directory_option(None) is None
     assert check_directory_option(str(tmp_path)) == str(tmp_path)
