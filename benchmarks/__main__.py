@@ -208,6 +208,12 @@ def run_state_backends(spark, p: dict, results: dict) -> None:
     results["state_backends"]["rocksdb+changelog"] = state_backends.large_state(
         spark, p["large_state_keys"], RocksDBConfig(changelog=ChangelogConfig(materialization_interval=30.0)),
         steady_checkpoints=35, label="rocksdb+changelog", settle=True)
+    # ... and with task-local recovery: its restore reads the materialization and the log locally
+    # (`python -m benchmarks.changelog_recovery` alternates the two for a paired comparison).
+    print(f"  {p['large_state_keys']:,} keys on rocksdb, changelog with local recovery ...", flush=True)
+    results["state_backends"]["rocksdb+changelog+local"] = state_backends.large_state(
+        spark, p["large_state_keys"], RocksDBConfig(changelog=ChangelogConfig(materialization_interval=30.0)),
+        steady_checkpoints=3, label="rocksdb+changelog+local", settle=True, local_recovery=True)
     # RocksDB with unaligned checkpoints: the barrier no longer waits behind the busy keyed
     # task's input, but the input it overtakes is written with each checkpoint.
     print(f"  {p['large_state_keys']:,} keys on rocksdb, unaligned checkpoints ...", flush=True)

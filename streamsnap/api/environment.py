@@ -113,10 +113,6 @@ class StreamEnvironment:
         if state_backend != "hashmap":
             from streamsnap.state.backends.rocksdb import import_rocksdict
             import_rocksdict()      # fail here, on the driver, not later inside a Spark task
-            if state_backend.changelog is not None and self.local_recovery:
-                raise ConfigurationError(
-                    "RocksDBConfig(changelog=...) does not support local_recovery=True yet; turn one of "
-                    "them off")
         if restart is not None and not isinstance(restart, RestartStrategy):
             raise ConfigurationError(f"StreamEnvironment.restart must be a RestartStrategy, got {restart!r}")
         if network is not None and not isinstance(network, NetworkConfig):

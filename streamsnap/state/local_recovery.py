@@ -9,8 +9,10 @@ subtask that lands where it ran before finds its files on local disk and only ve
 Layout, one per host and job, mirroring the checkpoint storage below the job directory::
 
     <root>/<job id>/chk-<n>/<file name>     private files of checkpoint n (heap snapshots,
-                                             RocksDB full snapshots and incremental bundles)
-    <root>/<job id>/shared/<file name>      SST files of incremental RocksDB checkpoints
+                                             RocksDB full snapshots and incremental bundles,
+                                             changelog manifests)
+    <root>/<job id>/shared/<file name>      SST files of incremental RocksDB checkpoints; the
+                                             changelog's segments and materializations
 
 `<root>` is `StreamEnvironment(local_recovery_dir=...)`, else `streamsnap-local-state` under the
 executor's scratch directory (the first entry of `SPARK_LOCAL_DIRS`, which Spark deletes when
@@ -26,7 +28,10 @@ stays remote-only.
 
 Retention: when checkpoint n completes, the local `chk-<m>` directories with m < n are deleted
 (every subtask restores the latest completed checkpoint, so none is read again), and the local
-shared files this task's snapshots referenced for older checkpoints but not for n. When a task
+shared files this task's snapshots referenced for older checkpoints but not for n (nor for a
+newer one still pending, nor *pinned*: a changelog's materializations, which later checkpoints
+build on although an older checkpoint's cut took them, stay pinned until the changelog releases
+them). When a task
 finishes with its job, the job's local directory goes; after a cancelled or failed job the
 driver deletes it in local mode, and on a cluster Spark deletes its scratch directory when the
 application ends (a `local_recovery_dir` of the user's keeps such leftovers until deleted).
@@ -41,7 +46,7 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from streamsnap.checkpoint import filesystem
@@ -129,6 +134,10 @@ class LocalRecoveryStore:
         self.write_failures = 0
         # Local shared files (paths) the snapshots of each checkpoint reference.
         self._shared_refs: dict[int, set[str]] = {}
+        # Local shared files pinned under a name (a changelog's materialization) until released,
+        # and the released ones (deleted at the next completion unless referenced).
+        self._pinned: dict[str, set[str]] = {}
+        self._released: set[str] = set()
         self._confirmed = -1
 
     def __repr__(self) -> str:
@@ -156,10 +165,12 @@ class LocalRecoveryStore:
         local place); use it as a context manager."""
         return DuplicatingWriter(self, url, self.local_path(url))
 
-    def keep_file(self, source: str, url: str, *, referenced_by: int | None = None) -> str | None:
+    def keep_file(self, source: str, url: str, *, referenced_by: int | None = None,
+                  pinned_by: str | None = None) -> str | None:
         """Keep the local file `source` (an immutable RocksDB SST file) as the local copy of
         `url`: a hard link, or a copy across file systems. An existing copy is kept. Returns the
-        local path (None when `url` has no local place or keeping it failed, which is logged)."""
+        local path (None when `url` has no local place or keeping it failed, which is logged).
+        `referenced_by` / `pinned_by`: see `reference` / `pin`."""
         target = self.local_path(url)
         if target is None:
             return None
@@ -183,6 +194,28 @@ class LocalRecoveryStore:
                 self.written_bytes += os.path.getsize(target)
         if referenced_by is not None:
             self.reference(referenced_by, [target])
+        if pinned_by is not None:
+            self.pin(pinned_by, [target])
+        return target
+
+    def keep_bytes(self, data: bytes, url: str) -> str | None:
+        """Keep `data`, the verified content of the checkpoint file `url` read from storage
+        during a restore, as its local copy (temp file, then rename). Returns the local path
+        (None when `url` has no local place or writing failed, which is logged and counted)."""
+        target = self.local_path(url)
+        if target is None:
+            return None
+        temp = f"{target}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(temp, "wb") as f:
+                f.write(data)
+            os.replace(temp, target)
+        except OSError as e:
+            self._write_failed(target, e)
+            _remove_file(temp)
+            return None
+        self._written(len(data))
         return target
 
     def _written(self, size: int) -> None:
@@ -216,6 +249,28 @@ class LocalRecoveryStore:
             return None
         return path
 
+    def read(self, url: str, size: int, verify: Callable[[bytes], bool]) -> bytes | None:
+        """The bytes of the local copy of `url` when it has `size` bytes and `verify` accepts
+        them (counted as read locally); None otherwise — missing, or rejected and deleted —
+        and the caller reads `url` from checkpoint storage (and counts that, `count_remote`)."""
+        path = self.find(url, size)
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            log.warning("cannot read the local copy %s of %s (%r); reading the remote file", path, url, e)
+            self.reject(path)
+            return None
+        if len(data) != size or not verify(data):
+            log.warning("the local copy %s of %s is corrupt (checksum mismatch); reading the remote "
+                        "file", path, url)
+            self.reject(path)
+            return None
+        self.count_local(size)
+        return data
+
     def count_missing(self) -> None:
         with self._lock:
             self.restored.local_missing += 1
@@ -243,6 +298,21 @@ class LocalRecoveryStore:
         with self._lock:
             self._shared_refs.setdefault(checkpoint_id, set()).update(paths)
 
+    def pin(self, name: str, paths: Iterable[str]) -> None:
+        """Keep local shared files through retention until `release(name)`: a changelog's
+        materialization, which checkpoints build on for as long as the changelog uses it,
+        whichever checkpoint's cut took it (a background one may finish after later checkpoints
+        completed)."""
+        with self._lock:
+            self._pinned.setdefault(name, set()).update(paths)
+
+    def release(self, names: Iterable[str]) -> None:
+        """Unpin: the files go at the next completion unless a retained checkpoint or another
+        pin references them."""
+        with self._lock:
+            for name in names:
+                self._released |= self._pinned.pop(name, set())
+
     # -- retention --------------------------------------------------------------------------
 
     def checkpoint_complete(self, checkpoint_id: int) -> None:
@@ -252,10 +322,10 @@ class LocalRecoveryStore:
             if checkpoint_id <= self._confirmed:
                 return
             self._confirmed = checkpoint_id
-            keep = self._shared_refs.get(checkpoint_id, set())
-            doomed = set()
+            doomed, self._released = self._released, set()
             for older in [i for i in self._shared_refs if i < checkpoint_id]:
-                doomed |= self._shared_refs.pop(older) - keep
+                doomed |= self._shared_refs.pop(older)
+            doomed -= set().union(*self._shared_refs.values(), *self._pinned.values())  # n's, pending, pinned
         for path in sorted(doomed):
             _remove_file(path)
         try:

@@ -65,10 +65,15 @@ def test_window_latency_measures_from_the_window_end_and_max_rate_from_the_sourc
     assert result["target_ms"] == 150
 
 
-def test_large_state_measures_steady_checkpoints_and_a_recovery(spark):
+@pytest.mark.parametrize("changelog", [False, True], ids=["incremental", "changelog"])
+def test_large_state_measures_steady_checkpoints_and_a_recovery(spark, changelog):
+    import streamsnap as ss
     from benchmarks import report, state_backends
 
-    r = state_backends.large_state(spark, 50_000, "rocksdb", steady_checkpoints=2, changed=0.02, interval=0.5,
+    backend = ss.RocksDBConfig(changelog=True) if changelog \
+        else "rocksdb"
+    label = "rocksdb+changelog+local" if changelog else "rocksdb+local"
+    r = state_backends.large_state(spark, 50_000, backend, steady_checkpoints=2, changed=0.02, interval=0.5,
                                    local_recovery=True)
     assert r["checkpoints"] == 2 and 0 < r["p50"] <= r["p99"] < 30
     assert 0 < r["largest_written_bytes"] <= max(row[6] for row in r["timeline"])
@@ -77,8 +82,8 @@ def test_large_state_measures_steady_checkpoints_and_a_recovery(spark):
     assert 0 < r["recovery_running"] <= r["recovery_first_output"] < 60
     # With local recovery the restore read the task-local copies, nothing from storage.
     assert r["restore"]["local_bytes"] > 0 and r["restore"]["remote_files"] == 0, r["restore"]
-    rendered = report.state_backend_rows({"state_backends": {"rocksdb+local": r}})
-    assert "50,000 keys on rocksdb+local" in rendered[0][0]
+    rendered = report.state_backend_rows({"state_backends": {label: r}})
+    assert f"50,000 keys on {label}" in rendered[0][0]
     assert "locally" in rendered[1][3]
     # Where the duration went: each part of it per measured checkpoint, their medians rendered.
     assert len(r["timeline"]) <= 2 and all(len(row) == 8 for row in r["timeline"])

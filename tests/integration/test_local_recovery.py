@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import streamsnap as ss
-from tests.integration.support import HeldGenerator, both_backends, release, wait_status
+from tests.integration.support import HeldGenerator, release, wait_status
 from tests.integration.test_failover import RunningSum, event, expected_rows
 
 pytestmark = pytest.mark.spark
@@ -54,7 +54,12 @@ def spoil(local_job: Path) -> int:
     return len(files)
 
 
-@both_backends
+# RocksDB in changelog mode: materializations every second, so the local copies are segments,
+# manifests, materialization bundles and SST files.
+CHANGELOG = ss.RocksDBConfig(changelog=ss.ChangelogConfig(materialization_interval=1.0))
+
+
+@pytest.mark.parametrize("state_backend", ["hashmap", "rocksdb", CHANGELOG], ids=["hashmap", "rocksdb", "changelog"])
 def test_a_killed_job_restores_from_local_copies_then_from_storage_when_they_are_spoiled(
         spark, tmp_path, state_backend):
     local = tmp_path / "local"

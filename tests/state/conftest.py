@@ -3,9 +3,14 @@ from pathlib import Path
 import pytest
 
 from streamsnap.state import HashMapKeyedStateBackend, KeyGroupRange
+from streamsnap.state.backends.changelog import ChangelogConfig
 from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
 
 BACKEND_KINDS = ("hashmap", "rocksdb")
+# RocksDB in changelog mode (materializations only when a test starts one): a module opts in by
+# overriding `backend_kind` with these params.
+CHANGELOG_KIND = "rocksdb-changelog"
+CHANGELOG = ChangelogConfig(materialization_interval=3600.0)
 
 
 @pytest.fixture
@@ -42,9 +47,11 @@ def new_backend(backend_kind, tmp_path):
 
     def new(kg_range: KeyGroupRange, max_parallelism: int = 128, uid: str = "op", **config):
         cfg = None
-        if backend_kind == "rocksdb":
+        if backend_kind == CHANGELOG_KIND:
+            config.setdefault("changelog", CHANGELOG)
+        if backend_kind != "hashmap":
             cfg = RocksDBConfig(local_dir=str(tmp_path / "rocksdb"), **config)
-        backend = make_backend(backend_kind, max_parallelism, kg_range, uid, cfg)
+        backend = make_backend("hashmap" if cfg is None else "rocksdb", max_parallelism, kg_range, uid, cfg)
         created.append(backend)
         return backend
 

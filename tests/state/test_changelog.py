@@ -16,6 +16,7 @@ from streamsnap.state.assignment import assign_operator_state
 from streamsnap.checkpoint.handles import OperatorSubtaskState
 from streamsnap.state.backends.changelog import ChangelogConfig
 from streamsnap.state.backends.rocksdb import RocksDBConfig
+from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.snapshot import SnapshotDiscardedError
 
 from .test_rocksdb_backend import KEYS, dump, fill, use_key
@@ -110,10 +111,15 @@ def test_an_entry_rewritten_and_deleted_across_segments_restores_to_its_last_wri
     assert dump(restored) == dump(backend)
 
 
+@pytest.mark.parametrize("local", [False, True], ids=["remote", "local-recovery"])
 @pytest.mark.parametrize("old, new", [(2, 3), (3, 1)])
-def test_rescale_replays_only_the_owned_key_groups(backends, job, old, new):
+def test_rescale_replays_only_the_owned_key_groups(backends, job, old, new, local):
+    """With task-local recovery (all subtasks on one host) every file is read from its local copy."""
     keys = range(3000)
+    store = LocalRecoveryStore(str(job.parent / "local"), job.name) if local else None
     olds = [backends(key_group_range_for_subtask(MAX_P, old, i), changelog=CHANGELOG) for i in range(old)]
+    for backend in olds:
+        backend.local_store = store
     states = {}
     for i, backend in enumerate(olds):
         mine = [k for k in keys if _owns(backend, k)]
@@ -128,11 +134,18 @@ def test_rescale_replays_only_the_owned_key_groups(backends, job, old, new):
     for backend in olds:
         expected.update(counts(backend, [k for k in keys if _owns(backend, k)]))
     assigned = assign_operator_state({i: OperatorSubtaskState(keyed=(h,)) for i, h in states.items()}, MAX_P, new)
-    got = {}
+    got, news = {}, []
     for restore in assigned:
         backend = backends(restore.key_group_range, changelog=CHANGELOG)
+        if local:
+            backend.local_store = LocalRecoveryStore(store.root, store.job_id)
         backend.restore(restore, location(job, 2))
         got.update(counts(backend, [k for k in keys if _owns(backend, k)]))
+        if local:
+            read = backend.local_store.restored
+            assert read.local_files >= 2 and (read.remote_files, read.local_missing, read.local_rejected) == (0, 0, 0)
+        news.append(backend)
+    for backend in news:
         assert backend.changelog.book.base is None              # rescaled: materializes inline
         put_counts(backend, [k for k in keys if _owns(backend, k)][:5], lambda k: 0)
         _, handle = checkpoint(backend, job, 3)
@@ -210,7 +223,14 @@ def test_discarding_a_snapshot_deletes_only_its_own_uploads(backends, job):
     assert h3.new_segments == (False, True, True) and h3.segments[1].file != handle.segments[1].file
 
 
-def test_changelog_needs_incremental_and_no_local_recovery(tmp_path):
+def test_changelog_needs_incremental_and_works_with_local_recovery(tmp_path):
+    import streamsnap as ss
+
+    env = ss.StreamEnvironment(parallelism=1, checkpointing=ss.CheckpointConfig(directory=str(tmp_path)),
+                               state_backend=RocksDBConfig(changelog=True), local_recovery=True)
+    assert env.local_recovery and env.state_backend.changelog == ChangelogConfig()
+    with pytest.raises(ConfigurationError, match="local_recovery=True needs checkpointing"):
+        ss.StreamEnvironment(state_backend=RocksDBConfig(changelog=True), local_recovery=True)
     with pytest.raises(ConfigurationError, match="changelog needs incremental=True"):
         RocksDBConfig(changelog=True, incremental=False)
     with pytest.raises(ConfigurationError, match="must be True, False or a ChangelogConfig"):

@@ -1,6 +1,7 @@
-"""Task-local recovery: the local store on its own (real files in tmp dirs), then both keyed
-state backends keeping local copies and restoring from them — or from checkpoint storage when a
-copy is missing or corrupt — and retention of the copies."""
+"""Task-local recovery: the local store on its own (real files in tmp dirs), then the keyed
+state backends (heap, RocksDB incremental, RocksDB changelog) keeping local copies and restoring
+from them — or from checkpoint storage when a copy is missing or corrupt — and retention of the
+copies; then what only the changelog mode has (materializations, subsumed segments)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.handles import keyed_handle_from_wire
 from streamsnap.errors import ConfigurationError
 from streamsnap.state import KeyGroupRange
+from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
 from streamsnap.state.local_recovery import (LocalRecoveryStore, check_directory_option,
                                              default_root)
 
+from .conftest import BACKEND_KINDS, CHANGELOG, CHANGELOG_KIND
 from .test_rocksdb_backend import KEYS, dump, fill
 
 JOB = "job-1"
@@ -123,6 +126,30 @@ def test_retention_keeps_the_latest_checkpoint_and_the_shared_files_it_reference
     assert not Path(store.job_directory).exists()
 
 
+def test_pinned_files_outlive_completions_until_released(store, storage, tmp_path):
+    sst = tmp_path / "000012.sst"
+    sst.write_bytes(b"sst bytes")
+    store.keep_file(str(sst), url_in(storage, "shared/m.sst"), pinned_by="materialization 1")
+    store.keep_file(str(sst), url_in(storage, "shared/both.sst"), pinned_by="materialization 1",
+                    referenced_by=3)
+    store.checkpoint_complete(2)
+    assert local_files(store) == ["shared/both.sst", "shared/m.sst"]
+    store.release(["materialization 1"])
+    store.checkpoint_complete(3)                    # released: gone unless 3 references it
+    assert local_files(store) == ["shared/both.sst"]
+
+
+def test_read_returns_a_verified_copy_and_deletes_a_rejected_one(store, storage):
+    url = url_in(storage, "shared/segment")
+    assert store.keep_bytes(b"segment", url) == store.local_path(url)
+    assert store.read(url, 7, lambda data: data == b"segment") == b"segment"
+    assert store.read(url, 7, lambda data: False) is None
+    assert not os.path.exists(store.local_path(url))
+    assert store.read(url, 7, lambda data: True) is None
+    counts = store.restored
+    assert (counts.local_files, counts.local_rejected, counts.local_missing) == (1, 1, 1)
+
+
 def test_the_directory_option_is_checked_and_the_default_is_spark_scratch_space(monkeypatch, tmp_path):
     assert check_directory_option(None) is None
     assert check_directory_option(str(tmp_path)) == str(tmp_path)
@@ -136,7 +163,13 @@ def test_the_directory_option_is_checked_and_the_default_is_spark_scratch_space(
 
 
 # ---------------------------------------------------------------------------------------------
-# both backends
+# every backend
+
+
+@pytest.fixture(params=[*BACKEND_KINDS, CHANGELOG_KIND])
+def backend_kind(request) -> str:
+    """Heap, RocksDB (incremental) and RocksDB in changelog mode."""
+    return request.param
 
 
 @pytest.fixture
@@ -171,6 +204,12 @@ def taken(backends, storage, store):
     fill(source, KEYS, timers=False)
     handle, location = checkpoint(source, storage, 1)
     return dump(source), handle, location
+
+
+def stale_copies(store: LocalRecoveryStore, storage: Path) -> list[str]:
+    """Local copies whose bytes differ from their file in checkpoint storage."""
+    return [name for name in local_files(store)
+            if Path(store.job_directory, name).read_bytes() != (storage / name).read_bytes()]
 
 
 def fresh(store: LocalRecoveryStore) -> LocalRecoveryStore:
@@ -211,7 +250,8 @@ def test_a_corrupted_local_copy_is_read_from_checkpoint_storage_and_replaced(bac
     assert dump(backend) == expected
     counts = again.restored
     assert counts.local_rejected >= 1 and counts.remote_files >= 1
-    assert local_files(again) == []                 # rejected copies are deleted ...
+    # Rejected copies are deleted (a restored database or log keeps good ones of what it read) ...
+    assert stale_copies(again, storage) == []
     second, _ = checkpoint(backend, storage, 2)     # ... and the next checkpoint copies again
     third = fresh(store)
     assert restored(backends, third, second, url_in(storage, "chk-2")) == expected
@@ -277,3 +317,163 @@ def test_the_cli_says_where_a_recovery_read_its_state():
     assert _restore_sources(restore) == (
         "keyed state from local copies 3 file(s), 3.0 MiB; from checkpoint storage 1 file(s), "
         "2.0 KiB (0 local copies missing, 1 rejected as corrupt)")
+
+
+# ---------------------------------------------------------------------------------------------
+# the changelog mode: materializations, segments, retention
+
+
+@pytest.fixture
+def changelogs(tmp_path):
+    """Factory of RocksDB backends in changelog mode with a local store, disposed after the test."""
+    created = []
+
+    def new(store: LocalRecoveryStore, kg_range: KeyGroupRange = FULL):
+        config = RocksDBConfig(local_dir=str(tmp_path / "rocksdb"), changelog=CHANGELOG)
+        backend = RocksDBKeyedStateBackend("op", MAX_P, kg_range, config, local_store=store)
+        created.append(backend)
+        return backend
+
+    yield new
+    for backend in created:
+        backend.dispose()
+
+
+def materialize(backend, storage: Path, checkpoint_id: int):
+    """A checkpoint whose cut starts a materialization (due now); waits for its upload."""
+    backend.changelog.book.materialization_interval = 0.0
+    try:
+        result = checkpoint(backend, storage, checkpoint_id)
+    finally:
+        backend.changelog.book.materialization_interval = CHANGELOG.materialization_interval
+    backend.changelog.wait_for_materializations()
+    return result
+
+
+@pytest.fixture
+def history(changelogs, store, storage):
+    """A changelog backend after checkpoint 1 (a segment), 2 (a segment; materializes) and 3
+    (the materialization and a segment after it), all completed: (backend, handle 3, location)."""
+    backend = changelogs(store)
+    fill(backend, KEYS[:150], timers=False)
+    checkpoint(backend, storage, 1)
+    fill(backend, KEYS[100:250], timers=False)
+    materialize(backend, storage, 2)
+    fill(backend, KEYS[200:], timers=False)
+    handle, location = checkpoint(backend, storage, 3)
+    assert handle.materialization is not None and [s.seq for s in handle.segments] == [2]
+    return backend, handle, location
+
+
+def shared_names(handle) -> set[str]:
+    return {f"shared/{f.path.rsplit('/', 1)[-1]}" for f in handle.shared_files}
+
+
+def spoiled_file(handle, what: str) -> str:
+    """The local copy (relative to the job directory) of one file of a changelog handle."""
+    m = handle.materialization
+    name = {"manifest": handle.file.path, "segment": handle.segments[-1].file.path,
+            "bundle": m.file.path, "sst": m.shared_files[0].path}[what]
+    return f"chk-{handle.checkpoint_id}/{name}" if what == "manifest" else f"shared/{name.rsplit('/', 1)[-1]}"
+
+
+def test_a_changelog_restore_reads_the_materialization_and_the_segments_locally(changelogs, store, history):
+    backend, handle, location = history
+    again = fresh(store)
+    restored = changelogs(again)
+    restored.restore([handle], location)
+    assert dump(restored) == dump(backend)
+    counts = again.restored
+    # the manifest, the materialization's bundle and SST files, the segment
+    assert counts.local_files == 2 + len(handle.materialization.shared_files) + len(handle.segments)
+    assert (counts.remote_files, counts.local_missing, counts.local_rejected) == (0, 0, 0)
+    assert again.written_files == 0                 # nothing to copy again
+
+
+@pytest.mark.parametrize("how", ["deleted", "corrupted"])
+@pytest.mark.parametrize("what", ["manifest", "segment", "bundle", "sst"])
+def test_a_spoiled_changelog_copy_is_read_from_storage_and_kept_again(changelogs, store, storage, history,
+                                                                        what, how):
+    backend, handle, location = history
+    path = Path(store.job_directory, spoiled_file(handle, what))
+    data = bytearray(path.read_bytes())
+    path.unlink()                                   # (an SST copy is a hard link)
+    if how == "corrupted":
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    again = fresh(store)
+    restored = changelogs(again)
+    restored.restore([handle], location)
+    assert dump(restored) == dump(backend)          # exactly the state of the failure-free run
+    counts = again.restored
+    assert counts.remote_files == 1 and counts.local_files == len(handle.shared_files)
+    assert (counts.local_missing, counts.local_rejected) == ((1, 0) if how == "deleted" else (0, 1))
+    assert stale_copies(again, storage) == []
+    # The restored log continues: what it read from storage is kept locally again.
+    assert path.exists() == (what != "manifest")
+    fill(restored, KEYS[:5], timers=False)
+    fourth, fourth_location = checkpoint(restored, storage, 4)
+    third = fresh(store)
+    assert restored_dump(changelogs, third, fourth, fourth_location) == dump(restored)
+    assert third.restored.remote_files == 0
+
+
+def restored_dump(changelogs, store, handle, location, kg_range: KeyGroupRange = FULL) -> dict:
+    backend = changelogs(store, kg_range)
+    backend.restore([handle], location)
+    return dump(backend)
+
+
+def test_retention_keeps_exactly_what_the_latest_changelog_checkpoint_and_its_successors_need(
+        changelogs, store, storage, history):
+    backend, third, _ = history
+    # Checkpoint 3 made materialization 2 the base: segments 0 and 1, which it holds, are gone.
+    assert {n for n in local_files(store) if n.startswith("shared/")} == shared_names(third)
+    assert [n for n in local_files(store) if n.startswith("chk-")] == [f"chk-3/{third.file.path}"]
+    fill(backend, KEYS[:50], timers=False)
+    fourth, _ = materialize(backend, storage, 4)     # completes; materialization 4 is a candidate
+    candidate = backend.changelog.book.candidate.handle
+    assert fourth.materialization == third.materialization
+    assert {n for n in local_files(store) if n.startswith("shared/")} == \
+        shared_names(fourth) | {f"shared/{f.path.rsplit('/', 1)[-1]}" for f in (candidate.file, *candidate.shared_files)}
+    fifth, location = checkpoint(backend, storage, 5)   # builds on materialization 4
+    assert fifth.materialization == candidate and [s.seq for s in fifth.segments] == [4]
+    assert {n for n in local_files(store) if n.startswith("shared/")} == shared_names(fifth)
+    assert stale_copies(store, storage) == []
+    again = fresh(store)
+    assert restored_dump(changelogs, again, fifth, location) == dump(backend)
+    assert again.restored.remote_files == 0
+
+
+def test_a_materialization_finishing_after_a_later_checkpoint_completed_keeps_its_local_copies(
+        changelogs, store, storage):
+    backend = changelogs(store)
+    fill(backend, KEYS, timers=False)
+    checkpoint(backend, storage, 1)
+    uploads = []
+    backend.changelog._run_in_background = lambda upload, name: uploads.append(upload)
+    backend.changelog.book.materialization_interval = 0.0
+    checkpoint(backend, storage, 2)                 # starts materialization 2 (held back)
+    backend.changelog.book.materialization_interval = CHANGELOG.materialization_interval
+    (storage / "chk-3").mkdir()
+    url = url_in(storage, "chk-3")
+    backend.snapshot(3, url).run()                  # cut while it still runs: not referenced
+    uploads.pop()()                                 # its upload keeps local copies ...
+    backend.notify_checkpoint_complete(3)           # ... that this completion must not delete
+    fourth, location = checkpoint(backend, storage, 4)
+    assert fourth.materialization is not None and fourth.materialization_id == 2
+    again = fresh(store)
+    assert restored_dump(changelogs, again, fourth, location) == dump(backend)
+    assert again.restored.remote_files == 0 and again.restored.local_files >= 3
+
+
+def test_a_rescaled_changelog_restore_reads_local_copies_and_keeps_no_new_ones(changelogs, store, history):
+    backend, handle, location = history
+    halves = [KeyGroupRange(0, MAX_P // 2 - 1), KeyGroupRange(MAX_P // 2, MAX_P - 1)]
+    got = {}
+    for kg_range in halves:
+        again = fresh(store)
+        got.update(restored_dump(changelogs, again, handle, location, kg_range))
+        assert again.restored.local_files >= 3 and again.restored.remote_files == 0
+        assert again.written_files == 0              # a log that is not continued: no copies
+    assert got == dump(backend)

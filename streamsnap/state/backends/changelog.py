@@ -32,7 +32,17 @@ Writes are logged where they reach the database: the backend's database handle a
 TTL states and batched writes are covered without a change to the state classes; reads go to
 RocksDB directly. Restores write unlogged (the handle is unwrapped meanwhile).
 
-Not supported together with task-local recovery (refused at configuration).
+Task-local recovery (`local_recovery=True`, `streamsnap.state.local_recovery`): segments and
+manifests are written to the task's local store beside their upload, the materialization's
+files by `rocksdb_incremental` (its bundle and SST files, in the local `shared/`). Each
+checkpoint references the local copies of every file its handle names, and the changelog pins
+those of the materializations it may still build on, so retention deletes exactly the copies
+no longer needed: segments a confirmed materialization subsumed, older materializations, older
+manifests. A restore reads each file from its local copy when that one has the recorded size and
+checksum (the manifest: its own checksum and the handle's content), otherwise from checkpoint
+storage — file by file, counted in the store's restore counters. A subtask that continues the
+restored log references the restored files again (copies of the segments it had to download
+are made then), so a second failure before the next checkpoint restores locally too.
 """
 
 from __future__ import annotations
@@ -55,7 +65,9 @@ from streamsnap.state.backends.changelog_bookkeeping import (EMPTY, ChangelogBoo
                                                              Materialization)
 from streamsnap.state.backends.hashmap import _CHECKSUM_BYTES, _checksum
 from streamsnap.state.errors import StateError
+from streamsnap.state import local_recovery
 from streamsnap.state.key_groups import KeyGroupRange
+from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 
 if TYPE_CHECKING:
@@ -196,22 +208,41 @@ def _manifest(handle: ChangelogStateHandle) -> bytes:
 
 
 def _read(handle: ChangelogStateHandle, file: FileHandle, base_location: str, operator_uid: str,
-          what: str) -> tuple[bytes, str]:
-    """(bytes, a description naming the checkpoint and the file for errors) of a file of
-    `handle`, or RestoreError when it is missing or not of its recorded size."""
+          what: str, local: LocalRecoveryStore | None = None,
+          verify: Callable[[bytes], bool] = lambda data: True) -> tuple[bytes, str, bool]:
+    """(bytes, a description naming the checkpoint and the file for errors, whether they are a
+    verified local copy) of a file of `handle`, or RestoreError when it is missing or not of its
+    recorded size. With task-local recovery (`local`) its local copy when `verify` accepts it,
+    else the remote file (counted; the caller verifies it)."""
     url = filesystem.join(base_location, file.path)
     where = f"operator '{operator_uid}': checkpoint {handle.checkpoint_id}: the changelog {what} {url}"
-    return filesystem.read_checked_file(url, file.size, where), where
+    if local is not None:
+        data = local.read(url, file.size, verify)
+        if data is not None:
+            return data, where, True
+    data = filesystem.read_checked_file(url, file.size, where)
+    if local is not None:
+        local.count_remote(len(data))
+    return data, where, False
 
 
-def _check_manifest(handle: ChangelogStateHandle, base_location: str, operator_uid: str) -> None:
+def _check_manifest(handle: ChangelogStateHandle, base_location: str, operator_uid: str,
+                    local: LocalRecoveryStore | None = None) -> None:
     """The manifest exists, is intact and names the handle's materialization and segments."""
-    data, where = _read(handle, handle.file, base_location, operator_uid, "manifest")
+    expected = _manifest(handle)
+    data, where, _ = _read(handle, handle.file, base_location, operator_uid, "manifest", local,
+                           lambda data: data == expected)
     payload = data[len(MANIFEST_MAGIC):-_CHECKSUM_BYTES]
     if not data.startswith(MANIFEST_MAGIC) or _checksum(payload) != data[-_CHECKSUM_BYTES:]:
         raise RestoreError(f"{where} is corrupt (bad header or checksum)")
-    if data != _manifest(handle):
+    if data != expected:
         raise RestoreError(f"{where} does not match the checkpoint's metadata (another checkpoint's file?)")
+
+
+def local_paths(local: LocalRecoveryStore, base_location: str, files: Sequence[FileHandle]) -> list[str]:
+    """Where the local copies of a handle's `files` are (those with a local place)."""
+    paths = (local.local_path(filesystem.join(base_location, f.path)) for f in files)
+    return [p for p in paths if p is not None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,11 +255,6 @@ class KeyedChangelog:
     def __init__(self, backend: "RocksDBKeyedStateBackend", config: ChangelogConfig, *,
                  clock: Callable[[], float] = time.monotonic,
                  run_in_background: Callable[[Callable[[], None], str], Any] | None = None):
-        if backend.local_store is not None:
-            raise ConfigurationError(
-                f"operator '{backend.operator_uid}': the changelog mode of the RocksDB backend does "
-                f"not support task-local recovery yet; use local_recovery=False or "
-                f"RocksDBConfig(changelog=False)")
         self._backend = backend
         self.config = config
         self._clock = clock
@@ -237,6 +263,7 @@ class KeyedChangelog:
         self.book = ChangelogBookkeeping(config.materialization_interval, config.max_log_bytes, clock())
         self._materializations: dict[int, StateSnapshot] = {}   # running in the background
         self._prefix = safe_file_prefix(backend.operator_uid)
+        self._pinned: set[int] = set()       # materializations whose local copies are pinned
         self._last_cut_at: float | None = None
         self._db: _LoggingDatabase | None = None
         self._attach()
@@ -279,6 +306,7 @@ class KeyedChangelog:
             # inside the synchronous part).
             flush_ahead = (plan.start is None and self._last_cut_at is not None
                            and self.book.due_within(now, now - self._last_cut_at))
+            self._unpin_unused_materializations()
         self._last_cut_at = now
         if flush_ahead:
             self._db.raw.flush(wait=False)
@@ -286,6 +314,19 @@ class KeyedChangelog:
         if plan.start is not None:
             inline = self._start_materialization(plan, shared, reusable)
         return ChangelogSnapshot(self, plan, states, location, shared, inline)
+
+    def _pin_name(self, materialization_id: int) -> str:
+        return f"changelog of {self._backend.operator_uid}: materialization {materialization_id}"
+
+    def _unpin_unused_materializations(self) -> None:
+        """Task-local recovery: release the local copies of the materializations no later
+        checkpoint will build on (called under `_lock` after the book changed)."""
+        local = self._backend.local_store
+        if local is None:
+            return
+        live = set(self.book.live_materializations())
+        local.release([self._pin_name(i) for i in self._pinned - live])
+        self._pinned = live
 
     def _reusable_uploads(self, shared: str) -> dict[str, rocksdb_incremental.Upload]:
         """The SST uploads of the base materialization (a completed checkpoint holds them)."""
@@ -303,10 +344,12 @@ class KeyedChangelog:
         return it for the checkpoint's asynchronous part when it is inline."""
         m = plan.start
         try:
-            snapshot = rocksdb_incremental.take_snapshot(self._backend, m.id, shared, shared, reusable)
+            snapshot = rocksdb_incremental.take_snapshot(self._backend, m.id, shared, shared, reusable,
+                                                         pin=self._pin_name(m.id))
         except Exception as e:
             with self._lock:
                 self.book.materialization_failed(m.id)
+                self._unpin_unused_materializations()
             if plan.inline:
                 raise
             log.warning("operator '%s': the RocksDB snapshot of a materialization at checkpoint %d "
@@ -334,6 +377,7 @@ class KeyedChangelog:
             with self._lock:
                 self._materializations.pop(m.id, None)
                 self.book.materialization_failed(m.id)
+                self._unpin_unused_materializations()
             return
         with self._lock:
             self._materializations.pop(m.id, None)
@@ -353,12 +397,15 @@ class KeyedChangelog:
             time.sleep(0.01)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Before the local store's retention runs (the backend calls this first)."""
         with self._lock:
             self.book.checkpoint_complete(checkpoint_id)
+            self._unpin_unused_materializations()
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         with self._lock:
             self.book.checkpoint_aborted(checkpoint_id)
+            self._unpin_unused_materializations()
 
     # -- restore -------------------------------------------------------------------------
 
@@ -382,36 +429,53 @@ class KeyedChangelog:
                                    f"{type(h).__name__}")
         changelog = [h for h in changelog
                      if mine.overlaps(KeyGroupRange(h.key_group_start, h.key_group_end))]
+        local = backend.local_store
+        # The restored log continues: exactly one changelog handle, of exactly this range.
+        continues = (len(changelog) == 1 and not incremental and not full and
+                     (changelog[0].key_group_start, changelog[0].key_group_end) == (mine.start, mine.end))
         self._detach()
         try:
             for h in changelog:
-                _check_manifest(h, base_location, backend.operator_uid)
+                _check_manifest(h, base_location, backend.operator_uid, local)
             materialized = [h.materialization for h in changelog if h.materialization is not None]
             if materialized or incremental:
                 rocksdb_incremental.restore(backend, [*materialized, *incremental], base_location)
             for h in full:
                 backend._restore_handle(h, base_location)
             for h in sorted(changelog, key=lambda h: h.key_group_start):
-                self._replay(h, base_location)
+                self._replay(h, base_location, keep_copies=continues)
         finally:
             self._attach()
         with self._lock:
-            if len(changelog) == 1 and not incremental and not full and \
-                    (changelog[0].key_group_start, changelog[0].key_group_end) == (mine.start, mine.end):
+            if continues:
                 h = changelog[0]
                 base = None if h.materialization_id == EMPTY else Materialization(
                     h.materialization_id, h.materialized_upto, h.materialization, finished=True)
                 self.book.restored(base, [(s.seq, s, s.file.size) for s in h.segments])
+                if local is not None:
+                    self._keep_restored(h, base_location, local)
             elif changelog or incremental or full:
                 self.book.restored_without_log()
+            self._unpin_unused_materializations()
 
-    def _replay(self, handle: ChangelogStateHandle, base_location: str) -> None:
+    def _keep_restored(self, handle: ChangelogStateHandle, base_location: str,
+                       local: LocalRecoveryStore) -> None:
+        """The restored log continues: its next checkpoints reference the restored files, so
+        retention keeps their local copies (the materialization's pinned while it is the base)."""
+        if handle.materialization is not None:
+            m = handle.materialization
+            local.pin(self._pin_name(handle.materialization_id),
+                      local_paths(local, base_location, (m.file, *m.shared_files)))
+        local.reference(handle.checkpoint_id, local_paths(local, base_location, handle.shared_files))
+
+    def _replay(self, handle: ChangelogStateHandle, base_location: str, keep_copies: bool = False) -> None:
         """Apply a handle's segments in order, merged first: an entry written in several
         segments reaches RocksDB once, with its last write, and the writes go in key order."""
         backend = self._backend
         merged: dict[bytes, bytes | None] = {}
         for segment in handle.segments:
-            data, where = read_segment(handle, segment, base_location, backend.operator_uid)
+            data, where = read_segment(handle, segment, base_location, backend.operator_uid,
+                                       backend.local_store, keep_copies)
             for kg, table, keys, values in changelog_segments.iter_blocks(data, where, backend.key_group_range):
                 sids = {int(sid).to_bytes(2, "big"): backend._state_id(name, kind, tag)
                         for sid, name, kind, tag in table}
@@ -463,13 +527,23 @@ def shared_materialization(handle: IncrementalKeyGroupsStateHandle | None
 
 
 def read_segment(handle: ChangelogStateHandle, segment: ChangelogSegmentHandle, base_location: str,
-                 operator_uid: str) -> tuple[bytes, str]:
+                 operator_uid: str, local: LocalRecoveryStore | None = None,
+                 keep_copy: bool = False) -> tuple[bytes, str]:
     """(bytes, description for errors) of a segment file, checked against its recorded size
-    and checksum; RestoreError naming the checkpoint and the file otherwise."""
-    data, where = _read(handle, segment.file, base_location, operator_uid, "segment")
-    if changelog_segments.checksum_of(data) != segment.checksum:
-        raise RestoreError(f"{where} is corrupt: its checksum does not match the one recorded when it was "
-                           f"uploaded")
+    and checksum; RestoreError naming the checkpoint and the file otherwise. With task-local
+    recovery (`local`) from its local copy when that one verifies; `keep_copy`: a segment read
+    from storage gets a local copy (the restored log continues, so later checkpoints reuse it)."""
+    def intact(data: bytes) -> bool:
+        return changelog_segments.checksum_of(data) == segment.checksum
+
+    data, where, from_local = _read(handle, segment.file, base_location, operator_uid, "segment",
+                                    local, intact)
+    if not from_local:
+        if not intact(data):
+            raise RestoreError(f"{where} is corrupt: its checksum does not match the one recorded when "
+                               f"it was uploaded")
+        if local is not None and keep_copy:
+            local.keep_bytes(data, filesystem.join(base_location, segment.file.path))
     return data, where
 
 
@@ -487,6 +561,7 @@ class ChangelogSnapshot(StateSnapshot[ChangelogStateHandle]):
         self._shared = filesystem.normalize(shared).rstrip("/")
         self._inline = inline
         self._new_urls: list[str] = []
+        self._local_store = changelog._backend.local_store
         self.uploaded_bytes = 0          # new segments + inline materialization + manifest
         self.reused_bytes = 0
 
@@ -525,7 +600,7 @@ class ChangelogSnapshot(StateSnapshot[ChangelogStateHandle]):
             name = filesystem.unique_name(f"{changelog._prefix}-changelog-{s.seq}")
             url = filesystem.join(self._shared, name)
             self._new_urls.append(url)
-            with filesystem.open_write(url) as out:
+            with local_recovery.open_write(url, self._local_store) as out:
                 out.write(data)
             upload = ChangelogSegmentHandle(s.seq, FileHandle(f"../{SHARED_DIR}/{name}", len(data)),
                                             changelog_segments.checksum_of(data))
@@ -555,9 +630,14 @@ class ChangelogSnapshot(StateSnapshot[ChangelogStateHandle]):
         data = _manifest(result)
         name = filesystem.unique_name(f"{changelog._prefix}-changelog-manifest")
         self._url = filesystem.join(self.location, name)
-        with filesystem.open_write(self._url) as out:
+        with local_recovery.open_write(self._url, self._local_store) as out:
             out.write(data)
         self.uploaded_bytes += len(data)
+        if self._local_store is not None:
+            # Retention keeps every local file this checkpoint's restore needs while it is the
+            # latest (the manifest goes with its chk-<n> directory).
+            self._local_store.reference(self.checkpoint_id,
+                                        local_paths(self._local_store, self.location, result.shared_files))
         return replace(result, file=FileHandle(name, len(data)))
 
 

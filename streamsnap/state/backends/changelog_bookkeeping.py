@@ -147,6 +147,12 @@ class ChangelogBookkeeping:
     def running(self) -> list[int]:
         return sorted(self._running)
 
+    def live_materializations(self) -> list[int]:
+        """Ids of the materializations checkpoints from now on may build on — the base, the
+        candidate, the running ones: what task-local recovery must keep locally."""
+        ids = {m.id for m in (self._base, self._candidate) if m is not None and m.id != EMPTY}
+        return sorted(ids | set(self._running))
+
     def log_bytes(self) -> int:
         """Uploaded bytes of the segments after the newest usable base."""
         base = self._usable_base()

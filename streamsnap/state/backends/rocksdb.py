@@ -85,7 +85,8 @@ drops them; they are never returned, since a restored entry keeps its timestamp.
 
 Task-local recovery (`streamsnap.state.local_recovery`): with a store, full snapshots and
 incremental bundles are written to a local copy as well, new SST files are hard-linked into it,
-and restores take each file from its verified local copy before checkpoint storage.
+and restores take each file from its verified local copy before checkpoint storage (in changelog
+mode also the segments and manifests, see `changelog`).
 """
 
 from __future__ import annotations
@@ -1415,10 +1416,10 @@ class RocksDBKeyedStateBackend:
         if self.last_completed_checkpoint_id is None or checkpoint_id > self.last_completed_checkpoint_id:
             self.last_completed_checkpoint_id = checkpoint_id
         self._uploads.notify_complete(checkpoint_id)
+        if self.changelog is not None:       # first: it unpins what retention may delete
+            self.changelog.notify_checkpoint_complete(checkpoint_id)
         if self.local_store is not None:
             self.local_store.checkpoint_complete(checkpoint_id)
-        if self.changelog is not None:
-            self.changelog.notify_checkpoint_complete(checkpoint_id)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         if self.changelog is not None:

@@ -145,12 +145,14 @@ class UploadTracker:
 
 
 def take_snapshot(backend: "RocksDBKeyedStateBackend", checkpoint_id: int, location: str,
-                  shared_directory: str, reusable: dict[str, Upload] | None = None
-                  ) -> "IncrementalSnapshot | None":
+                  shared_directory: str, reusable: dict[str, Upload] | None = None,
+                  pin: str | None = None) -> "IncrementalSnapshot | None":
     """Synchronous part: a native RocksDB checkpoint into a local directory (flush + hard
     links). None when the database is empty (the caller returns an empty snapshot).
     `reusable`: the uploads it may reference again (default: those of the last checkpoint
-    confirmed to the backend; the changelog passes its materialization's)."""
+    confirmed to the backend; the changelog passes its materialization's). `pin`: task-local
+    copies are pinned under this name (a changelog's materialization) instead of being
+    referenced by the checkpoint."""
     iterator = backend._db.iter()
     iterator.seek_to_first()
     if not iterator.valid():
@@ -166,7 +168,7 @@ def take_snapshot(backend: "RocksDBKeyedStateBackend", checkpoint_id: int, locat
         raise
     states = {m.sid: (m.name, m.kind, m.tag) for m in backend._meta.values()}
     return IncrementalSnapshot(backend, token, checkpoint_id, location, local, shared_directory,
-                               states, backend._uploads.reusable() if reusable is None else reusable)
+                               states, backend._uploads.reusable() if reusable is None else reusable, pin)
 
 
 def _upload(path: str, url: str) -> str:
@@ -184,7 +186,8 @@ class IncrementalSnapshot(StateSnapshot[IncrementalKeyGroupsStateHandle]):
 
     def __init__(self, backend: "RocksDBKeyedStateBackend", token: int, checkpoint_id: int,
                  location: str, local_directory: str, shared_directory: str,
-                 states: dict[bytes, tuple[str, str, str]], reusable: dict[str, Upload]):
+                 states: dict[bytes, tuple[str, str, str]], reusable: dict[str, Upload],
+                 pin: str | None = None):
         super().__init__(checkpoint_id, location,
                          f"incremental keyed snapshot of operator '{backend.operator_uid}'")
         self._backend = backend
@@ -195,6 +198,7 @@ class IncrementalSnapshot(StateSnapshot[IncrementalKeyGroupsStateHandle]):
         self._reusable = reusable
         self._new_urls: list[str] = []
         self._local_store = backend.local_store
+        self._pin = pin
         self.uploaded_bytes = 0         # new SST bytes + the bundle (for tests and metrics)
         self.reused_bytes = 0
 
@@ -239,7 +243,8 @@ class IncrementalSnapshot(StateSnapshot[IncrementalKeyGroupsStateHandle]):
             if self._local_store is not None:
                 # The SST file is immutable: its local copy is a hard link (an existing copy of
                 # a reused upload is kept; a missing one, e.g. after a remote restore, is made).
-                self._local_store.keep_file(path, url, referenced_by=self.checkpoint_id)
+                self._local_store.keep_file(path, url, pinned_by=self._pin,
+                                            referenced_by=None if self._pin else self.checkpoint_id)
             handles.append(FileHandle(f"../{SHARED_DIR}/{url.rsplit('/', 1)[-1]}", size))
             sst_names.append(name)
             new_flags.append(new)
@@ -255,6 +260,8 @@ class IncrementalSnapshot(StateSnapshot[IncrementalKeyGroupsStateHandle]):
         self._url = filesystem.join(self.location, bundle)
         with local_recovery.open_write(self._url, self._local_store) as out:
             out.write(data)
+        if self._local_store is not None and self._pin is not None:
+            self._local_store.pin(self._pin, [p for p in [self._local_store.local_path(self._url)] if p])
         self.uploaded_bytes += len(data)
         backend._uploads.record(self.checkpoint_id, uploads)
         return IncrementalKeyGroupsStateHandle(
@@ -270,6 +277,12 @@ def _read_bundle(handle: IncrementalKeyGroupsStateHandle, url: str, operator_uid
     """(states [[sid, name, kind, tag]], {file name: bytes}) of a handle's private bundle."""
     where = f"operator '{operator_uid}': checkpoint {handle.checkpoint_id}"
     data = filesystem.read_checked_file(url, None, f"{where}: the incremental snapshot file {url}")
+    return _parse_bundle(handle, data, url, operator_uid)
+
+
+def _parse_bundle(handle: IncrementalKeyGroupsStateHandle, data: bytes, url: str, operator_uid: str) -> tuple:
+    """`_read_bundle` of the bytes `data` read from `url`."""
+    where = f"operator '{operator_uid}': checkpoint {handle.checkpoint_id}"
     if len(data) < len(BUNDLE_MAGIC) + _CHECKSUM_BYTES or not data.startswith(BUNDLE_MAGIC):
         raise RestoreError(f"{where}: {url} is not an incremental RocksDB snapshot file (bad "
                            f"header or truncated)")
@@ -296,14 +309,17 @@ def bundle_states(handle: IncrementalKeyGroupsStateHandle, base_location: str,
 
 
 def download(handle: IncrementalKeyGroupsStateHandle, base_location: str, target: str,
-             operator_uid: str, local: LocalRecoveryStore | None = None) -> list[list]:
+             operator_uid: str, local: LocalRecoveryStore | None = None,
+             keep_copies: bool = False) -> list[list]:
     """Download a handle's database into the new directory `target`; returns its state-id
     table. A missing or truncated file raises RestoreError naming the checkpoint and file.
     With task-local recovery (`local`), each file whose local copy verifies (size and
-    checksum) is taken from it instead — SST files as hard links — and counted."""
+    checksum) is taken from it instead — SST files as hard links — and counted;
+    `keep_copies`: the files read from storage get local copies (the restored database is
+    adopted as is, so the next checkpoints reference them)."""
     where = f"operator '{operator_uid}': checkpoint {handle.checkpoint_id}"
     states, files = _bundle(handle, filesystem.join(base_location, handle.file.path),
-                            operator_uid, local)
+                            operator_uid, local, keep_copies)
     os.makedirs(target)
     for name, content in files.items():
         if "/" in name or name in ("", ".", ".."):
@@ -335,12 +351,15 @@ def download(handle: IncrementalKeyGroupsStateHandle, base_location: str, target
                                f"was uploaded")
         if local is not None:
             local.count_remote(size)
+            if keep_copies:
+                local.keep_file(path, url)
     return states
 
 
 def _bundle(handle: IncrementalKeyGroupsStateHandle, url: str, operator_uid: str,
-            local: LocalRecoveryStore | None) -> tuple:
-    """The handle's bundle, from its local copy when that one is intact."""
+            local: LocalRecoveryStore | None, keep_copy: bool = False) -> tuple:
+    """The handle's bundle, from its local copy when that one is intact (else from `url`,
+    then kept as the local copy when `keep_copy`)."""
     path = local.find(url, handle.file.size) if local is not None else None
     if path is not None:
         try:
@@ -351,9 +370,13 @@ def _bundle(handle: IncrementalKeyGroupsStateHandle, url: str, operator_uid: str
         else:
             local.count_local(handle.file.size)
             return bundle
-    bundle = _read_bundle(handle, url, operator_uid)
+    data = filesystem.read_checked_file(
+        url, None, f"operator '{operator_uid}': checkpoint {handle.checkpoint_id}: the incremental snapshot file {url}")
+    bundle = _parse_bundle(handle, data, url, operator_uid)
     if local is not None:
         local.count_remote(handle.file.size)
+        if keep_copy:
+            local.keep_bytes(data, url)
     return bundle
 
 
@@ -409,8 +432,10 @@ def restore(backend: "RocksDBKeyedStateBackend",
     rest = [h for _, h in relevant]
     if backend._is_empty():
         base = rest.pop(0)
+        adopted = not rest and my.start <= base.key_group_start and base.key_group_end <= my.end
         path = os.path.join(backend.directory, f"restore-{base.checkpoint_id}")
-        states = download(base, base_location, path, backend.operator_uid, backend.local_store)
+        states = download(base, base_location, path, backend.operator_uid, backend.local_store,
+                          keep_copies=adopted)
         backend._replace_database(path)
         backend._adopt_states(states, f"checkpoint {base.checkpoint_id}")
         foreign = []          # key groups of the snapshot this subtask does not own
@@ -420,7 +445,7 @@ def restore(backend: "RocksDBKeyedStateBackend",
             foreign.append((_kg_bytes(my.end + 1), _kg_bytes(base.key_group_end + 1)))
         for low, high in foreign:
             backend._db.delete_range(low, high)
-        if not foreign and not rest:
+        if adopted:
             uploads = {name: Upload(filesystem.join(base_location, f.path), f.size, checksum)
                        for name, f, checksum in zip(base.sst_names, base.shared_files,
                                                     base.checksums)}
