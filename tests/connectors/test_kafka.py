@@ -17,6 +17,12 @@ from streamsnap.runtime.operators import OperatorContext
 from benchmarks import local_kafka
 
 
+@pytest.fixture(params=["columnar", "librdkafka"])
+def fetcher(request):
+    """The source reader tests run on both fetchers (ss.sources.Kafka(fetcher=...))."""
+    return request.param
+
+
 def ctx(subtask=0, parallelism=1, attempt=0, restored=False, uid="k"):
     return OperatorContext(name=uid, uid=uid, subtask_index=subtask, parallelism=parallelism, max_parallelism=128,
                            attempt=attempt, job_id="job-kafka-tests", task_name=f"{uid} ({subtask + 1}/{parallelism})",
@@ -136,10 +142,10 @@ def read_all(reader, until=None, timeout=30.0):
     return got
 
 
-def test_the_source_resumes_from_its_checkpointed_offsets_at_another_parallelism(kafka_broker):
+def test_the_source_resumes_from_its_checkpointed_offsets_at_another_parallelism(kafka_broker, fetcher):
     topic = fresh_topic(kafka_broker, partitions=3)
     local_kafka.produce_json(kafka_broker, topic, [{"key": i % 7, "value": i} for i in range(3000)], key="key")
-    source = ss.sources.Kafka(kafka_broker, [topic], stop_at="latest", batch_size=100)
+    source = ss.sources.Kafka(kafka_broker, [topic], stop_at="latest", batch_size=100, fetcher=fetcher)
     splits = source.splits(2)
     readers = [source.create_reader(ctx(s, 2, uid="src")) for s in range(2)]
     seen, state = [], []
@@ -150,7 +156,7 @@ def test_the_source_resumes_from_its_checkpointed_offsets_at_another_parallelism
         state += reader.snapshot_splits(1)
         reader.close()
     assert sum(stop for *_, stop in state) == 3000                  # end offsets fixed at the first read
-    restored = ss.sources.Kafka(kafka_broker, [topic], stop_at="latest").create_reader(ctx(0, 1, 1, True, "src"))
+    restored = ss.sources.Kafka(kafka_broker, [topic], stop_at="latest", fetcher=fetcher).create_reader(ctx(0, 1, 1, True, "src"))
     restored.assign_splits(state)
     restored.open()
     rest = read_all(restored)
@@ -158,11 +164,11 @@ def test_the_source_resumes_from_its_checkpointed_offsets_at_another_parallelism
     assert sorted(seen + rest) == list(range(3000))                 # each row once
 
 
-def test_an_unbounded_pattern_source_discovers_new_topics(kafka_broker):
+def test_an_unbounded_pattern_source_discovers_new_topics(kafka_broker, fetcher):
     tag = uuid.uuid4().hex[:6]
     first = fresh_topic(kafka_broker, 1, prefix=f"disc{tag}")
     local_kafka.produce_json(kafka_broker, first, [{"value": i} for i in range(10)])
-    source = ss.sources.Kafka(kafka_broker, pattern=f"disc{tag}-.*", discovery_interval=0.2)
+    source = ss.sources.Kafka(kafka_broker, pattern=f"disc{tag}-.*", discovery_interval=0.2, fetcher=fetcher)
     reader = source.create_reader(ctx(uid="disc"))
     reader.assign_splits(source.splits(1))
     reader.open()
@@ -183,7 +189,7 @@ AVRO = {"type": "record", "name": "Reading", "fields": [
 
 
 @pytest.mark.parametrize("framing", ["none", "confluent"])
-def test_avro_rows_written_by_the_sink_are_read_back_by_the_source(kafka_broker, framing):
+def test_avro_rows_written_by_the_sink_are_read_back_by_the_source(kafka_broker, framing, fetcher):
     topic = fresh_topic(kafka_broker)
     sink = ss.sinks.Kafka(kafka_broker, topic, key="key", format="avro", avro_schema=AVRO,
                           avro_schema_id=None if framing == "none" else 7, semantic="at_least_once")
@@ -195,7 +201,7 @@ def test_avro_rows_written_by_the_sink_are_read_back_by_the_source(kafka_broker,
     writer.prepare_commit(1)
     writer.close()
     source = ss.sources.Kafka(kafka_broker, [topic], format="avro", avro_schema=AVRO, avro_framing=framing,
-                              stop_at="latest", batch_size=64)
+                              stop_at="latest", batch_size=64, fetcher=fetcher)
     assert source.schema.field("at").type == pa.timestamp("ms", tz="UTC")
     reader = source.create_reader(ctx(uid="avro-in"))
     reader.assign_splits(source.splits(1))
@@ -211,7 +217,7 @@ def test_avro_rows_written_by_the_sink_are_read_back_by_the_source(kafka_broker,
     assert sorted(got, key=lambda r: r["value"]) == rows_in
 
 
-def test_an_undecodable_avro_message_fails_naming_its_topic_partition_and_offset(kafka_broker):
+def test_an_undecodable_avro_message_fails_naming_its_topic_partition_and_offset(kafka_broker, fetcher):
     topic = fresh_topic(kafka_broker, partitions=1)
     sink = ss.sinks.Kafka(kafka_broker, topic, format="avro", avro_schema=AVRO, semantic="at_least_once")
     good = sink.encode(pa.RecordBatch.from_pylist([{"key": 1, "value": 2, "at": 3, "note": "x"}]))[0]
@@ -221,7 +227,8 @@ def test_an_undecodable_avro_message_fails_naming_its_topic_partition_and_offset
     for value in (good, good, good + b"\x07", good):         # offset 2 carries a stray byte
         producer.produce(topic, value, partition=0)
     assert producer.flush(30) == 0
-    source = ss.sources.Kafka(kafka_broker, [topic], format="avro", avro_schema=AVRO, stop_at="latest")
+    source = ss.sources.Kafka(kafka_broker, [topic], format="avro", avro_schema=AVRO, stop_at="latest",
+                              fetcher=fetcher)
     reader = source.create_reader(ctx(uid="avro-bad"))
     reader.assign_splits(source.splits(1))
     with pytest.raises(ss.DataError, match=rf"{topic}\[0\]@2 .*avro_schema=") as info:
@@ -247,7 +254,8 @@ def read_until_error(bootstrap, topic, **options):
 
 
 @pytest.mark.parametrize("poison", ["bad json", "wrong type", "two objects", "empty", "tombstone"])
-def test_a_message_that_does_not_decode_is_a_data_error_naming_topic_partition_offset_and_fix(kafka_broker, poison):
+def test_a_message_that_does_not_decode_is_a_data_error_naming_topic_partition_offset_and_fix(kafka_broker, poison,
+                                                                                             fetcher):
     from confluent_kafka import Producer
 
     from streamsnap.connectors.kafka_source import KafkaDecodeError, KafkaSourceError
@@ -260,7 +268,7 @@ def test_a_message_that_does_not_decode_is_a_data_error_naming_topic_partition_o
         producer.produce(topic, bad if i == 5 else json.dumps({"key": 1, "v": i}).encode(), partition=0)
     assert producer.flush(30) == 0
     schema = pa.schema([("key", pa.int64()), ("v", pa.int64())])
-    error = read_until_error(kafka_broker, topic, schema=schema)
+    error = read_until_error(kafka_broker, topic, schema=schema, fetcher=fetcher)
     assert isinstance(error, KafkaDecodeError) and isinstance(error, KafkaSourceError)
     assert (error.topic, error.partition, error.offset) == (topic, 0, 5)
     text = str(error)
@@ -271,8 +279,8 @@ def test_a_message_that_does_not_decode_is_a_data_error_naming_topic_partition_o
     assert (type(again), str(again), again.offset, again.subtask) == (KafkaDecodeError, text, 5, "poison (1/1)")
 
 
-def test_json_values_that_read_alone_but_not_together_name_the_range(kafka_broker):
+def test_json_values_that_read_alone_but_not_together_name_the_range(kafka_broker, fetcher):
     topic = fresh_topic(kafka_broker, partitions=1)
     local_kafka.produce_json(kafka_broker, topic, [{"v": 1}, {"v": 2}, {"v": "x"}], partition=0)
-    error = read_until_error(kafka_broker, topic)                    # no schema=: inferred per batch
+    error = read_until_error(kafka_broker, topic, fetcher=fetcher)                    # no schema=: inferred per batch
     assert error.offset is None and f"{topic}[0]@0..2" in str(error) and "declare schema=" in str(error)
