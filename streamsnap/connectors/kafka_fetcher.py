@@ -116,6 +116,10 @@ class Fetcher:
             raise FetcherError(f"{what} (failing for {now - self._failing_since:.0f} s, retried after refreshing "
                                f"the leaders via {self.bootstrap!r})")
 
+    def succeeded(self) -> None:
+        """A partition was fetched without error: failures so far are over."""
+        self._failing_since = None
+
     def leader_address(self, key: tuple[str, int]) -> str:
         address = self._brokers.get(self._leaders.get(key, -1))
         return f"{address[0]}:{address[1]}" if address else self.bootstrap
@@ -127,7 +131,10 @@ class Fetcher:
         while True:
             todo = [k for k in keys if k not in out]
             if not todo:
+                self.succeeded()
                 return out
+            if len(todo) < len(keys) or self._failing_since is not None:
+                time.sleep(0.1)                                        # a retry: give the cluster a moment
             try:
                 if self._stale or any(self._leaders.get(k, -1) < 0 for k in todo):
                     self.refresh(sorted({t for t, _ in todo}))
@@ -152,7 +159,6 @@ class Fetcher:
                                                f"failed with Kafka error {kf.ERROR_NAMES.get(error, error)}")
             except (OSError, ConnectionError, _ConnectionClosed) as exc:
                 self.failed(f"ListOffsets via {self.bootstrap!r}: {type(exc).__name__}: {exc}")
-                time.sleep(0.1)
 
     # ------------------------------------------------------------- fetching
     def poll(self, positions: dict[tuple[str, int], int]) -> list[tuple[bytearray, list[kf.PartitionData], dict]]:
@@ -185,7 +191,6 @@ class Fetcher:
                     frame = conn.receive()
                     conn.in_flight = None
                     out.append((frame, kf.decode_fetch(frame, correlation), asked))
-                    self._failing_since = None
             except (OSError, ConnectionError) as exc:
                 self._drop(node)
                 self.failed(f"Fetch from broker {node} at {address}: {type(exc).__name__}: {exc}")

@@ -667,6 +667,7 @@ class ColumnarKafkaReader(KafkaReader):
         if part.error:
             raise KafkaSourceError(f"Kafka source '{self._ctx.name}' ({self._ctx.task_name}): Fetch of {where} failed "
                                    f"with Kafka error {kf.ERROR_NAMES.get(part.error, part.error)}")
+        self._fetcher.succeeded()
         split = self._splits[key]
         if split[1] == _STOP_LATEST:
             split[1] = part.high_watermark

@@ -284,3 +284,32 @@ def test_json_values_that_read_alone_but_not_together_name_the_range(kafka_broke
     local_kafka.produce_json(kafka_broker, topic, [{"v": 1}, {"v": 2}, {"v": "x"}], partition=0)
     error = read_until_error(kafka_broker, topic, fetcher=fetcher)                    # no schema=: inferred per batch
     assert error.offset is None and f"{topic}[0]@0..2" in str(error) and "declare schema=" in str(error)
+
+
+def test_read_committed_hides_an_open_transaction_until_it_commits(kafka_broker, fetcher):
+    from confluent_kafka import Producer
+
+    topic = fresh_topic(kafka_broker, partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_broker, "transactional.id": f"open-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, json.dumps({"value": i}).encode(), partition=0)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(10, 15):
+        producer.produce(topic, json.dumps({"value": i}).encode(), partition=0)
+    assert producer.flush(30) == 0
+    reader = ss.sources.Kafka(kafka_broker, [topic], fetcher=fetcher).create_reader(ctx(uid="open"))
+    reader.assign_splits(reader._source.splits(1))
+    reader.open()
+    try:
+        seen, deadline = [], time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            batch = reader.poll()
+            seen += [] if batch is None else batch.column("value").to_pylist()
+        assert seen == list(range(10))                       # the open transaction's rows stay hidden
+        producer.commit_transaction(30)
+        assert read_all(reader, until=5) == list(range(10, 15))
+    finally:
+        reader.close()

@@ -260,3 +260,25 @@ def test_the_fetcher_choice_is_checked_when_the_source_is_built():
         ss.sources.Kafka("127.0.0.1:9092", ["t"], config=secure, fetcher="columnar")
     assert ss.sources.Kafka("127.0.0.1:9092", ["t"], config=secure).fetcher == "librdkafka"
     assert ss.sources.Kafka("127.0.0.1:9092", ["t"]).fetcher == "columnar"
+
+
+def test_a_partition_whose_leader_keeps_failing_refreshes_and_then_fails_naming_it(kafka_broker):
+    from streamsnap.connectors.kafka_fetcher import FetcherError
+    from tests.connectors.test_kafka import ctx, fresh_topic
+
+    topic = fresh_topic(kafka_broker, partitions=1)
+    source = ss.sources.Kafka(kafka_broker, [topic], fetcher="columnar")
+    reader = source.create_reader(ctx(uid="leader"))
+    reader.assign_splits(source.splits(1))
+    reader.open()
+    reader._fetcher.retry_for = 0.2
+    not_leader = kf.PartitionData(topic, 0, 6, -1, -1, [], 0, 0)
+    try:
+        reader._take((topic, 0), bytearray(), not_leader)
+        assert reader._fetcher._stale                                    # the leaders are looked up again
+        time.sleep(0.3)
+        with pytest.raises(FetcherError, match=rf"Fetch of {topic}\[0\]@0 from {kafka_broker}: "
+                                               rf"NOT_LEADER_OR_FOLLOWER \(failing for"):
+            reader._take((topic, 0), bytearray(), not_leader)
+    finally:
+        reader.close()
