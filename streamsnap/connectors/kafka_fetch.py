@@ -227,13 +227,17 @@ class Records:
 
 
 def _jit(function):
-    """numba's compiled version of `function` when numba is installed (cached on disk), else
-    the plain function (the same results, tens of times slower)."""
+    """numba's compiled version of `function` when numba is installed (cached on disk beside
+    this module or in the user's cache; compiled anew in each process, ~1 s, where neither is
+    writable), else the plain function (the same results, tens of times slower)."""
     try:
         import numba
     except ImportError:
         return function
-    return numba.njit(cache=True, nogil=True)(function)
+    try:
+        return numba.njit(cache=True, nogil=True)(function)
+    except RuntimeError:                  # "cannot cache function ...: no locator available"
+        return numba.njit(nogil=True)(function)
 
 
 def _varint(buf, pos, end):
