@@ -27,7 +27,10 @@ class FetcherError(StreamsnapError):
 class _Connection:
     def __init__(self, address: tuple[str, int], timeout: float):
         self.address = address
-        self.sock = socket.create_connection(address, timeout=timeout)
+        # A short connect timeout: a broker that does not answer must not hold the task (and
+        # the barriers queued behind it) for the whole read timeout before the retry.
+        self.sock = socket.create_connection(address, timeout=min(timeout, 5.0))
+        self.sock.settimeout(timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.in_flight: tuple[int, dict] | None = None             # (correlation id, requested positions)
 
