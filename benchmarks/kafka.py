@@ -4,7 +4,8 @@
 fills a 2-partition input topic with JSON events {"key": i % 1000, "value": i, "ts": i}, and runs, in
 turn (A B C ... A B C ...), the same pipeline with the exactly-once Kafka sink (the source on each
 of its fetchers, `fetcher="columnar"` and `"librdkafka"`), the at-least-once one, a discarding
-sink (what reading Kafka alone costs, on each fetcher), and the client ceiling
+sink (what reading Kafka alone costs, on each fetcher), the exactly-once sink on
+`producer="columnar"` (both connectors columnar), and the client ceiling
 (`client_ceiling`: the same copy with bare confluent-kafka consumers and transactional
 producers, no engine, no decoding — what librdkafka and the broker alone reach here). Before them it measures the CPU
 time per message of the source reader (each fetcher, alternated) and the exactly-once sink writer alone (`profile`), and
@@ -38,6 +39,7 @@ from benchmarks import local_kafka
 
 KEYS = 1000
 FETCHERS = ("columnar", "librdkafka")      # ss.sources.Kafka(fetcher=...)
+PRODUCERS = ("librdkafka", "columnar")     # ss.sinks.Kafka(producer=...)
 SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64()), ("ts", pa.int64())])  # ts: W1 carries it
 AVRO_SCHEMA = {"type": "record", "name": "Event", "fields": [{"name": c, "type": "long"} for c in SCHEMA.names]}
 
@@ -96,19 +98,21 @@ def profile(bootstrap: str, topic: str) -> dict:
         read[fetcher].append(_cpu() - started)
         reader.close()
     n = sum(b.num_rows for b in batches)
-    out = f"bench-profile-{uuid.uuid4().hex[:8]}"
-    local_kafka.create_topic(bootstrap, out, 2)
-    writer = ss.sinks.Kafka(bootstrap, out, key="key").create_writer(ctx("sink"))
-    writer.open()
-    started = _cpu()
-    for i, batch in enumerate(batches):
-        writer.write(batch)
-        if i % 10 == 9:
-            writer.prepare_commit(i)
-            writer.commit(i)
-    writer.prepare_commit(len(batches))
-    writer.commit(len(batches))
-    written = _cpu() - started
+    written: dict[str, float] = {}
+    for producer in PRODUCERS:
+        out = f"bench-profile-{uuid.uuid4().hex[:8]}"
+        local_kafka.create_topic(bootstrap, out, 2)
+        writer = ss.sinks.Kafka(bootstrap, out, key="key", producer=producer).create_writer(ctx("sink"))
+        writer.open()
+        started = _cpu()
+        for i, batch in enumerate(batches):
+            writer.write(batch)
+            if i % 10 == 9:
+                writer.prepare_commit(i)
+                writer.commit(i)
+        writer.prepare_commit(len(batches))
+        writer.commit(len(batches))
+        written[producer] = _cpu() - started
     started = _cpu()
     for batch in batches:
         encode_json(batch)
@@ -122,7 +126,7 @@ def profile(bootstrap: str, topic: str) -> dict:
         codec.decode(values)
     avro_decoded = _cpu() - started
     return {"messages": n, **{f"source_{f}_us_per_message": min(t) / n * 1e6 for f, t in read.items()},
-            "sink_us_per_message": written / n * 1e6,
+            **{f"sink_{p}_us_per_message": t / n * 1e6 for p, t in written.items()},
             "json_encode_us_per_message": encoded / n * 1e6, "avro_encode_us_per_message": avro_encoded / n * 1e6,
             "avro_decode_us_per_message": avro_decoded / n * 1e6}
 
@@ -193,14 +197,15 @@ def client_ceiling(bootstrap: str, source_topic: str, n: int) -> dict:
             "committed_rows": checked}
 
 
-def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int, fetcher: str = "columnar") -> dict:
+def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int, fetcher: str = "columnar",
+             producer: str = "librdkafka") -> dict:
     out_topic = None
     if sink == "discard":
         target = ss.sinks.Discard()
     else:
         out_topic = f"bench-out-{uuid.uuid4().hex[:8]}"
         local_kafka.create_topic(bootstrap, out_topic, 2)
-        target = ss.sinks.Kafka(bootstrap, out_topic, key="key", semantic=sink)
+        target = ss.sinks.Kafka(bootstrap, out_topic, key="key", semantic=sink, producer=producer)
     config = ss.CheckpointConfig(interval=1.0, directory=_checkpoint_dir("kafka-"),
                                  mode="at_least_once" if sink == "at_least_once" else "exactly_once")
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
@@ -218,7 +223,7 @@ def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int, fetche
     if out_topic is not None:
         checked = len(local_kafka.read_committed(bootstrap, out_topic, 2))
         assert checked == n, f"{sink}: {checked} committed rows in {out_topic}, expected {n}"
-    return {"sink": sink, "fetcher": fetcher, "events_per_second": n / seconds, "seconds": seconds,
+    return {"sink": sink, "fetcher": fetcher, "producer": producer, "events_per_second": n / seconds, "seconds": seconds,
             "checkpoints": result.checkpoints.counts.completed if result.checkpoints else 0, "committed_rows": checked}
 
 
@@ -237,13 +242,18 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
             f"{k.removesuffix('_us_per_message')} {v:.2f} us" for k, v in costs.items() if k != "messages"),
             flush=True)
         run_once(spark, bootstrap, topic, "discard", n)          # warm workers and imports
-        measured: dict[str, list[dict]] = {"exactly_once": [], "exactly_once_librdkafka": [], "at_least_once": [],
+        # Suffixes: _librdkafka = the source on fetcher="librdkafka" (else columnar); _columnar_producer =
+        # the exactly-once sink on producer="columnar" (else librdkafka).
+        measured: dict[str, list[dict]] = {"exactly_once": [], "exactly_once_librdkafka": [],
+                                           "exactly_once_columnar_producer": [], "at_least_once": [],
                                            "discard": [], "discard_librdkafka": [], "client_ceiling": []}
         for _ in range(runs):
             for sink in measured:
                 fetcher = "librdkafka" if sink.endswith("_librdkafka") else "columnar"
+                producer = "columnar" if sink.endswith("_columnar_producer") else "librdkafka"
+                kind = sink.removesuffix("_librdkafka").removesuffix("_columnar_producer")
                 m = (client_ceiling(bootstrap, topic, n) if sink == "client_ceiling"
-                     else run_once(spark, bootstrap, topic, sink.removesuffix("_librdkafka"), n, fetcher))
+                     else run_once(spark, bootstrap, topic, kind, n, fetcher, producer))
                 measured[sink].append(m)
                 print(f"  {sink:14s} {m['events_per_second'] / 1e6:.2f} M events/s ({m['seconds']:.1f} s, "
                       f"{m['checkpoints']} checkpoints)", flush=True)
@@ -252,7 +262,8 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
         print(f"exactly-once / client ceiling: {summary['exactly_once'] / summary['client_ceiling']:.2f}; "
               f"columnar / librdkafka fetcher: exactly-once "
               f"{summary['exactly_once'] / summary['exactly_once_librdkafka']:.2f}, discard "
-              f"{summary['discard'] / summary['discard_librdkafka']:.2f}")
+              f"{summary['discard'] / summary['discard_librdkafka']:.2f}; columnar / librdkafka producer "
+              f"(exactly-once): {summary['exactly_once_columnar_producer'] / summary['exactly_once']:.2f}")
         return {"summary": summary, "runs": measured, "connector_cpu": costs}
     finally:
         spark.stop()

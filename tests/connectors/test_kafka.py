@@ -97,10 +97,11 @@ def test_a_rescaled_restore_fences_the_ids_of_the_old_subtasks_it_now_owns(kafka
     assert committed_values(kafka_broker, topic) == [0, 1, 2, 100, 101, 102]
 
 
-def test_the_next_transaction_is_made_ready_while_the_current_one_writes(kafka_broker):
+@pytest.mark.parametrize("producer", ["librdkafka", "columnar"])
+def test_the_next_transaction_is_made_ready_while_the_current_one_writes(kafka_broker, producer):
     topic = fresh_topic(kafka_broker)
     sink = ss.sinks.Kafka(kafka_broker, topic, key="key", transactional_id_prefix=f"ready-{topic}",
-                          transaction_pool_size=2)
+                          transaction_pool_size=2, producer=producer)
     writer = sink.create_writer(ctx())
     writer.open()
     prepared = writer._next.result(30)            # readied in the background after open
