@@ -127,27 +127,37 @@ class ColumnarProducer:
             batches[p] = kp.record_batch(values, keys, rows, producer_id=self.producer_id, epoch=self.epoch,
                                          base_sequence=self._sequences.get(p, 0), transactional=True,
                                          timestamp_ms=now)
-        by_leader: dict[tuple[str, int], dict[int, bytes]] = {}
-        for p, batch in batches.items():
-            by_leader.setdefault(self._leaders[p], {})[p] = batch
-        for address, mine in by_leader.items():
-            self._send(address, mine)
+        self._send(batches)
         for p, rows in rows_of.items():
             self._sequences[p] = self._sequences.get(p, 0) + len(rows)
 
-    def _send(self, address, batches: dict[int, bytes]) -> None:
+    def _send(self, batches: dict[int, bytes]) -> None:
+        """Produce every partition's batch to its leader; partitions answered with a retriable
+        error are sent again (same sequence numbers) after looking the leaders up again."""
+        pending = dict(batches)
+
         def attempt():
-            correlation = self._next_id()
-            request = kp.encode_produce(self.transactional_id, self.topic, batches,
-                                        int(self.request_timeout * 1000), correlation)
-            errors = kp.decode_produce(_call(address, request, self.request_timeout), correlation)
-            bad = {p: e for p, e in errors.items() if e and e != 46}     # 46: a retry's duplicate, written before
-            if any(e not in kp.RETRIABLE for e in bad.values()):
-                raise self._fail(f"Produce to {address[0]}:{address[1]} failed: " + ", ".join(
-                    f"[{p}] {kp.error_name(e)}" for p, e in sorted(bad.items())))
-            for p in [p for p in batches if p not in bad]:     # written: only the failed ones again
-                del batches[p]
-            return not bad, ", ".join(kp.error_name(e) for e in bad.values())
+            by_leader: dict[tuple[str, int], dict[int, bytes]] = {}
+            for p, batch in pending.items():
+                by_leader.setdefault(self._leaders[p], {})[p] = batch
+            failed = {}
+            for address, mine in by_leader.items():
+                correlation = self._next_id()
+                request = kp.encode_produce(self.transactional_id, self.topic, mine,
+                                            int(self.request_timeout * 1000), correlation)
+                errors = kp.decode_produce(_call(address, request, self.request_timeout), correlation)
+                for p in mine:
+                    error = errors.get(p, 0)
+                    if error and error != 46:                  # 46: a retry's duplicate, written before
+                        if error not in kp.RETRIABLE:
+                            raise self._fail(f"Produce of partition {p} to {address[0]}:{address[1]} failed with "
+                                             f"{kp.error_name(error)}")
+                        failed[p] = error
+                    else:
+                        del pending[p]
+            if failed:
+                self._refresh()
+            return not pending, ", ".join(f"[{p}] {kp.error_name(e)}" for p, e in sorted(failed.items()))
         self._retrying("Produce", attempt)
 
     def flush(self, timeout: float = 0) -> int:
