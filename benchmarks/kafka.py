@@ -2,13 +2,13 @@
 
 `python -m benchmarks.kafka [events] [runs]` starts the local broker (scripts/kafka-broker),
 fills a 2-partition input topic with JSON events {"key": i % 1000, "value": i, "ts": i}, and runs, in
-turn (A B C ... A B C ...), the same pipeline with the exactly-once Kafka sink (the source on each
-of its fetchers, `fetcher="columnar"` and `"librdkafka"`), the at-least-once one, a discarding
-sink (what reading Kafka alone costs, on each fetcher), the exactly-once sink on
-`producer="columnar"` (both connectors columnar), and the client ceiling
+turn (A B C ... A B C ...), the same pipeline in the `VARIANTS`: the exactly-once Kafka sink with
+both connectors columnar (the defaults), both on librdkafka (`fetcher=`/`producer="librdkafka"`),
+and the columnar source with the librdkafka producer; the at-least-once sink; a discarding sink
+(what reading Kafka alone costs, on each fetcher); and the client ceiling
 (`client_ceiling`: the same copy with bare confluent-kafka consumers and transactional
 producers, no engine, no decoding — what librdkafka and the broker alone reach here). Before them it measures the CPU
-time per message of the source reader (each fetcher, alternated) and the exactly-once sink writer alone (`profile`), and
+time per message of the source reader (each fetcher, alternated) and the exactly-once sink writer (each producer) alone (`profile`), and
 of encoding and decoding the same rows as Avro instead of JSON (no broker). Throughput is events over the time
 from the job running to the job finished — for exactly-once that includes the final checkpoint
 and the last commit, i.e. until every row is visible to read_committed consumers. The output
@@ -40,6 +40,12 @@ from benchmarks import local_kafka
 KEYS = 1000
 FETCHERS = ("columnar", "librdkafka")      # ss.sources.Kafka(fetcher=...)
 PRODUCERS = ("librdkafka", "columnar")     # ss.sinks.Kafka(producer=...)
+# The runs of each round: name -> (sink semantic or "discard", source fetcher, sink producer).
+VARIANTS = {"exactly_once": ("exactly_once", "columnar", "columnar"),
+            "exactly_once_librdkafka": ("exactly_once", "librdkafka", "librdkafka"),
+            "exactly_once_librdkafka_producer": ("exactly_once", "columnar", "librdkafka"),
+            "at_least_once": ("at_least_once", "columnar", "librdkafka"),
+            "discard": ("discard", "columnar", None), "discard_librdkafka": ("discard", "librdkafka", None)}
 SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64()), ("ts", pa.int64())])  # ts: W1 carries it
 AVRO_SCHEMA = {"type": "record", "name": "Event", "fields": [{"name": c, "type": "long"} for c in SCHEMA.names]}
 
@@ -198,7 +204,7 @@ def client_ceiling(bootstrap: str, source_topic: str, n: int) -> dict:
 
 
 def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int, fetcher: str = "columnar",
-             producer: str = "librdkafka") -> dict:
+             producer: str | None = None) -> dict:
     out_topic = None
     if sink == "discard":
         target = ss.sinks.Discard()
@@ -242,18 +248,11 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
             f"{k.removesuffix('_us_per_message')} {v:.2f} us" for k, v in costs.items() if k != "messages"),
             flush=True)
         run_once(spark, bootstrap, topic, "discard", n)          # warm workers and imports
-        # Suffixes: _librdkafka = the source on fetcher="librdkafka" (else columnar); _columnar_producer =
-        # the exactly-once sink on producer="columnar" (else librdkafka).
-        measured: dict[str, list[dict]] = {"exactly_once": [], "exactly_once_librdkafka": [],
-                                           "exactly_once_columnar_producer": [], "at_least_once": [],
-                                           "discard": [], "discard_librdkafka": [], "client_ceiling": []}
+        measured: dict[str, list[dict]] = {name: [] for name in [*VARIANTS, "client_ceiling"]}
         for _ in range(runs):
             for sink in measured:
-                fetcher = "librdkafka" if sink.endswith("_librdkafka") else "columnar"
-                producer = "columnar" if sink.endswith("_columnar_producer") else "librdkafka"
-                kind = sink.removesuffix("_librdkafka").removesuffix("_columnar_producer")
                 m = (client_ceiling(bootstrap, topic, n) if sink == "client_ceiling"
-                     else run_once(spark, bootstrap, topic, kind, n, fetcher, producer))
+                     else run_once(spark, bootstrap, topic, *VARIANTS[sink][:1], n, *VARIANTS[sink][1:]))
                 measured[sink].append(m)
                 print(f"  {sink:14s} {m['events_per_second'] / 1e6:.2f} M events/s ({m['seconds']:.1f} s, "
                       f"{m['checkpoints']} checkpoints)", flush=True)
@@ -262,8 +261,9 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
         print(f"exactly-once / client ceiling: {summary['exactly_once'] / summary['client_ceiling']:.2f}; "
               f"columnar / librdkafka fetcher: exactly-once "
               f"{summary['exactly_once'] / summary['exactly_once_librdkafka']:.2f}, discard "
-              f"{summary['discard'] / summary['discard_librdkafka']:.2f}; columnar / librdkafka producer "
-              f"(exactly-once): {summary['exactly_once_columnar_producer'] / summary['exactly_once']:.2f}")
+              f"{summary['discard'] / summary['discard_librdkafka']:.2f}; exactly-once, both columnar / columnar "
+              f"source + librdkafka producer: "
+              f"{summary['exactly_once'] / summary['exactly_once_librdkafka_producer']:.2f}")
         return {"summary": summary, "runs": measured, "connector_cpu": costs}
     finally:
         spark.stop()

@@ -132,12 +132,13 @@ def _varint_size(value):
 _varint_size = _jit(_varint_size)
 
 
-def _encode_records(vdata, voff, kdata, koff, has_keys, rows, out, at):
-    """Records of `rows` (indices into the value/key arrays) written from out[at]; returns the end."""
+def _encode_records(vdata, voff, kdata, koff, kvalid, has_keys, rows, out, at):
+    """Records of `rows` (indices into the value/key arrays) written from out[at]; returns the end.
+    kvalid[r] false: row r has a null key."""
     for i in range(len(rows)):
         r = rows[i]
         vl = voff[r + 1] - voff[r]
-        kl = koff[r + 1] - koff[r] if has_keys else -1
+        kl = koff[r + 1] - koff[r] if has_keys and kvalid[r] else -1
         body = 1 + 1 + _varint_size(i) + _varint_size(kl) + max(kl, 0) + _varint_size(vl) + vl + 1
         at = _put_varint(out, at, body)
         out[at] = 0                                                # attributes
@@ -166,14 +167,16 @@ def record_batch(values, keys, rows: np.ndarray, *, producer_id: int, epoch: int
     """One record batch of the rows `rows` of `values` / `keys` (binary_columns() of each)."""
     import google_crc32c
 
-    vdata, voff = values
-    kdata, koff = keys if keys is not None else (np.zeros(1, np.uint8), np.zeros(1, np.int64))
+    vdata, voff, _ = values
+    kdata, koff, kvalid = keys if keys is not None else (np.zeros(1, np.uint8), np.zeros(1, np.int64), None)
+    if kvalid is None:
+        kvalid = np.ones(1 if keys is None else len(koff) - 1, np.bool_)
     n = len(rows)
     size = 61 + int((voff[rows + 1] - voff[rows]).sum()) + n * 20
     if keys is not None:
         size += int((koff[rows + 1] - koff[rows]).sum())
     out = np.empty(size, np.uint8)
-    end = _encode_records(vdata, voff, kdata, koff, keys is not None, rows, out, 61)
+    end = _encode_records(vdata, voff, kdata, koff, kvalid, keys is not None, rows, out, 61)
     out[21:61] = np.frombuffer(_BATCH_TAIL.pack(0x10 if transactional else 0, n - 1, timestamp_ms, timestamp_ms,
                                                 producer_id, epoch, base_sequence, n), np.uint8)
     crc = google_crc32c.value(out[21:end].tobytes())
@@ -181,16 +184,19 @@ def record_batch(values, keys, rows: np.ndarray, *, producer_id: int, epoch: int
     return out[:end].tobytes()
 
 
-def binary_columns(array) -> tuple[np.ndarray, np.ndarray]:
-    """(data bytes, int64 offsets) of a pyarrow binary/string array without nulls."""
+def binary_columns(array) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(data bytes, int64 offsets, validity: bool per row or None without nulls) of a pyarrow
+    binary/string array (a null's offsets span no bytes)."""
     import pyarrow as pa
 
+    valid = None
     if array.null_count:
-        raise ValueError("binary_columns: the array has nulls")
+        valid = array.is_valid().to_numpy(zero_copy_only=False)
+        array = array.fill_null(b"" if pa.types.is_binary(array.type) else "")
     array = array.cast(pa.large_binary())
     _, offsets, data = array.buffers()
     offsets = np.frombuffer(offsets, np.int64)[array.offset:array.offset + len(array) + 1]
-    return (np.frombuffer(data, np.uint8) if data is not None else np.zeros(1, np.uint8)), offsets
+    return (np.frombuffer(data, np.uint8) if data is not None else np.zeros(1, np.uint8)), offsets, valid
 
 
 def _crc32_keys(kdata, koff, table, out):
@@ -219,13 +225,15 @@ _TABLE = _crc_table()
 
 def partitions_of(keys, n_rows: int, partition_count: int, start: int = 0) -> np.ndarray:
     """The partition of each row: CRC-32 of its key modulo the partition count (librdkafka's
-    default, consistent_random); rows without keys (keys None) in turn from `start`."""
+    default, consistent_random); rows without a key (keys None, or a null key) in turn from `start`."""
+    turns = (np.arange(n_rows, dtype=np.int64) + start) % partition_count
     if keys is None:
-        return (np.arange(n_rows, dtype=np.int64) + start) % partition_count
-    kdata, koff = keys
+        return turns
+    kdata, koff, valid = keys
     crc = np.empty(len(koff) - 1, np.uint32)
     _crc32_keys(kdata, koff, _TABLE, crc)
-    return (crc % np.uint32(partition_count)).astype(np.int64)
+    partitions = (crc % np.uint32(partition_count)).astype(np.int64)
+    return partitions if valid is None else np.where(valid, partitions, turns)
 
 
 __all__ = ["encode_init_producer_id", "decode_init_producer_id", "encode_add_partitions", "decode_add_partitions",

@@ -30,9 +30,9 @@ json.dumps); with format="avro" one Avro record of the user's schema (`avro.py`,
 the Schema Registry header). The key is the `key` column's value as text (None: no key,
 librdkafka spreads rows over partitions).
 
-Producers: "librdkafka" (default, one `produce` call per message) or, for exactly_once,
-"columnar" (`kafka_producer.ColumnarProducer`: record batches encoded from the columns and sent
-with streamsnap's own transactional requests; the same pool, phases and recovery).
+Producers: for exactly_once by default "columnar" (`kafka_producer.ColumnarProducer`: record
+batches encoded from the columns and sent with streamsnap's own transactional requests; the same
+pool, phases and recovery), else "librdkafka" (one `produce` call per message).
 """
 
 from __future__ import annotations
@@ -139,18 +139,20 @@ class Kafka(Sink):
     librdkafka producer settings. format: "json" or "avro"; avro_schema: the Avro record schema
     (dict or JSON text) rows are written with (its fields must be columns of the rows);
     avro_schema_id: the Schema Registry id to write in the Confluent wire header (None: bare records).
-    producer: "librdkafka" (default: confluent-kafka's producer, one call per message) or "columnar"
-    (exactly_once only: record batches encoded from the columns and sent with our own
-    InitProducerId / AddPartitionsToTxn / Produce requests, `kafka_producer.py`; plaintext only —
-    security settings in config= are refused — and no null keys). Both put a key in the same
-    partition (CRC-32 of the key, librdkafka's default).
+    producer: "columnar" (exactly_once only: record batches encoded from the columns and sent with
+    our own InitProducerId / AddPartitionsToTxn / Produce requests, `kafka_producer.py`; plaintext
+    only), "librdkafka" (confluent-kafka's producer, one call per message), or None: columnar for
+    exactly_once unless config= has security settings (security.protocol other than plaintext,
+    sasl.*, ssl.*), librdkafka otherwise; producer="columnar" with such settings is a
+    ConfigurationError. Both put a key in the same partition (CRC-32 of the key, librdkafka's
+    default; rows with a null or no key spread over the partitions).
     """
 
     def __init__(self, bootstrap: str, topic: str, *, key: str | None = None, semantic: str = "exactly_once",
                  transactional_id_prefix: str | None = None, transaction_pool_size: int = 5,
                  transaction_timeout: float = 900.0, config: dict | None = None, preflight_timeout: float = 10.0,
                  format: str = "json", avro_schema=None, avro_schema_id: int | None = None,
-                 producer: str = "librdkafka"):
+                 producer: str | None = None):
         if not isinstance(bootstrap, str) or not bootstrap.strip():
             raise ConfigurationError(f"Kafka sink: bootstrap must be 'host:port[,host:port]', got {bootstrap!r}")
         if not isinstance(topic, str) or not topic:
@@ -176,17 +178,18 @@ class Kafka(Sink):
                                            or not 0 <= avro_schema_id < 2 ** 31):
             raise ConfigurationError(f"Kafka sink: avro_schema_id must be a Schema Registry id (an int >= 0), "
                                      f"got {avro_schema_id!r}")
-        if producer not in ("librdkafka", "columnar"):
-            raise ConfigurationError(f"Kafka sink: producer must be 'librdkafka' or 'columnar', got {producer!r}")
+        if producer not in (None, "librdkafka", "columnar"):
+            raise ConfigurationError(f"Kafka sink: producer must be 'librdkafka', 'columnar' or None (columnar for "
+                                     f"exactly_once unless config= has security settings), got {producer!r}")
         if producer == "columnar" and semantic != "exactly_once":
             raise ConfigurationError("Kafka sink: producer='columnar' writes Kafka transactions only; use it with "
                                      "semantic='exactly_once', or producer='librdkafka'")
-        security = sorted(k for k, v in (config or {}).items() if k.startswith(("sasl.", "ssl.")) or (
-            k == "security.protocol" and str(v).lower() != "plaintext"))
+        security = kafka_admin.security_settings(config)
         if producer == "columnar" and security:
             raise ConfigurationError(f"Kafka sink: producer='columnar' speaks plaintext Kafka only and cannot "
-                                     f"honour config= {security}. Fix: producer='librdkafka'")
-        self.producer = producer
+                                     f"honour config= {security}. Fix: producer='librdkafka' (or leave producer= "
+                                     f"unset, which picks librdkafka for such settings)")
+        self.producer = producer or ("columnar" if semantic == "exactly_once" and not security else "librdkafka")
         self.format = format
         self._avro = (AvroCodec(avro_schema, schema_id=avro_schema_id, what="Kafka sink") if format == "avro"
                       else None)
@@ -309,10 +312,6 @@ class KafkaWriter(SinkWriter):
         from streamsnap.connectors.kafka_producer import ProducerError
 
         keys = encode_keys_array(record_batch, self._sink.key)
-        if keys is not None and keys.null_count:
-            raise KafkaSinkError(f"Kafka sink: key column {self._sink.key!r} has nulls, which producer='columnar' "
-                                 f"does not write. Fix: fill them, or producer='librdkafka' (null keys spread "
-                                 f"over partitions)")
         try:
             producer.produce(kp.binary_columns(self._sink.encode_array(record_batch)),
                              None if keys is None else kp.binary_columns(keys), record_batch.num_rows)

@@ -174,8 +174,7 @@ class Kafka(Source):
         if fetcher not in (None, "columnar", "librdkafka"):
             raise ConfigurationError(f"Kafka source: fetcher must be 'columnar', 'librdkafka' or None (columnar "
                                      f"unless config= has security settings), got {fetcher!r}")
-        security = sorted(k for k, v in (config or {}).items() if k.startswith(("sasl.", "ssl.")) or (
-            k == "security.protocol" and str(v).lower() != "plaintext"))
+        security = kafka_admin.security_settings(config)
         if fetcher == "columnar" and security:
             raise ConfigurationError(f"Kafka source: fetcher='columnar' speaks plaintext Kafka only and cannot honour "
                                      f"config= {security}. Fix: fetcher='librdkafka' (or leave fetcher= unset, which "

@@ -42,6 +42,15 @@ def test_keys_go_to_partitions_by_crc32_as_librdkafka_puts_them_and_keyless_rows
     keys = [b"1", b"22", b"abc", b"", "ü".encode()]
     assert kp.partitions_of(columns(keys), 5, 7).tolist() == [zlib.crc32(k) % 7 for k in keys]
     assert kp.partitions_of(None, 5, 3, start=2).tolist() == [2, 0, 1, 2, 0]
+    assert kp.partitions_of(columns([b"abc", None, None]), 3, 7, start=1).tolist() == [zlib.crc32(b"abc") % 7, 2, 3]
+
+
+def test_null_keys_are_written_as_null():
+    values, keys = columns([b"a", b"b", b"c"]), columns([b"k", None, b""])
+    data = kp.record_batch(values, keys, np.arange(3), producer_id=1, epoch=0, base_sequence=0, transactional=True,
+                           timestamp_ms=0)
+    records = kf.decode_records(bytearray(data), 0, len(data), fetch_offset=0, read_committed=False)
+    assert kf.binary_array(records, "key").to_pylist() == [b"k", None, b""]
 
 
 def test_request_frames():
@@ -90,7 +99,10 @@ def test_a_transaction_is_seen_once_committed_and_a_new_producer_of_the_id_fence
 def test_the_columnar_producer_choice_is_checked_when_the_sink_is_built():
     import streamsnap as ss
 
-    with pytest.raises(ss.ConfigurationError, match="producer must be 'librdkafka' or 'columnar'"):
+    assert ss.sinks.Kafka("127.0.0.1:9092", "t").producer == "columnar"
+    assert ss.sinks.Kafka("127.0.0.1:9092", "t", semantic="at_least_once").producer == "librdkafka"
+    assert ss.sinks.Kafka("127.0.0.1:9092", "t", config={"sasl.mechanism": "PLAIN"}).producer == "librdkafka"
+    with pytest.raises(ss.ConfigurationError, match="producer must be 'librdkafka', 'columnar' or None"):
         ss.sinks.Kafka("127.0.0.1:9092", "t", producer="fast")
     with pytest.raises(ss.ConfigurationError, match="semantic='exactly_once'"):
         ss.sinks.Kafka("127.0.0.1:9092", "t", producer="columnar", semantic="at_least_once")
