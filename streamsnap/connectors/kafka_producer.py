@@ -34,6 +34,7 @@ class ColumnarProducer:
         self._in_transaction: set[int] = set()
         self._next_keyless = 0
         self._leaders: dict[int, tuple[str, int]] = {}
+        self._connections: dict[tuple[str, int], object] = {}     # leader address -> kafka_fetcher._Connection
         self._refresh()
         self.producer_id, self.epoch = self._init_producer_id()
 
@@ -145,7 +146,7 @@ class ColumnarProducer:
                 correlation = self._next_id()
                 request = kp.encode_produce(self.transactional_id, self.topic, mine,
                                             int(self.request_timeout * 1000), correlation)
-                errors = kp.decode_produce(_call(address, request, self.request_timeout), correlation)
+                errors = kp.decode_produce(self._call_leader(address, request), correlation)
                 for p in mine:
                     error = errors.get(p, 0)
                     if error and error != 46:                  # 46: a retry's duplicate, written before
@@ -159,6 +160,28 @@ class ColumnarProducer:
                 self._refresh()
             return not pending, ", ".join(f"[{p}] {kp.error_name(e)}" for p, e in sorted(failed.items()))
         self._retrying("Produce", attempt)
+
+    def _call_leader(self, address: tuple[str, int], request: bytes) -> bytearray:
+        """A request over the kept connection to a leader (a broken one is dropped and the error
+        raised, for the retry to connect anew)."""
+        from streamsnap.connectors.kafka_fetcher import _Connection
+
+        conn = self._connections.get(address)
+        try:
+            if conn is None:
+                conn = self._connections[address] = _Connection(address, self.request_timeout)
+            conn.sock.sendall(request)
+            return conn.receive()
+        except OSError:
+            self._connections.pop(address, None)
+            if conn is not None:
+                conn.close()
+            raise
+
+    def close(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
 
     def flush(self, timeout: float = 0) -> int:
         return 0                                               # every write waited for its acknowledgements

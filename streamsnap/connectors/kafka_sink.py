@@ -394,6 +394,12 @@ class TransactionalKafkaWriter(KafkaWriter):
             raise KafkaSinkError(str(exc)) from exc
         return producer, ((producer.producer_id, producer.epoch) if producer_id else None)
 
+    def _release(self, producer) -> None:
+        """Close a columnar producer's connections once its transaction is over (a librdkafka
+        producer closes when it is collected)."""
+        if self._sink.producer == "columnar":
+            producer.close()
+
     def _fence(self, tids: list[str]) -> None:
         """Abort whatever the given transactional ids left open (a new producer epoch fences them).
 
@@ -402,6 +408,7 @@ class TransactionalKafkaWriter(KafkaWriter):
         def fence(tid: str) -> None:
             producer, _ = self._transactional_producer(tid, producer_id=False)
             producer.flush(0)
+            self._release(producer)
 
         if tids:
             with ThreadPoolExecutor(len(tids), thread_name_prefix="kafka-fence") as pool:
@@ -473,6 +480,7 @@ class TransactionalKafkaWriter(KafkaWriter):
             producer = self._committing.pop(slot, None)
             if producer is not None:
                 producer.commit_transaction(self._sink.transaction_timeout)
+                self._release(producer)
             else:
                 self._commit_restored(committable)
             self._pool.committed(slot)
