@@ -2,11 +2,13 @@
 
 `python -m benchmarks.kafka [events] [runs]` starts the local broker (scripts/kafka-broker),
 fills a 2-partition input topic with JSON events {"key": i % 1000, "value": i, "ts": i}, and runs, in
-turn (A B C D A B C D ...), the same pipeline with the exactly-once Kafka sink, the at-least-once
-one, a discarding sink (what reading Kafka alone costs), and the client ceiling
+turn (A B C ... A B C ...), the same pipeline in the `VARIANTS`: the exactly-once Kafka sink with
+both connectors columnar (the defaults), both on librdkafka (`fetcher=`/`producer="librdkafka"`),
+and the columnar source with the librdkafka producer; the at-least-once sink; a discarding sink
+(what reading Kafka alone costs, on each fetcher); and the client ceiling
 (`client_ceiling`: the same copy with bare confluent-kafka consumers and transactional
 producers, no engine, no decoding — what librdkafka and the broker alone reach here). Before them it measures the CPU
-time per message of the source reader and the exactly-once sink writer alone (`profile`), and
+time per message of the source reader (each fetcher, alternated) and the exactly-once sink writer (each producer) alone (`profile`), and
 of encoding and decoding the same rows as Avro instead of JSON (no broker). Throughput is events over the time
 from the job running to the job finished — for exactly-once that includes the final checkpoint
 and the last commit, i.e. until every row is visible to read_committed consumers. The output
@@ -36,6 +38,14 @@ from streamsnap.connectors.kafka_sink import encode_json
 from benchmarks import local_kafka
 
 KEYS = 1000
+FETCHERS = ("columnar", "librdkafka")      # ss.sources.Kafka(fetcher=...)
+PRODUCERS = ("librdkafka", "columnar")     # ss.sinks.Kafka(producer=...)
+# The runs of each round: name -> (sink semantic or "discard", source fetcher, sink producer).
+VARIANTS = {"exactly_once": ("exactly_once", "columnar", "columnar"),
+            "exactly_once_librdkafka": ("exactly_once", "librdkafka", "librdkafka"),
+            "exactly_once_librdkafka_producer": ("exactly_once", "columnar", "librdkafka"),
+            "at_least_once": ("at_least_once", "columnar", "librdkafka"),
+            "discard": ("discard", "columnar", None), "discard_librdkafka": ("discard", "librdkafka", None)}
 SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64()), ("ts", pa.int64())])  # ts: W1 carries it
 AVRO_SCHEMA = {"type": "record", "name": "Event", "fields": [{"name": c, "type": "long"} for c in SCHEMA.names]}
 
@@ -79,31 +89,36 @@ def profile(bootstrap: str, topic: str) -> dict:
                                job_id=f"bench-{uuid.uuid4().hex[:8]}", task_name=uid,
                                extra={"checkpointing": True})
 
-    source = ss.sources.Kafka(bootstrap, [topic], stop_at="latest", schema=SCHEMA, batch_size=50_000)
-    reader = source.create_reader(ctx("source"))
-    reader.assign_splits(source.splits(1))
-    reader.open()
-    started, batches = _cpu(), []
-    while not reader.is_finished():
-        batch = reader.poll()
-        if batch is not None:
-            batches.append(batch)
-    read = _cpu() - started
-    reader.close()
+    read: dict[str, list[float]] = {fetcher: [] for fetcher in FETCHERS}
+    for fetcher in [*FETCHERS, *FETCHERS]:                   # alternated, twice each: the lower counts
+        source = ss.sources.Kafka(bootstrap, [topic], stop_at="latest", schema=SCHEMA, batch_size=50_000,
+                                  fetcher=fetcher)
+        reader = source.create_reader(ctx("source"))
+        reader.assign_splits(source.splits(1))
+        reader.open()
+        started, batches = _cpu(), []
+        while not reader.is_finished():
+            batch = reader.poll()
+            if batch is not None:
+                batches.append(batch)
+        read[fetcher].append(_cpu() - started)
+        reader.close()
     n = sum(b.num_rows for b in batches)
-    out = f"bench-profile-{uuid.uuid4().hex[:8]}"
-    local_kafka.create_topic(bootstrap, out, 2)
-    writer = ss.sinks.Kafka(bootstrap, out, key="key").create_writer(ctx("sink"))
-    writer.open()
-    started = _cpu()
-    for i, batch in enumerate(batches):
-        writer.write(batch)
-        if i % 10 == 9:
-            writer.prepare_commit(i)
-            writer.commit(i)
-    writer.prepare_commit(len(batches))
-    writer.commit(len(batches))
-    written = _cpu() - started
+    written: dict[str, float] = {}
+    for producer in PRODUCERS:
+        out = f"bench-profile-{uuid.uuid4().hex[:8]}"
+        local_kafka.create_topic(bootstrap, out, 2)
+        writer = ss.sinks.Kafka(bootstrap, out, key="key", producer=producer).create_writer(ctx("sink"))
+        writer.open()
+        started = _cpu()
+        for i, batch in enumerate(batches):
+            writer.write(batch)
+            if i % 10 == 9:
+                writer.prepare_commit(i)
+                writer.commit(i)
+        writer.prepare_commit(len(batches))
+        writer.commit(len(batches))
+        written[producer] = _cpu() - started
     started = _cpu()
     for batch in batches:
         encode_json(batch)
@@ -116,7 +131,8 @@ def profile(bootstrap: str, topic: str) -> dict:
     for values in avro:
         codec.decode(values)
     avro_decoded = _cpu() - started
-    return {"messages": n, "source_us_per_message": read / n * 1e6, "sink_us_per_message": written / n * 1e6,
+    return {"messages": n, **{f"source_{f}_us_per_message": min(t) / n * 1e6 for f, t in read.items()},
+            **{f"sink_{p}_us_per_message": t / n * 1e6 for p, t in written.items()},
             "json_encode_us_per_message": encoded / n * 1e6, "avro_encode_us_per_message": avro_encoded / n * 1e6,
             "avro_decode_us_per_message": avro_decoded / n * 1e6}
 
@@ -187,19 +203,20 @@ def client_ceiling(bootstrap: str, source_topic: str, n: int) -> dict:
             "committed_rows": checked}
 
 
-def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int) -> dict:
+def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int, fetcher: str = "columnar",
+             producer: str | None = None) -> dict:
     out_topic = None
     if sink == "discard":
         target = ss.sinks.Discard()
     else:
         out_topic = f"bench-out-{uuid.uuid4().hex[:8]}"
         local_kafka.create_topic(bootstrap, out_topic, 2)
-        target = ss.sinks.Kafka(bootstrap, out_topic, key="key", semantic=sink)
+        target = ss.sinks.Kafka(bootstrap, out_topic, key="key", semantic=sink, producer=producer)
     config = ss.CheckpointConfig(interval=1.0, directory=_checkpoint_dir("kafka-"),
                                  mode="at_least_once" if sink == "at_least_once" else "exactly_once")
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
     (env.from_source(ss.sources.Kafka(bootstrap, [source_topic], stop_at="latest", schema=SCHEMA,
-                                      batch_size=50_000), name="kafka", uid="kafka")
+                                      batch_size=50_000, fetcher=fetcher), name="kafka", uid="kafka")
         .key_by("key").process_batches(BatchRunningSum(), name="w1", uid="w1")
         .sink_to(target, name="out", uid="out"))
     client = env.execute_async(f"kafka bench {sink}")
@@ -212,7 +229,7 @@ def run_once(spark, bootstrap: str, source_topic: str, sink: str, n: int) -> dic
     if out_topic is not None:
         checked = len(local_kafka.read_committed(bootstrap, out_topic, 2))
         assert checked == n, f"{sink}: {checked} committed rows in {out_topic}, expected {n}"
-    return {"sink": sink, "events_per_second": n / seconds, "seconds": seconds,
+    return {"sink": sink, "fetcher": fetcher, "producer": producer, "events_per_second": n / seconds, "seconds": seconds,
             "checkpoints": result.checkpoints.counts.completed if result.checkpoints else 0, "committed_rows": checked}
 
 
@@ -231,18 +248,22 @@ def main(n: int = 2_000_000, runs: int = 2) -> dict:
             f"{k.removesuffix('_us_per_message')} {v:.2f} us" for k, v in costs.items() if k != "messages"),
             flush=True)
         run_once(spark, bootstrap, topic, "discard", n)          # warm workers and imports
-        measured: dict[str, list[dict]] = {"exactly_once": [], "at_least_once": [], "discard": [],
-                                           "client_ceiling": []}
+        measured: dict[str, list[dict]] = {name: [] for name in [*VARIANTS, "client_ceiling"]}
         for _ in range(runs):
             for sink in measured:
                 m = (client_ceiling(bootstrap, topic, n) if sink == "client_ceiling"
-                     else run_once(spark, bootstrap, topic, sink, n))
+                     else run_once(spark, bootstrap, topic, *VARIANTS[sink][:1], n, *VARIANTS[sink][1:]))
                 measured[sink].append(m)
                 print(f"  {sink:14s} {m['events_per_second'] / 1e6:.2f} M events/s ({m['seconds']:.1f} s, "
                       f"{m['checkpoints']} checkpoints)", flush=True)
         summary = {sink: statistics.median(m["events_per_second"] for m in ms) for sink, ms in measured.items()}
         print("median events/s: " + ", ".join(f"{s} {v / 1e6:.2f} M" for s, v in summary.items()))
-        print(f"exactly-once / client ceiling: {summary['exactly_once'] / summary['client_ceiling']:.2f}")
+        print(f"exactly-once / client ceiling: {summary['exactly_once'] / summary['client_ceiling']:.2f}; "
+              f"columnar / librdkafka fetcher: exactly-once "
+              f"{summary['exactly_once'] / summary['exactly_once_librdkafka']:.2f}, discard "
+              f"{summary['discard'] / summary['discard_librdkafka']:.2f}; exactly-once, both columnar / columnar "
+              f"source + librdkafka producer: "
+              f"{summary['exactly_once'] / summary['exactly_once_librdkafka_producer']:.2f}")
         return {"summary": summary, "runs": measured, "connector_cpu": costs}
     finally:
         spark.stop()

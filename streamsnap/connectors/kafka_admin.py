@@ -75,4 +75,10 @@ def partitions(bootstrap: str, topics: list[str] | None, pattern: str | None, ti
     return sorted((t, p) for t in matching_topics(known, topics, pattern) for p in range(known[t]))
 
 
-__all__ = ["require_client", "cluster_topics", "require_topics", "matching_topics", "partitions"]
+def security_settings(config: dict | None) -> list[str]:
+    """The config= keys a connection of streamsnap's own (plaintext Kafka) cannot honour."""
+    return sorted(k for k, v in (config or {}).items() if k.startswith(("sasl.", "ssl.")) or (
+        k == "security.protocol" and str(v).lower() != "plaintext"))
+
+
+__all__ = ["security_settings", "require_client", "cluster_topics", "require_topics", "matching_topics", "partitions"]

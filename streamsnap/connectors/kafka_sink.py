@@ -29,6 +29,10 @@ Arrow compute for flat rows of numbers, booleans and strings; other types go thr
 json.dumps); with format="avro" one Avro record of the user's schema (`avro.py`, optionally with
 the Schema Registry header). The key is the `key` column's value as text (None: no key,
 librdkafka spreads rows over partitions).
+
+Producers: for exactly_once by default "columnar" (`kafka_producer.ColumnarProducer`: record
+batches encoded from the columns and sent with streamsnap's own transactional requests; the same
+pool, phases and recovery), else "librdkafka" (one `produce` call per message).
 """
 
 from __future__ import annotations
@@ -88,27 +92,38 @@ def _json_text(column: pa.Array) -> pa.Array | None:
 
 def encode_json(batch: pa.RecordBatch) -> list[bytes]:
     """One JSON object per row, as bytes: column-wise when every column allows it."""
+    return encode_json_array(batch).to_pylist()
+
+
+def encode_json_array(batch: pa.RecordBatch) -> pa.Array:
+    """encode_json's messages as a binary array (no Python object per row on the column-wise path)."""
     parts: list = []
     for i, field in enumerate(batch.schema):
         text = _json_text(batch.column(i))
         if text is None:
             rows = batch.to_pylist()
-            return [json.dumps(r, default=str, separators=(",", ":")).encode() for r in rows]
+            return pa.array([json.dumps(r, default=str, separators=(",", ":")).encode() for r in rows], pa.binary())
         parts += [("{" if i == 0 else ",") + json.dumps(field.name) + ":", text]
     if not parts:
-        return [b"{}"] * batch.num_rows
+        return pa.array([b"{}"] * batch.num_rows, pa.binary())
     parts.append("}")
     joined = pc.binary_join_element_wise(*parts, "")
-    return pc.cast(joined, pa.binary()).to_pylist()
+    return pc.cast(joined, pa.binary())
 
 
 def encode_keys(batch: pa.RecordBatch, key: str | None) -> list | None:
+    array = encode_keys_array(batch, key)
+    return None if array is None else array.to_pylist()
+
+
+def encode_keys_array(batch: pa.RecordBatch, key: str | None) -> pa.Array | None:
+    """The message keys (the key column's values as text) as a binary array; None: no key."""
     if key is None:
         return None
     column = batch.column(key)
     if pa.types.is_binary(column.type):
-        return column.to_pylist()
-    return pc.cast(pc.cast(column, pa.string()), pa.binary()).to_pylist()
+        return column
+    return pc.cast(pc.cast(column, pa.string()), pa.binary())
 
 
 # ===================================================================== the sink
@@ -124,12 +139,20 @@ class Kafka(Sink):
     librdkafka producer settings. format: "json" or "avro"; avro_schema: the Avro record schema
     (dict or JSON text) rows are written with (its fields must be columns of the rows);
     avro_schema_id: the Schema Registry id to write in the Confluent wire header (None: bare records).
+    producer: "columnar" (exactly_once only: record batches encoded from the columns and sent with
+    our own InitProducerId / AddPartitionsToTxn / Produce requests, `kafka_producer.py`; plaintext
+    only), "librdkafka" (confluent-kafka's producer, one call per message), or None: columnar for
+    exactly_once unless config= has security settings (security.protocol other than plaintext,
+    sasl.*, ssl.*), librdkafka otherwise; producer="columnar" with such settings is a
+    ConfigurationError. Both put a key in the same partition (CRC-32 of the key, librdkafka's
+    default; rows with a null or no key spread over the partitions).
     """
 
     def __init__(self, bootstrap: str, topic: str, *, key: str | None = None, semantic: str = "exactly_once",
                  transactional_id_prefix: str | None = None, transaction_pool_size: int = 5,
                  transaction_timeout: float = 900.0, config: dict | None = None, preflight_timeout: float = 10.0,
-                 format: str = "json", avro_schema=None, avro_schema_id: int | None = None):
+                 format: str = "json", avro_schema=None, avro_schema_id: int | None = None,
+                 producer: str | None = None):
         if not isinstance(bootstrap, str) or not bootstrap.strip():
             raise ConfigurationError(f"Kafka sink: bootstrap must be 'host:port[,host:port]', got {bootstrap!r}")
         if not isinstance(topic, str) or not topic:
@@ -155,6 +178,18 @@ class Kafka(Sink):
                                            or not 0 <= avro_schema_id < 2 ** 31):
             raise ConfigurationError(f"Kafka sink: avro_schema_id must be a Schema Registry id (an int >= 0), "
                                      f"got {avro_schema_id!r}")
+        if producer not in (None, "librdkafka", "columnar"):
+            raise ConfigurationError(f"Kafka sink: producer must be 'librdkafka', 'columnar' or None (columnar for "
+                                     f"exactly_once unless config= has security settings), got {producer!r}")
+        if producer == "columnar" and semantic != "exactly_once":
+            raise ConfigurationError("Kafka sink: producer='columnar' writes Kafka transactions only; use it with "
+                                     "semantic='exactly_once', or producer='librdkafka'")
+        security = kafka_admin.security_settings(config)
+        if producer == "columnar" and security:
+            raise ConfigurationError(f"Kafka sink: producer='columnar' speaks plaintext Kafka only and cannot "
+                                     f"honour config= {security}. Fix: producer='librdkafka' (or leave producer= "
+                                     f"unset, which picks librdkafka for such settings)")
+        self.producer = producer or ("columnar" if semantic == "exactly_once" and not security else "librdkafka")
         self.format = format
         self._avro = (AvroCodec(avro_schema, schema_id=avro_schema_id, what="Kafka sink") if format == "avro"
                       else None)
@@ -182,6 +217,12 @@ class Kafka(Sink):
     def encode(self, batch: pa.RecordBatch) -> list[bytes]:
         """The message values of a batch's rows."""
         return self._avro.encode(batch) if self._avro is not None else encode_json(batch)
+
+    def encode_array(self, batch: pa.RecordBatch) -> pa.Array:
+        """The message values as a binary array (the columnar producer's input)."""
+        if self._avro is not None:
+            return pa.array(self._avro.encode(batch), pa.binary())
+        return encode_json_array(batch)
 
     def preflight(self, label: str) -> None:
         kafka_admin.require_topics(self.bootstrap, [self.topic], self.preflight_timeout, self.config, label)
@@ -239,6 +280,8 @@ class KafkaWriter(SinkWriter):
 
     def _produce(self, producer, batch: Batch) -> int:
         record_batch = to_record_batch(batch)
+        if self._sink.producer == "columnar":
+            return self._produce_columns(producer, record_batch)
         values = self._sink.encode(record_batch)
         keys = encode_keys(record_batch, self._sink.key)
         topic = self._sink.topic
@@ -263,6 +306,18 @@ class KafkaWriter(SinkWriter):
             self._since_poll = 0
             self._raise_errors("delivery failed")
         return len(values)
+
+    def _produce_columns(self, producer, record_batch: pa.RecordBatch) -> int:
+        from streamsnap.connectors import kafka_produce as kp
+        from streamsnap.connectors.kafka_producer import ProducerError
+
+        keys = encode_keys_array(record_batch, self._sink.key)
+        try:
+            producer.produce(kp.binary_columns(self._sink.encode_array(record_batch)),
+                             None if keys is None else kp.binary_columns(keys), record_batch.num_rows)
+        except ProducerError as exc:
+            raise KafkaSinkError(str(exc)) from exc
+        return record_batch.num_rows
 
     def _flush(self, producer, what: str) -> None:
         remaining = producer.flush(self._sink.transaction_timeout)
@@ -307,6 +362,8 @@ class TransactionalKafkaWriter(KafkaWriter):
         (producer id, epoch) when `producer_id` (else None: fencing needs no id)."""
         from confluent_kafka import KafkaException, Producer
 
+        if self._sink.producer == "columnar":
+            return self._columnar_producer(tid, producer_id)
         pid_log = _PidLog()
         settings = {"transactional.id": tid, "transaction.timeout.ms": int(self._sink.transaction_timeout * 1000)}
         if producer_id:
@@ -328,6 +385,21 @@ class TransactionalKafkaWriter(KafkaWriter):
                                  f"needed to commit the transaction after a restore")
         return producer, pid_log.producer_id
 
+    def _columnar_producer(self, tid: str, producer_id: bool):
+        from streamsnap.connectors.kafka_producer import ColumnarProducer, ProducerError
+
+        try:
+            producer = ColumnarProducer(self._sink.bootstrap, self._sink.topic, tid, self._sink.transaction_timeout)
+        except ProducerError as exc:
+            raise KafkaSinkError(str(exc)) from exc
+        return producer, ((producer.producer_id, producer.epoch) if producer_id else None)
+
+    def _release(self, producer) -> None:
+        """Close a columnar producer's connections once its transaction is over (a librdkafka
+        producer closes when it is collected)."""
+        if self._sink.producer == "columnar":
+            producer.close()
+
     def _fence(self, tids: list[str]) -> None:
         """Abort whatever the given transactional ids left open (a new producer epoch fences them).
 
@@ -336,6 +408,7 @@ class TransactionalKafkaWriter(KafkaWriter):
         def fence(tid: str) -> None:
             producer, _ = self._transactional_producer(tid, producer_id=False)
             producer.flush(0)
+            self._release(producer)
 
         if tids:
             with ThreadPoolExecutor(len(tids), thread_name_prefix="kafka-fence") as pool:
@@ -407,6 +480,7 @@ class TransactionalKafkaWriter(KafkaWriter):
             producer = self._committing.pop(slot, None)
             if producer is not None:
                 producer.commit_transaction(self._sink.transaction_timeout)
+                self._release(producer)
             else:
                 self._commit_restored(committable)
             self._pool.committed(slot)

@@ -19,8 +19,13 @@ are never used for recovery).
   partition twice.
 * Event time: each partition is its own split to the watermark machinery (`active_splits`,
   `current_split`), so a lagging partition holds the watermark back.
-* Batches: with format="json" the values of one poll are joined with newlines and parsed by
-  `pyarrow.json` in one call (no per-row Python beyond taking each message's bytes); "avro"
+* Fetchers: "columnar" (default, `ColumnarKafkaReader`) sends its own Fetch requests to the
+  partition leaders (`kafka_fetcher.py`) and decodes the record batches into columns
+  (`kafka_fetch.py`), no Python object per message; "librdkafka" (`KafkaReader`) consumes with
+  confluent-kafka. Both keep the same split state; group offsets go through confluent-kafka.
+* Batches: with format="json" the values of one poll (columnar: of one partition's fetch
+  response, joined in place in the response buffer) are joined with newlines and parsed by
+  `pyarrow.json` in one call (librdkafka: no per-row Python beyond taking each message's bytes); "avro"
   decodes them with the user's writer schema (`avro.py`: flat records column by column with
   numpy, others with fastavro, one C call per message, then one Arrow conversion); "raw" gives key, value, topic, partition, offset and timestamp columns.
 * Poison messages: a message that does not decode is a `KafkaDecodeError`, a DataError naming
@@ -29,7 +34,6 @@ are never used for recovery).
 
 from __future__ import annotations
 
-import io
 import time
 import zlib
 from collections import OrderedDict
@@ -121,13 +125,19 @@ class Kafka(Source):
     isolation: "read_committed" (default) or "read_uncommitted". config: extra librdkafka
     consumer settings. batch_size: messages per poll at most (one batch per partition run; larger
     is faster, smaller keeps the data an aligned barrier waits behind short under backpressure).
+    fetcher: "columnar" (our own Fetch requests, records decoded into columns: several times less
+    CPU per message; plaintext connections only), "librdkafka" (confluent-kafka's consumer), or
+    None: columnar, unless config= has security settings (security.protocol other than plaintext,
+    sasl.*, ssl.*), which pick librdkafka; fetcher="columnar" with them is a ConfigurationError.
+    With the columnar fetcher config= still configures the consumer that commits the group's
+    offsets and reads them for starting_offsets="committed".
     """
 
     def __init__(self, bootstrap: str, topics: list[str] | str | None = None, *, pattern: str | None = None,
                  group_id: str | None = None, starting_offsets="earliest", format: str = "json",
                  schema: pa.Schema | None = None, avro_schema=None, avro_framing: str = "none", stop_at: str | None = None, isolation: str = "read_committed",
                  discovery_interval: float | None = 30.0, batch_size: int = 4096, config: dict | None = None,
-                 preflight_timeout: float = 10.0):
+                 preflight_timeout: float = 10.0, fetcher: str | None = None):
         if not isinstance(bootstrap, str) or not bootstrap.strip():
             raise ConfigurationError(f"Kafka source: bootstrap must be 'host:port[,host:port]', got {bootstrap!r}")
         if isinstance(topics, str):
@@ -161,6 +171,15 @@ class Kafka(Source):
                                      f"got {isolation!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigurationError(f"Kafka source: batch_size must be an integer >= 1, got {batch_size!r}")
+        if fetcher not in (None, "columnar", "librdkafka"):
+            raise ConfigurationError(f"Kafka source: fetcher must be 'columnar', 'librdkafka' or None (columnar "
+                                     f"unless config= has security settings), got {fetcher!r}")
+        security = kafka_admin.security_settings(config)
+        if fetcher == "columnar" and security:
+            raise ConfigurationError(f"Kafka source: fetcher='columnar' speaks plaintext Kafka only and cannot honour "
+                                     f"config= {security}. Fix: fetcher='librdkafka' (or leave fetcher= unset, which "
+                                     f"picks librdkafka for such settings)")
+        self.fetcher = fetcher or ("librdkafka" if security else "columnar")
         spec = StreamSchema.of(schema, "Kafka source")
         if format != "json" and spec.schema is not None:
             raise ConfigurationError("Kafka source: schema= applies to format='json'; format='raw' has fixed "
@@ -216,7 +235,7 @@ class Kafka(Source):
         return [[t, p, initial_offset(self.starting_offsets, t, p), stop] for t, p in self._listing]
 
     def create_reader(self, ctx: OperatorContext) -> SourceReader:
-        return KafkaReader(self, ctx)
+        return ColumnarKafkaReader(self, ctx) if self.fetcher == "columnar" else KafkaReader(self, ctx)
 
 
 class KafkaReader(SourceReader):
@@ -229,7 +248,7 @@ class KafkaReader(SourceReader):
         self._known: set[tuple[str, int]] = set()
         self._restored_known = False
         self._consumer = None
-        self._ready: list[tuple[tuple[str, int], pa.RecordBatch, int]] = []   # (split, batch, next offset)
+        self._ready: list[tuple[tuple[str, int], pa.RecordBatch | None, int]] = []   # (split, batch, next offset)
         self._current: str | None = None
         self._idle = False
         self._next_discovery = 0.0
@@ -316,11 +335,7 @@ class KafkaReader(SourceReader):
         from confluent_kafka import TopicPartition
 
         consumer = self._consumer
-        committed = {}
-        wanted = [TopicPartition(t, p) for t, p in keys if self._splits[(t, p)][0] == COMMITTED]
-        if wanted:
-            for tp in consumer.committed(wanted, timeout=30):
-                committed[(tp.topic, tp.partition)] = tp.offset
+        committed = self._committed(keys)
         for key in keys:
             split = self._splits[key]
             if split[0] >= 0:
@@ -332,6 +347,15 @@ class KafkaReader(SourceReader):
                 split[0] = low
             elif split[0] == LATEST:
                 split[0] = high
+
+    def _committed(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The group's committed offsets of the splits starting at "committed" (-1001: none)."""
+        from confluent_kafka import TopicPartition
+
+        wanted = [TopicPartition(t, p) for t, p in keys if self._splits[(t, p)][0] == COMMITTED]
+        if not wanted:
+            return {}
+        return {(tp.topic, tp.partition): tp.offset for tp in self._consumer.committed(wanted, timeout=30)}
 
     def _resolve_stops(self) -> None:
         """stop_at='latest': a split's end is the high watermark of the first fetch response of its
@@ -356,6 +380,13 @@ class KafkaReader(SourceReader):
         if todo:
             self._consumer.incremental_assign(todo)
 
+    def _discover_when_due(self) -> None:
+        source = self._source
+        if (not source.bounded and source.discovery_interval is not None
+                and time.monotonic() >= self._next_discovery):
+            self._next_discovery = time.monotonic() + source.discovery_interval
+            self._discover()
+
     def _discover(self) -> None:
         listing = kafka_admin.partitions(self._source.bootstrap, self._source.topics, self._source.pattern,
                                          self._source.preflight_timeout, self._source.config)
@@ -369,23 +400,23 @@ class KafkaReader(SourceReader):
             self._assign(mine)
 
     def poll(self):
-        if not self._ready:
-            self._fill()
-        if not self._ready:
-            return None
-        key, batch, next_offset = self._ready.pop(0)
-        self._splits[key][0] = next_offset
-        self._current = split_id(*key)
-        return batch
+        # A queued batch None only moves its split on (columnar: a response of markers only).
+        while True:
+            if not self._ready:
+                self._fill()
+            if not self._ready:
+                return None
+            key, batch, next_offset = self._ready.pop(0)
+            self._splits[key][0] = next_offset
+            if batch is not None:
+                self._current = split_id(*key)
+                return batch
 
     def _fill(self) -> None:
         from confluent_kafka import Message
 
         source = self._source
-        if (not source.bounded and source.discovery_interval is not None
-                and time.monotonic() >= self._next_discovery):
-            self._next_discovery = time.monotonic() + source.discovery_interval
-            self._discover()
+        self._discover_when_due()
         messages = self._consumer.consume(num_messages=source.batch_size, timeout=0)
         if source.bounded:
             self._resolve_stops()
@@ -418,7 +449,9 @@ class KafkaReader(SourceReader):
                 if not kept:
                     continue
                 end, last = kept[-1] + 1, messages[kept[-1]].offset()
-            self._ready.append((key, self._to_batch(key, messages[start:end], values[start:end]), last + 1))
+            run = messages[start:end]
+            self._ready.append((key, self._to_batch(key, run, values[start:end], lambda i, run=run: run[i].offset()),
+                                last + 1))
         if source.bounded:
             self._check_positions()
 
@@ -441,7 +474,8 @@ class KafkaReader(SourceReader):
         if done:
             self._consumer.incremental_unassign(done)
 
-    def _to_batch(self, key, messages: list, values: list) -> pa.RecordBatch:
+    def _to_batch(self, key, messages: list, values: list, offset_of) -> pa.RecordBatch:
+        """offset_of(i): the offset of message i (read only on the error paths)."""
         source = self._source
         if source.format == "raw":
             return pa.RecordBatch.from_arrays([
@@ -452,18 +486,19 @@ class KafkaReader(SourceReader):
                 pa.array([m.offset() for m in messages], pa.int64()),
                 pa.array([m.timestamp()[1] for m in messages], pa.int64())], schema=RAW_SCHEMA)
         if None in values:
-            index = values.index(None)
-            raise self._poison(key, messages[index].offset(),
-                               f"has no value (a tombstone); format={source.format!r} needs one record per message",
-                               "use format='raw' for topics with tombstones")
+            raise self._tombstone(key, offset_of(values.index(None)))
         if source.format == "avro":
             try:
                 return source._avro.decode(values)
             except AvroDecodeError as exc:
-                raise self._poison(key, messages[exc.index].offset(), exc.reason,
+                raise self._poison(key, offset_of(exc.index), exc.reason,
                                    "give the schema the messages were written with as avro_schema=, and "
                                    "avro_framing='confluent' if they carry the Schema Registry header") from exc
-        return self._parse_json(key, messages, values)
+        return self._parse_json(key, values, offset_of)
+
+    def _tombstone(self, key, offset: int) -> KafkaDecodeError:
+        return self._poison(key, offset, f"has no value (a tombstone); format={self._source.format!r} needs one "
+                            f"record per message", "use format='raw' for topics with tombstones")
 
     def _poison(self, key, offset: int, what: str, fix: str) -> KafkaDecodeError:
         """The DataError for message `offset` of split `key`: what is wrong with it and the fix."""
@@ -476,13 +511,17 @@ class KafkaReader(SourceReader):
 
     def _read_json(self, values: list[bytes]) -> pa.Table:
         """The values as one table, one row per message; ValueError says why not."""
+        return self._read_json_lines(b"\n".join(values), len(values))
+
+    def _read_json_lines(self, data, n: int) -> pa.Table:
+        """Newline-delimited JSON `data` (bytes-like) of n messages as a table; ValueError if not n rows."""
         schema = self._source.schema
         parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error") if schema else None
-        data = b"\n".join(values)
-        table = pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(block_size=max(1 << 20, len(data) + 1)),
+        table = pajson.read_json(pa.BufferReader(pa.py_buffer(data)),
+                                 read_options=pajson.ReadOptions(block_size=max(1 << 20, len(data) + 1)),
                                  parse_options=parse)
-        if table.num_rows != len(values):
-            raise ValueError(f"{len(values)} messages parsed into {table.num_rows} rows (an empty value, or a JSON "
+        if table.num_rows != n:
+            raise ValueError(f"{n} messages parsed into {table.num_rows} rows (an empty value, or a JSON "
                              f"object spread over several lines)")
         return table
 
@@ -498,7 +537,9 @@ class KafkaReader(SourceReader):
         middle = (start + end) // 2
         return self._first_unreadable(values, start, middle) or self._first_unreadable(values, middle, end)
 
-    def _parse_json(self, key, messages: list, values: list[bytes]) -> pa.RecordBatch:
+    def _parse_json(self, key, values: list[bytes], offset_of) -> pa.RecordBatch:
+        """values parsed as JSON, or the KafkaDecodeError naming the message at fault (offset_of(i):
+        the offset of message i)."""
         try:
             table = self._read_json(values)
         except (pa.ArrowInvalid, ValueError) as exc:
@@ -508,9 +549,9 @@ class KafkaReader(SourceReader):
             found = self._first_unreadable(values, 0, len(values))
             if found is not None:
                 index, reason = found
-                raise self._poison(key, messages[index].offset(), f"is not the JSON object format='json' "
+                raise self._poison(key, offset_of(index), f"is not the JSON object format='json' "
                                    f"expects ({reason}; value {values[index][:200]!r})", fix) from exc
-            first, last = messages[0].offset(), messages[-1].offset()
+            first, last = offset_of(0), offset_of(len(values) - 1)
             raise KafkaDecodeError(
                 f"Kafka source '{self._ctx.name}' ({self._ctx.task_name}): messages {key[0]}[{key[1]}]@{first}..{last} "
                 f"(from {self._source.bootstrap!r}) each read alone but not together: {exc}. Fix: {fix}",
@@ -537,4 +578,156 @@ class KafkaReader(SourceReader):
             self._consumer = None
 
 
-__all__ = ["Kafka", "KafkaReader", "KafkaSourceError", "KafkaDecodeError", "owner_of", "initial_offset", "split_id", "RAW_SCHEMA"]
+class ColumnarKafkaReader(KafkaReader):
+    """The columnar fetcher (`kafka_fetch`, `kafka_fetcher`): Fetch responses from the partition
+    leaders decoded into columns, values parsed per partition response and cut into batch_size
+    batches. A confluent-kafka consumer, never assigned, only commits the group's offsets and
+    reads them for starting_offsets="committed"."""
+
+    def __init__(self, source: Kafka, ctx: OperatorContext):
+        super().__init__(source, ctx)
+        self._fetcher = None
+        self._positions: dict[tuple[str, int], int] = {}       # next offset to fetch, per split being fetched
+
+    def open(self) -> None:
+        from confluent_kafka import Consumer
+
+        from streamsnap.connectors.kafka_fetcher import Fetcher
+
+        settings = {"bootstrap.servers": self._source.bootstrap, "group.id": self._group_id,
+                    "enable.auto.commit": False, "client.id": f"streamsnap-{self._ctx.task_name}"}
+        settings.update(self._source.config)
+        self._consumer = Consumer(settings)
+        self._fetcher = Fetcher(self._source.bootstrap, read_committed=self._source.isolation == "read_committed")
+        self._resolve(list(self._splits))
+        self._assign(list(self._splits))
+        self._next_discovery = time.monotonic() + (self._source.discovery_interval or 0.0)
+        if self._source.bounded:
+            self._await_stops()
+
+    def _resolve(self, keys: list[tuple[str, int]]) -> None:
+        from streamsnap.connectors.kafka_fetcher import FetcherError
+
+        committed = self._committed(keys)
+        named = {key: self._splits[key][0] for key in keys if self._splits[key][0] < 0}
+        missing = [k for k, o in named.items() if o == EARLIEST or (o == COMMITTED and committed.get(k, -1) < 0)]
+        latest = [k for k, o in named.items() if o == LATEST]
+        found = {}
+        try:
+            if missing:
+                found.update(self._fetcher.list_offsets(missing, -2))
+            if latest:
+                found.update(self._fetcher.list_offsets(latest, -1))
+        except FetcherError as exc:
+            raise self._failure(missing + latest, f"looking up starting offsets failed: {exc}") from exc
+        for key, offset in named.items():
+            self._splits[key][0] = committed[key] if committed.get(key, -1) >= 0 else found[key]
+
+    def _failure(self, keys, what: str) -> KafkaSourceError:
+        where = ", ".join(f"{t}[{p}]" for t, p in sorted(keys)) or self._source.describe_topics()
+        return KafkaSourceError(f"Kafka source '{self._ctx.name}' ({self._ctx.task_name}) reading {where} from "
+                                f"{self._source.bootstrap!r}: {what}. Fix: check that the brokers run and are "
+                                f"reachable from the workers, and that the topics exist")
+
+    def _assign(self, keys) -> None:
+        for key in keys:
+            if not self._finished(key):
+                self._positions[key] = self._splits[key][0]
+
+    def _fill(self) -> None:
+        from streamsnap.connectors.kafka_fetcher import FetcherError
+
+        self._discover_when_due()
+        before = len(self._ready)
+        try:
+            for frame, partitions, asked in self._fetcher.poll(self._positions):
+                for part in partitions:
+                    key = (part.topic, part.partition)
+                    if key in asked and self._positions.get(key) == asked[key]:   # else moved on since the request
+                        self._take(key, frame, part)
+        except FetcherError as exc:
+            raise self._failure(self._positions, str(exc)) from exc
+        self._idle = len(self._ready) == before
+
+    def _take(self, key, frame, part) -> None:
+        from streamsnap.connectors import kafka_fetch as kf
+
+        topic, partition = key
+        position = self._positions[key]
+        where = f"{topic}[{partition}]@{position} from {self._fetcher.leader_address(key)}"
+        if part.error == kf.OFFSET_OUT_OF_RANGE:
+            raise KafkaSourceError(
+                f"Kafka source '{self._ctx.name}' ({self._ctx.task_name}): offset {position} of {topic}[{partition}] "
+                f"is out of range on {self._fetcher.leader_address(key)} (deleted by retention, or the topic was "
+                f"recreated). Fix: start the job anew with starting_offsets='earliest' or an offset in range")
+        if part.error in kf.REFRESH:
+            self._fetcher.failed(f"Fetch of {where}: {kf.ERROR_NAMES[part.error]}")
+            return
+        if part.error:
+            raise KafkaSourceError(f"Kafka source '{self._ctx.name}' ({self._ctx.task_name}): Fetch of {where} failed "
+                                   f"with Kafka error {kf.ERROR_NAMES.get(part.error, part.error)}")
+        self._fetcher.succeeded()
+        split = self._splits[key]
+        if split[1] == _STOP_LATEST:
+            split[1] = part.high_watermark
+        try:
+            records = kf.decode_records(frame, part.start, part.end, fetch_offset=position,
+                                        read_committed=self._source.isolation == "read_committed",
+                                        last_stable_offset=part.last_stable_offset, aborted=part.aborted, where=where)
+        except kf.KafkaFetchError as exc:
+            raise KafkaSourceError(f"Kafka source '{self._ctx.name}' ({self._ctx.task_name}): {exc}") from exc
+        stop = split[1]
+        following = records.next_offset
+        if stop is not None and stop >= 0:
+            if len(records) and records.offsets[-1] >= stop:
+                records = records.slice(records.offsets < stop)
+            following = min(following, max(stop, position))
+        self._positions[key] = following
+        if stop is not None and 0 <= stop <= following:
+            del self._positions[key]
+        if len(records):
+            batch = self._columns(key, records)
+            size = self._source.batch_size
+            for start in range(0, len(records), size):
+                end = min(start + size, len(records))
+                nxt = following if end == len(records) else int(records.offsets[end - 1]) + 1
+                self._ready.append((key, batch.slice(start, end - start), nxt))
+        elif following != position:
+            self._ready.append((key, None, following))              # only markers or aborted rows: move on
+
+    def _columns(self, key, records) -> pa.RecordBatch:
+        """All of a partition response's records as one batch of the source's format."""
+        from streamsnap.connectors import kafka_fetch as kf
+
+        source = self._source
+        n = len(records)
+
+        def offset_of(i):
+            return int(records.offsets[i])
+        if source.format == "raw":
+            return pa.RecordBatch.from_arrays([
+                kf.binary_array(records, "key"), kf.binary_array(records, "value"),
+                pa.repeat(pa.scalar(key[0], pa.string()), n),
+                pa.array(np.full(n, key[1], np.int32)), pa.array(records.offsets),
+                pa.array(records.timestamps)], schema=RAW_SCHEMA)
+        if records.value_length.min() < 0:
+            raise self._tombstone(key, offset_of(int(np.argmax(records.value_length < 0))))
+        if source.format == "avro":
+            values = kf.binary_array(records, "value").to_pylist()
+            return self._to_batch(key, values, values, offset_of)
+        try:
+            table = self._read_json_lines(kf.json_lines(records), n)
+        except (pa.ArrowInvalid, ValueError):
+            values = kf.binary_array(records, "value").to_pylist()
+            return self._parse_json(key, values, offset_of)          # raises the error naming the message
+        batches = table.combine_chunks().to_batches()
+        return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+
+    def close(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.close()
+            self._fetcher = None
+        super().close()
+
+
+__all__ = ["Kafka", "KafkaReader", "ColumnarKafkaReader", "KafkaSourceError", "KafkaDecodeError", "owner_of", "initial_offset", "split_id", "RAW_SCHEMA"]

@@ -52,7 +52,7 @@ def to_rows(messages) -> list[tuple]:
 
 
 def job(spark, bootstrap, source, sink, tmp_path, mode="exactly_once", semantic="exactly_once", attempts=3,
-        prefix=None, retention="delete_on_cancellation", interval=0.5):
+        prefix=None, retention="delete_on_cancellation", interval=0.5, producer="librdkafka"):
     config = ss.CheckpointConfig(interval=interval, directory=str(tmp_path / "ckpt"), mode=mode, num_retained=2,
                                  retention=retention)
     # The source reads far ahead of the slow sum: small batches and few in flight keep the data
@@ -63,19 +63,21 @@ def job(spark, bootstrap, source, sink, tmp_path, mode="exactly_once", semantic=
     (env.from_source(ss.sources.Kafka(bootstrap, [source], stop_at="latest", batch_size=256), name="events",
                      uid="events")
         .key_by("key").process(SlowSum(), name="sum", uid="sum")
-        .sink_to(ss.sinks.Kafka(bootstrap, sink, key="key", semantic=semantic, transactional_id_prefix=prefix),
-                 name="kafka", uid="kafka"))
+        .sink_to(ss.sinks.Kafka(bootstrap, sink, key="key", semantic=semantic, transactional_id_prefix=prefix,
+                                producer=producer), name="kafka", uid="kafka"))
     return env
 
 
-def test_chaos_exactly_once_read_committed_sees_the_failure_free_output(spark, kafka_broker, tmp_path, monkeypatch):
+@pytest.mark.parametrize("producer", ["librdkafka", "columnar"])
+def test_chaos_exactly_once_read_committed_sees_the_failure_free_output(spark, kafka_broker, tmp_path, monkeypatch,
+                                                                         producer):
     rng = random.Random(7)
     source, sink = topics(kafka_broker)
     phases = tmp_path / "phases"
     phases.mkdir()
     monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({"phase_dir": str(phases), "async_delay": 0.2,
                                                    "notify_delay": 0.2}))
-    client = job(spark, kafka_broker, source, sink, tmp_path).execute_async("kafka chaos")
+    client = job(spark, kafka_broker, source, sink, tmp_path, producer=producer).execute_async("kafka chaos")
     # The third kill lands between a completed checkpoint and its commit: the restored job must
     # commit that checkpoint's transaction itself (EndTxn with the stored producer id and epoch).
     three_kills(client, rng, str(phases), first_within=2.5, then_within=1.5)
@@ -99,7 +101,9 @@ def test_chaos_at_least_once_loses_nothing(spark, kafka_broker, tmp_path):
     assert {i for _, _, i in output_rows(kafka_broker, sink)} == set(range(N))
 
 
-def test_a_second_run_restored_from_a_cancelled_runs_checkpoint_ends_its_transactions(spark, kafka_broker, tmp_path):
+@pytest.mark.parametrize("producer", ["librdkafka", "columnar"])
+def test_a_second_run_restored_from_a_cancelled_runs_checkpoint_ends_its_transactions(spark, kafka_broker, tmp_path,
+                                                                                      producer):
     """Two execute() calls under one transactional-id prefix: the first Spark job is cancelled
     mid-transaction (its tasks die with transactions open), the second restores its latest
     checkpoint. The second commits what that checkpoint pre-committed and fences the first's
@@ -110,7 +114,7 @@ def test_a_second_run_restored_from_a_cancelled_runs_checkpoint_ends_its_transac
     # No periodic checkpoints: two triggered ones, then nothing commits, so the transactions the
     # cancel leaves open cannot race a commit (cancelling right after a commit could find none open).
     first = job(spark, kafka_broker, source, sink, tmp_path, prefix=prefix, retention="retain_on_cancellation",
-                attempts=0, interval=None).execute_async("kafka first run")
+                attempts=0, interval=None, producer=producer).execute_async("kafka first run")
     wait_status(first, "RUNNING")
     first.trigger_checkpoint()
     first.trigger_checkpoint()
@@ -123,7 +127,7 @@ def test_a_second_run_restored_from_a_cancelled_runs_checkpoint_ends_its_transac
     _, left_open = local_kafka.read_log(kafka_broker, sink, 2)
     assert left_open, "the first run should have been cancelled with a transaction open"
     latest = checkpoint_dirs(tmp_path / "ckpt" / first.job_id)[-1]
-    result = job(spark, kafka_broker, source, sink, tmp_path, prefix=prefix).execute(
+    result = job(spark, kafka_broker, source, sink, tmp_path, prefix=prefix, producer=producer).execute(
         "kafka second run", restore_from=str(latest))
     assert result.restarts == 0
     rows, still_open = local_kafka.read_log(kafka_broker, sink, 2)
