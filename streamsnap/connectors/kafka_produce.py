@@ -225,7 +225,8 @@ _TABLE = _crc_table()
 
 def partitions_of(keys, n_rows: int, partition_count: int, start: int = 0) -> np.ndarray:
     """The partition of each row: CRC-32 of its key modulo the partition count (librdkafka's
-    default, consistent_random); rows without a key (keys None, or a null key) in turn from `start`."""
+    default, consistent_random); rows without a key (keys None, a null or an empty key — an
+    empty key counts as none there too) in turn from `start`."""
     turns = (np.arange(n_rows, dtype=np.int64) + start) % partition_count
     if keys is None:
         return turns
@@ -233,7 +234,10 @@ def partitions_of(keys, n_rows: int, partition_count: int, start: int = 0) -> np
     crc = np.empty(len(koff) - 1, np.uint32)
     _crc32_keys(kdata, koff, _TABLE, crc)
     partitions = (crc % np.uint32(partition_count)).astype(np.int64)
-    return partitions if valid is None else np.where(valid, partitions, turns)
+    keyed = np.diff(koff) > 0
+    if valid is not None:
+        keyed &= valid
+    return np.where(keyed, partitions, turns)
 
 
 __all__ = ["encode_init_producer_id", "decode_init_producer_id", "encode_add_partitions", "decode_add_partitions",
