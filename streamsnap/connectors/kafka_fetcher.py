@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import select
 import socket
-import struct
 import time
 
 from streamsnap.connectors import kafka_fetch as kf
-from streamsnap.connectors.kafka_protocol import _call, _ConnectionClosed, parse_bootstrap
+from streamsnap.connectors.kafka_protocol import _call, _ConnectionClosed, parse_bootstrap, read_frame
 from streamsnap.errors import StreamsnapError
 
 
@@ -38,18 +37,7 @@ class _Connection:
         return bool(select.select([self.sock], [], [], 0)[0])
 
     def receive(self) -> bytearray:
-        (size,) = struct.unpack(">i", self._read(4))
-        return self._read(size)
-
-    def _read(self, n: int) -> bytearray:
-        data = bytearray(n)
-        view, got = memoryview(data), 0
-        while got < n:
-            k = self.sock.recv_into(view[got:])
-            if not k:
-                raise ConnectionError(f"{self.address[0]}:{self.address[1]} closed the connection")
-            got += k
-        return data
+        return read_frame(self.sock, self.address)
 
     def close(self) -> None:
         self.sock.close()

@@ -137,25 +137,31 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
 
 
 # ===================================================================== socket shell
-class _ConnectionClosed(Exception):
-    pass
+class _ConnectionClosed(ConnectionError):
+    """The broker closed the connection before the whole response arrived."""
 
 
-def _call(address: tuple[str, int], request: bytes, timeout: float) -> bytes:
+def _call(address: tuple[str, int], request: bytes, timeout: float) -> bytearray:
     with socket.create_connection(address, timeout=timeout) as conn:
         conn.sendall(request)
-        (size,) = struct.unpack(">i", _read(conn, 4))
-        return _read(conn, size)
+        return read_frame(conn, address)
 
 
-def _read(conn: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = conn.recv(n - len(data))
-        if not chunk:
-            raise _ConnectionClosed()
-        data += chunk
-    return bytes(data)
+def read_frame(conn: socket.socket, address: tuple[str, int]) -> bytearray:
+    """One response frame (size prefix off) read from `conn`, received in place."""
+    (size,) = struct.unpack(">i", _read(conn, 4, address))
+    return _read(conn, size, address)
+
+
+def _read(conn: socket.socket, n: int, address: tuple[str, int]) -> bytearray:
+    data = bytearray(n)
+    view, got = memoryview(data), 0
+    while got < n:
+        k = conn.recv_into(view[got:])
+        if not k:
+            raise _ConnectionClosed(f"{address[0]}:{address[1]} closed the connection")
+        got += k
+    return data
 
 
 def find_coordinator(bootstrap: str, transactional_id: str, timeout: float = 10.0) -> Coordinator:
