@@ -6,15 +6,11 @@ import logging
 import threading
 
 import pytest
-from hypothesis import HealthCheck, settings
+from tests import properties
 
 SPARK_SLOTS = 16
 
-# Property tests check behaviour, not speed: on a loaded CI machine one example can take longer
-# than hypothesis's default 200 ms deadline (a partitioner test failed CI at 267 ms), and the
-# data generation may be slow. Per-test settings still set max_examples.
-settings.register_profile("streamsnap", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("streamsnap")
+properties.load()   # reproducible property tests in CI (tests/properties.py)
 
 
 @pytest.fixture(scope="session")

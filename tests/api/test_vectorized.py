@@ -5,6 +5,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 import streamsnap as ss
 from streamsnap.graph.keys import KeySelector
@@ -12,7 +13,7 @@ from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
 from streamsnap.state.key_groups import assign_to_key_group, key_group_range_for_subtask
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(-1000, 1000)), max_size=60),
        st.lists(st.integers(-50, 50), min_size=5, max_size=5))
 def test_group_cumsum_equals_a_python_reference(rows, initial):

@@ -12,6 +12,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.handles import ChangelogStateHandle, OperatorSubtaskState
@@ -140,7 +141,7 @@ def fresh_harness(directory: str, **config) -> Harness:
     return h
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(steps=st.lists(st.sampled_from(["update", "checkpoint", "materialize", "expire", "hold", "deliver"]),
                       min_size=1, max_size=14),
        num_retained=st.integers(1, 2))

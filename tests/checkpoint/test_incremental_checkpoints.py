@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.completed import CompletedCheckpoint, CompletedCheckpointStore
@@ -272,7 +273,7 @@ def _completed(job_dir: str, checkpoint_id: int, shared: list[str], registry_own
     return CompletedCheckpoint(metadata, CheckpointStorageLocation(location, checkpoint_id))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(num_retained=st.integers(1, 4),
        steps=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3), st.booleans()), min_size=1, max_size=25))
 def test_registry_never_deletes_a_referenced_file_and_deletes_all_unreferenced(num_retained, steps):

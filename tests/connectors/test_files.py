@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
@@ -230,7 +231,7 @@ def resume_dirs(tmp_path_factory):
     return {fmt: (root / fmt, make_dir(root / fmt, fmt, sizes)) for fmt in FORMATS}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fmt=st.sampled_from(FORMATS), batch_before=st.integers(1, 30), batch_after=st.integers(1, 30),
        polls=st.integers(0, 90), snapshots=st.integers(1, 3))
 def test_restore_emits_exactly_the_rows_after_the_snapshot(resume_dirs, fmt, batch_before, batch_after,
@@ -422,7 +423,7 @@ def test_monitoring_picks_new_files_up_once_and_survives_rescaling(tmp_path):
     assert sorted(known) == sorted(str(root / p) for p in os.listdir(root))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(parallelisms=st.lists(st.integers(1, 4), min_size=2, max_size=4),
        steps=st.lists(st.integers(0, 6), min_size=4, max_size=4),
        new_files=st.lists(st.integers(0, 3), min_size=4, max_size=4))

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 import streamsnap as ss
 from benchmarks.nexmark import reference as ref
@@ -51,7 +52,7 @@ def test_per_row_and_vectorized_give_identical_events(config, kind):
     assert vectorized(kind, config, indices) == rows(kind, config, indices)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(start=st.integers(0, 10**14), length=st.integers(1, 200), stride=st.integers(1, 9),
        seed=st.integers(-2**70, 2**70), group=st.integers(1, 60).filter(lambda g: g == 1 or 953 % g > 1),
        kind=st.sampled_from(nx.KINDS))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import ManualScheduler
@@ -25,7 +26,7 @@ from streamsnap.runtime.barriers import (
 )
 from streamsnap.runtime.events import CancelCheckpointMarker, CheckpointBarrier, EndOfPartition
 
-PROPERTY_SETTINGS = settings(max_examples=300, deadline=None,
+PROPERTY_SETTINGS = settings(max_examples=examples(300), deadline=None,
                              suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.clock import ManualScheduler
 from streamsnap.errors import UserFunctionError
@@ -79,7 +80,7 @@ FUNCTIONS = {"map": [_add, _double], "filter": [_odd, _small], "flat_map": [_spl
 STEP = st.sampled_from([(kind, fn) for kind, fns in FUNCTIONS.items() for fn in fns])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(steps=st.lists(STEP, min_size=1, max_size=5),
        batches=st.lists(st.lists(st.integers(-20, 60), max_size=30), min_size=1, max_size=4),
        arrow=st.booleans())

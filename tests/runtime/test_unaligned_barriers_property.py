@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import ManualScheduler
@@ -30,7 +31,7 @@ from streamsnap.runtime.events import (
 )
 from streamsnap.runtime.unaligned_barriers import CheckpointBarrierUnaligner
 
-SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SUBSUMED = CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED
 CANCELLED = CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER
 

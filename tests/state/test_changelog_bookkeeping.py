@@ -9,6 +9,7 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.shared_registry import SharedStateRegistry
@@ -201,7 +202,7 @@ OPS = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(num_retained=st.integers(1, 3), interval=st.integers(1, 6), max_log=st.integers(20, 400),
        restored=st.booleans(), steps=st.lists(OPS, max_size=80))
 def test_no_retained_checkpoint_loses_a_file_and_each_restores_its_state(num_retained, interval, max_log,

@@ -11,6 +11,7 @@ import threading
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.state import HashMapKeyedStateBackend, KeyGroupRange, assign_to_key_group
 from streamsnap.state.backends import hashmap
@@ -211,7 +212,7 @@ _ops = st.lists(st.one_of(st.tuples(st.sampled_from(OPERATIONS), _keys, _values)
                 max_size=80)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(_ops)
 def test_any_interleaving_of_writes_snapshots_discards_and_runs(ops):
     """A model of the state at each snapshot's synchronous part against what each snapshot

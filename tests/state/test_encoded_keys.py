@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.state import HashMapKeyedStateBackend, KeyGroupRange, assign_to_key_group
 from streamsnap.state.serialization import array_header, pack_array_body, pack_keys, pack_value
@@ -67,7 +68,7 @@ def snapshot_both_ways(backend, location: str, checkpoint_id: int):
     return reused, full_handle
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(OPS, max_size=60))
 def test_reused_keys_give_the_bytes_of_a_full_encode(ops):
     location = "file://" + tempfile.mkdtemp(prefix="ss-keys-")
@@ -130,7 +131,7 @@ def test_a_removal_the_table_did_not_count_is_still_caught(location):
     assert Model(back).dump() == model.dump()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(VALUES, max_size=1300), st.lists(KEYS, max_size=1300))
 def test_packing_in_chunks_gives_the_bytes_of_one_pack(values, keys):
     assert pack_array_body(iter(values), pack_value, array_header(len(values))) == pack_value(values)

@@ -6,6 +6,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.checkpoint.handles import KeyGroupsStateHandle
 from streamsnap.errors import RestoreError
@@ -565,7 +566,7 @@ def apply_op(model, op: str, key, value, reference: dict) -> None:
 
 
 @pytest.mark.parametrize("kind", BACKEND_KINDS)
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(before=_ops, after=_ops)
 def test_snapshot_equals_model_at_snapshot_time(kind, before, after):
     """Random operations, a snapshot, more operations: the snapshot holds the first model."""

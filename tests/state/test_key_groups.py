@@ -5,6 +5,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.errors import ConfigurationError
 from streamsnap.state.key_groups import (NONE_HASH, KeyGroupRange, assign_key_groups,
@@ -107,7 +108,7 @@ def test_vectorized_int64_numpy_and_arrow_match_scalar(values):
 
 @pytest.mark.parametrize("arrow_type", [pa.int8(), pa.int16(), pa.int32(), pa.uint8(),
                                         pa.uint16(), pa.uint32(), pa.uint64()])
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(data=st.data())
 def test_vectorized_arrow_integer_types_with_nulls(arrow_type, data):
     info = np.iinfo(arrow_type.to_pandas_dtype())
@@ -265,7 +266,7 @@ def test_vectorized_int64_hashing_is_fast():
     assert elapsed < 0.5  # generous bound against pathological regressions (target: < 50 ms)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.sampled_from(["w", "word", "dé", "", None, "x" * 40]), min_size=60, max_size=400),
        st.sampled_from([pa.string(), pa.large_string(), pa.binary()]))
 def test_long_string_and_bytes_columns_hash_each_distinct_value_once_and_match_scalar(values, arrow_type):

@@ -1,6 +1,7 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.time import (EventTimeSessionWindows, MergingWindowSet, TimeWindow,
                              TumblingEventTimeWindows)
@@ -91,7 +92,7 @@ def reference_sessions(timestamps, gap):
     return {TimeWindow(s, e): sorted(members) for s, e, members in sessions}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.integers(-100, 300), min_size=1, max_size=40), st.integers(1, 30),
        st.randoms(use_true_random=False))
 def test_any_arrival_order_gives_the_sorted_sessions(timestamps, gap, rng):

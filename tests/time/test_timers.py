@@ -1,6 +1,7 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.state import (HashMapKeyedStateBackend, KeyGroupRange, StateError,
                               ValueStateDescriptor, assign_to_key_group)
@@ -194,7 +195,7 @@ ops = st.lists(st.one_of(
 ), min_size=5, max_size=80)
 
 
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=examples(250), deadline=None)
 @given(ops)
 def test_timers_fire_in_order_each_once_like_a_plain_model(operations):
     b = backend()

@@ -2,6 +2,7 @@
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.time import MIN_WATERMARK, StatusWatermarkValve, Watermark, WatermarkStatus
 
@@ -94,7 +95,7 @@ def ref_apply(ref, kind, channel, ts):
     return ref.end(channel)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(schedules())
 def test_valve_matches_reference_and_is_monotonic(schedule):
     n, events = schedule
@@ -114,7 +115,7 @@ def test_valve_matches_reference_and_is_monotonic(schedule):
     assert all(w <= highest_input for w in emitted)         # never invents progress
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(schedules(allow_idle=False))
 def test_without_idleness_output_is_min_over_open_channels(schedule):
     n, events = schedule

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.errors import ConfigurationError
 from streamsnap.time import (GLOBAL_WINDOW, MAX_WATERMARK, EventTimeSessionWindows,
@@ -107,7 +108,7 @@ def test_bad_argument_messages_say_what_to_do():
 times = st.lists(st.integers(-10 ** 6, 10 ** 6), max_size=40)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(times, st.integers(1, 1000), st.integers(1, 1000), st.data())
 def test_vectorized_assignment_matches_per_row(ts, size_ms, slide_ms, data):
     offset = data.draw(st.integers(-slide_ms + 1, slide_ms - 1))
