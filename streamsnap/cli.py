@@ -88,12 +88,13 @@ def checkpoints(directory: str = typer.Argument(..., help="Checkpoint directory 
     # (smaller for incremental RocksDB and changelog checkpoints, which reuse earlier files), as
     # in the web UI and lastCheckpointSize. "in flight": data an unaligned checkpoint saved
     # between subtasks ("-": none, aligned).
-    for column in ("job", "checkpoint", "status", "completed at", "state size", "checkpointed", "in flight",
+    for column in ("job", "checkpoint", "type", "status", "completed at", "state size", "checkpointed", "in flight",
                    "operators"):
         table.add_column(column, no_wrap=True)
     table.add_column("path", overflow="fold")
     for s in summaries:
-        table.add_row(s.job_id[:12], str(s.checkpoint_id), s.status,
+        table.add_row(s.job_id[:12], str(s.checkpoint_id), s.checkpoint_type.value if s.checkpoint_type else "-",
+                      s.status,
                       time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.completed_at)) if s.completed_at else "-",
                       _size(s.state_size) if s.state_size is not None else "-",
                       _size(s.incremental_size) if s.incremental_size is not None else "-",

@@ -35,12 +35,15 @@ class CheckpointProperties:
     discard_subsumed: delete it when a newer retained checkpoint pushes it out of the store.
     owned: False for a snapshot the job was restored from (a savepoint or another job's retained
       checkpoint): the job may use it for failover but must never delete it.
+    drain: a stop-with-savepoint that ends event time before its barrier (every timer fires into
+      it); a job that fails over to it must finish, never run past its drain.
     """
 
     checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT
     is_periodic: bool = False
     discard_subsumed: bool = True
     owned: bool = True
+    drain: bool = False
 
     @property
     def is_savepoint(self) -> bool:
@@ -60,17 +63,20 @@ class CheckpointProperties:
         return cls(CheckpointType.CHECKPOINT, is_periodic)
 
     @classmethod
-    def for_savepoint(cls, terminate: bool = False) -> "CheckpointProperties":
+    def for_savepoint(cls, terminate: bool = False, drain: bool = False) -> "CheckpointProperties":
+        if drain and not terminate:
+            raise ValueError("only a stop-with-savepoint (terminate=True) can drain")
         kind = CheckpointType.TERMINATING_SAVEPOINT if terminate else CheckpointType.SAVEPOINT
-        return cls(kind, is_periodic=False, discard_subsumed=False)
+        return cls(kind, is_periodic=False, discard_subsumed=False, drain=drain)
 
     def as_failover_point(self) -> "CheckpointProperties":
         """A savepoint the job may restore from but never deletes (a stop-with-savepoint)."""
-        return CheckpointProperties(self.checkpoint_type, self.is_periodic, discard_subsumed=False, owned=False)
+        return CheckpointProperties(self.checkpoint_type, self.is_periodic, discard_subsumed=False, owned=False,
+                                    drain=self.drain)
 
     @classmethod
-    def for_restored(cls, checkpoint_type: CheckpointType) -> "CheckpointProperties":
-        return cls(checkpoint_type, is_periodic=False, discard_subsumed=False, owned=False)
+    def for_restored(cls, checkpoint_type: CheckpointType, drain: bool = False) -> "CheckpointProperties":
+        return cls(checkpoint_type, is_periodic=False, discard_subsumed=False, owned=False, drain=drain)
 
 
 @dataclass(frozen=True)

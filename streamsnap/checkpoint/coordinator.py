@@ -25,7 +25,8 @@ from typing import Callable, Iterable, Mapping, Protocol
 
 from streamsnap.api.config import CheckpointConfig
 from streamsnap.checkpoint import filesystem
-from streamsnap.checkpoint.completed import CheckpointProperties, CompletedCheckpoint, CompletedCheckpointStore
+from streamsnap.checkpoint.completed import (CheckpointProperties, CompletedCheckpoint, CompletedCheckpointStore,
+                                         discard_on_shutdown)
 from streamsnap.checkpoint.failure_manager import CheckpointFailureManager
 from streamsnap.checkpoint.id_counter import CheckpointIdCounter
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
@@ -34,6 +35,8 @@ from streamsnap.checkpoint.metadata import (damaged_changelog_segments, missing_
                                             write_metadata)
 from streamsnap.checkpoint.pending import OperatorInfo, PendingCheckpoint, discard_subtask_state
 from streamsnap.checkpoint.reasons import AcknowledgeResult, CheckpointException, CheckpointFailureReason as R
+from streamsnap.checkpoint.restore_point import (RestorePoint, delete_restore_point, read_restore_point,
+                                                 restore_point_url, write_restore_point)
 from streamsnap.checkpoint.request_decider import (DEFAULT_MAX_QUEUED, CheckpointRequestDecider,
                                                    CheckpointTriggerRequest, TriggerDecision)
 from streamsnap.checkpoint.shared_registry import SharedStateRegistry
@@ -286,16 +289,18 @@ class CheckpointCoordinator:
         """Request a checkpoint; the future completes with it or fails with a CheckpointException."""
         return self._submit(CheckpointTriggerRequest(CheckpointProperties.for_checkpoint(is_periodic)))
 
-    def trigger_savepoint(self, target_directory: str, terminate: bool = False) -> "Future[CompletedCheckpoint]":
+    def trigger_savepoint(self, target_directory: str, terminate: bool = False,
+                          drain: bool = False) -> "Future[CompletedCheckpoint]":
         """Request a savepoint into a new directory under `target_directory`.
 
         It goes ahead of waiting checkpoints and ignores max_concurrent and min_pause. With
         `terminate` (stop-with-savepoint) the tasks are told to commit when it completes and
-        then finish; a plain savepoint commits nothing.
+        then finish; a plain savepoint commits nothing. `drain` marks a stop-with-savepoint
+        whose sources end event time first: the job may never run past it.
         """
         if not target_directory:
             raise ValueError("trigger_savepoint needs a target directory (a path or fsspec URL)")
-        request = CheckpointTriggerRequest(CheckpointProperties.for_savepoint(terminate),
+        request = CheckpointTriggerRequest(CheckpointProperties.for_savepoint(terminate, drain),
                                            target_directory=target_directory)
         if terminate and self._periodic:
             # The job is about to stop: no new periodic checkpoints, unless stopping fails.
@@ -503,10 +508,18 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------------ completion and abort
 
     def _complete(self, pending: PendingCheckpoint) -> None:
-        """Fully acknowledged: write `_metadata` on the I/O side, then `_on_finalized` here."""
+        """Fully acknowledged: write `_metadata` on the I/O side, then `_on_finalized` here.
+
+        A stop-with-savepoint becomes the job's failover point outside the job directory, so its
+        completion also records it there (`restore_point.py`) before anything it subsumes is
+        deleted: a new run of the job must find it. Either write failing fails the savepoint."""
         metadata = pending.prepare_metadata(self._scheduler.wall())
-        self._io.run(partial(write_metadata, pending.location.url, metadata),
-                     partial(self._on_finalized, pending, metadata))
+        work = partial(write_metadata, pending.location.url, metadata)
+        if pending.properties.is_terminating:
+            point = RestorePoint(pending.checkpoint_id, pending.location.url, pending.properties.checkpoint_type,
+                                 pending.properties.drain, metadata.completion_timestamp)
+            work = partial(_write_both, work, partial(write_restore_point, self.storage.job_directory, point))
+        self._io.run(work, partial(self._on_finalized, pending, metadata))
 
     def _on_finalized(self, pending: PendingCheckpoint, metadata, _result, error: BaseException | None) -> None:
         checkpoint_id, props = pending.checkpoint_id, pending.properties
@@ -711,6 +724,9 @@ class CheckpointCoordinator:
                 continue
             self._store.add_checkpoint(CompletedCheckpoint(metadata, location, CheckpointProperties.for_checkpoint()))
             ids.append(checkpoint_id)
+        recorded = self._recover_restore_point(max((*ids, *(i for i, _, _ in unreadable)), default=-1))
+        if recorded is not None:
+            ids.append(recorded)
         newest_readable = max(ids, default=-1)
         for checkpoint_id, location, problem in unreadable:
             if checkpoint_id < newest_readable:
@@ -731,6 +747,35 @@ class CheckpointCoordinator:
             logger.warning("%s; resuming from an older one (at-least-once: output committed since then repeats)",
                            message)
         return sorted(c.checkpoint_id for c in self._store.all())
+
+    def _recover_restore_point(self, newest_on_disk: int) -> int | None:
+        """Load the savepoint `_restore_point` names (a completed stop-with-savepoint the job
+        committed on) if no `chk-<n>` is newer; returns its id. Raises RestoreError if it cannot
+        be read and exactly-once forbids falling back."""
+        point = read_restore_point(self.storage.job_directory)
+        if point is None or point.checkpoint_id <= newest_on_disk:
+            return None  # none, or superseded by a newer checkpoint in the job directory
+        location = CheckpointStorageLocation(point.path, point.checkpoint_id, point.checkpoint_type.is_savepoint)
+        try:
+            metadata = _read_completed(location, point.checkpoint_id)
+        except RestoreError as exc:
+            url = restore_point_url(self.storage.job_directory)
+            message = (f"job {self.job_id} last committed its output on {point.checkpoint_type.value} "
+                       f"{point.checkpoint_id} at {filesystem.user_path(point.path)} (recorded in {url}), "
+                       f"which cannot be read: {exc}")
+            if self.config.exactly_once:
+                raise RestoreError(
+                    message + ". Resuming from an older checkpoint would commit that output a second time, which "
+                    "exactly-once forbids. To go on: restore that savepoint from a backup and run the job again; "
+                    "or start fresh with CheckpointConfig(resume='never')") from None
+            logger.warning("%s; resuming from an older checkpoint (at-least-once: output committed since "
+                           "then repeats)", message)
+            return None
+        if any(c.checkpoint_id == point.checkpoint_id for c in self._store.all()):
+            return point.checkpoint_id
+        self._store.add_checkpoint(CompletedCheckpoint(
+            metadata, location, CheckpointProperties.for_restored(point.checkpoint_type, point.drained)))
+        return point.checkpoint_id
 
     def restore_from(self, path: str) -> CompletedCheckpoint:
         """Load a savepoint or retained checkpoint named by the user (`restore_from=` / `--from`).
@@ -766,6 +811,9 @@ class CheckpointCoordinator:
         self._shutdown = True
         self._stop(CheckpointException(R.CHECKPOINT_COORDINATOR_SHUTDOWN, f"the job is {job_status.value}"))
         self._store.shutdown(job_status, self.config.retention)
+        if discard_on_shutdown(job_status, self.config.retention):
+            # Nothing to resume from any more: a new run starts fresh, as without the record.
+            self._io.run(partial(delete_restore_point, self.storage.job_directory), _log_io_failure)
         self.discard_abandoned_locations()
 
 
@@ -786,6 +834,12 @@ def _read_completed(location: CheckpointStorageLocation, checkpoint_id: int):
         more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
         raise RestoreError(f"checkpoint {checkpoint_id} at {location.url}: {damaged[0]}{more}")
     return metadata
+
+
+def _write_both(first: Callable[[], object], second: Callable[[], object]) -> object:
+    result = first()
+    second()
+    return result
 
 
 def _delete_unless_completed(location_url: str) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.metadata import read_metadata
+from streamsnap.checkpoint.restore_point import read_restore_point, restore_point_url
 from streamsnap.checkpoint.storage import METADATA_FILE_NAME, checkpoint_id_of, is_directory, subdirectories
 from streamsnap.errors import RestoreError
 from streamsnap.runtime.events import CheckpointType
@@ -74,12 +75,23 @@ def _summarize(job_id: str, checkpoint_id: int, url: str) -> CheckpointSummary:
 
 
 def _checkpoints_in(job_id: str, job_url: str) -> list[CheckpointSummary]:
-    return [_summarize(job_id, checkpoint_id_of(name), url) for name, url in subdirectories(job_url)
-            if checkpoint_id_of(name) is not None]
+    """The job's `chk-<n>` directories, and the stop-with-savepoint its `_restore_point`
+    records when no `chk-<n>` is newer (what a new run of the job resumes from)."""
+    found = [_summarize(job_id, checkpoint_id_of(name), url) for name, url in subdirectories(job_url)
+             if checkpoint_id_of(name) is not None]
+    try:
+        point = read_restore_point(job_url)
+    except RestoreError as exc:
+        return found + [CheckpointSummary(restore_point_url(job_url), job_id, -1, CheckpointCondition.CORRUPT,
+                                          problem=str(exc))]
+    if point is not None and all(point.checkpoint_id > s.checkpoint_id for s in found):
+        found.append(_summarize(job_id, point.checkpoint_id, filesystem.normalize(point.path)))
+    return found
 
 
 def list_checkpoints(directory: str) -> list[CheckpointSummary]:
-    """Every `chk-<n>` found in `directory`, sorted by job id then checkpoint id.
+    """Every `chk-<n>` found in `directory` (and a job's recorded restore point, see
+    `_checkpoints_in`), sorted by job id then checkpoint id.
 
     `directory` may be a checkpoint directory (with one subdirectory per job id), one job's
     directory, or a single `chk-<n>` directory.

@@ -7,6 +7,8 @@ Layout of one job::
         shared/               files of incremental snapshots, referenced by several checkpoints
         taskowned/            files owned by the tasks; the coordinator never deletes them
         _checkpoint_id        the persisted id counter (ids never go backwards across restarts)
+        _restore_point        the completed stop-with-savepoint the job last committed on, if no
+                              chk-<n> is newer (checkpoint/restore_point.py)
     <target>/savepoint-<job id prefix>-<n>-<random>/   self-contained, relocatable
 
 The presence of `chk-<n>/_metadata` is what makes a checkpoint *completed*; a directory without
@@ -203,8 +205,10 @@ class CheckpointStorage:
 def resolve_restore_path(path: str) -> tuple[str, str]:
     """(metadata URL, base directory URL) of a checkpoint or savepoint named by the user.
 
-    Accepts a `chk-<n>` directory, a savepoint directory, or their `_metadata` file. Handle
-    paths in `_metadata` are relative to the base directory, which is why it is returned too.
+    Accepts a `chk-<n>` directory, a savepoint directory, or their `_metadata` file, or a job's
+    directory: its latest restore point (the newest completed `chk-<n>`, or the savepoint its
+    `_restore_point` records if that is newer). Handle paths in `_metadata` are relative to the
+    base directory, which is why it is returned too.
     """
     url = filesystem.normalize(path)
     if not filesystem.exists(url):
@@ -218,17 +222,31 @@ def resolve_restore_path(path: str) -> tuple[str, str]:
     metadata_url = filesystem.join(url, METADATA_FILE_NAME)
     if filesystem.exists(metadata_url):
         return metadata_url, url
-    hint = ""
-    completed = [(checkpoint_id_of(name), name) for name, child in subdirectories(url)
+    latest = latest_restore_point(url)
+    if latest is not None:
+        logger.info("%s is a job's checkpoint directory: using its latest restore point %s", url, latest)
+        return filesystem.join(latest, METADATA_FILE_NAME), latest
+    raise RestoreError(f"no {METADATA_FILE_NAME} in {url}: not a completed checkpoint or savepoint; "
+                       f"pass the chk-<n> or savepoint-... directory")
+
+
+def latest_restore_point(job_directory: str) -> str | None:
+    """The directory a new run of the job in `job_directory` resumes from: the savepoint its
+    `_restore_point` records if no completed `chk-<n>` is newer, else the newest `chk-<n>`;
+    None if it has neither."""
+    from streamsnap.checkpoint.restore_point import read_restore_point
+
+    url = filesystem.normalize(job_directory)
+    completed = [(checkpoint_id_of(name), child) for name, child in subdirectories(url)
                  if checkpoint_id_of(name) is not None
                  and filesystem.exists(filesystem.join(child, METADATA_FILE_NAME))]
-    if completed:
-        hint = (f" ({url} looks like a job's checkpoint directory; its latest completed "
-                f"checkpoint is {max(completed)[1]})")
-    raise RestoreError(f"no {METADATA_FILE_NAME} in {url}: not a completed checkpoint or savepoint; "
-                       f"pass the chk-<n> or savepoint-... directory{hint}")
+    newest = max(completed, default=None)
+    point = read_restore_point(url)
+    if point is not None and (newest is None or point.checkpoint_id > newest[0]):
+        return filesystem.normalize(point.path)
+    return newest[1] if newest is not None else None
 
 
-__all__ = ["CheckpointStorage", "CheckpointStorageLocation", "resolve_restore_path",
+__all__ = ["CheckpointStorage", "CheckpointStorageLocation", "resolve_restore_path", "latest_restore_point",
            "checkpoint_id_of", "subdirectories", "is_directory", "METADATA_FILE_NAME",
            "SHARED_DIR", "TASK_OWNED_DIR", "ID_COUNTER_FILE"]

@@ -124,10 +124,11 @@ class _CoordinatorGateway:
             subtask.connection.send(message)
 
     def trigger_checkpoint(self, attempt, checkpoint_id, timestamp, options) -> None:
+        pending = self._master.coordinator.pending_checkpoint(checkpoint_id)
         self._send(attempt, {"type": "trigger_checkpoint", "checkpoint_id": checkpoint_id,
                              "timestamp": timestamp, "options": options.to_wire(),
                              # sources advance event time to its end before this barrier
-                             "drain": self._master._drain_savepoint and options.checkpoint_type.is_savepoint})
+                             "drain": pending is not None and pending.properties.drain})
 
     def notify_checkpoint_complete(self, attempt, checkpoint_id, timestamp) -> None:
         self._send(attempt, {"type": "notify_complete", "checkpoint_id": checkpoint_id, "timestamp": timestamp})
@@ -169,7 +170,9 @@ class JobMaster:
         self._final_checkpoint_pending = False
         # A completed stop-with-savepoint waiting for the job to finish: (savepoint path, future).
         self._stopping: tuple[str, concurrent.futures.Future] | None = None
-        self._drain_savepoint = False   # the stop-with-savepoint being triggered drains
+        self._stop_drained = False      # ... and it drained: a failure then must not resume past it
+        # The current attempt restored a drained stop-with-savepoint: it commits and finishes at once.
+        self._ends_at_restore = False
         self._started_at = time.monotonic()
         self._done = threading.Event()
         self._result: JobResult | None = None
@@ -385,7 +388,8 @@ class JobMaster:
             unaligned_checkpoints=self.settings.checkpoint is not None and self.settings.checkpoint.unaligned,
             restore=plan.states if plan else {}, restore_base=plan.base_location if plan else None,
             restored_operators=plan.restored_operators if plan else frozenset(),
-            restored_checkpoint_id=plan.checkpoint_id if plan else None, log_level=self.settings.log_level,
+            restored_checkpoint_id=plan.checkpoint_id if plan else None, finish_at_restore=self._ends_at_restore,
+            log_level=self.settings.log_level,
             test_hooks=self.settings.test_hooks, local_recovery=self.settings.local_recovery,
             local_recovery_dir=self.settings.local_recovery_dir,
             slots=self.slots)
@@ -452,10 +456,17 @@ class JobMaster:
         from streamsnap.checkpoint.storage import resolve_restore_path
 
         metadata = base = None
+        self._ends_at_restore = False
         if self.coordinator is not None:
             completed = self.coordinator.restore_latest_checkpoint()
             if completed is not None:
                 metadata, base = completed.metadata, completed.location.url
+                self._ends_at_restore = completed.properties.drain
+                if self._ends_at_restore:
+                    log.warning("job '%s' restores the stop-with-savepoint %s, which drained (event time ended "
+                                "there and every window fired into it): the job commits what it covers and "
+                                "finishes, it does not run past its drain", self.settings.job_name,
+                                filesystem.user_path(base))
         if metadata is None and self.settings.restore_from is not None:
             metadata_url, base = resolve_restore_path(self.settings.restore_from)
             metadata = read_metadata(metadata_url)
@@ -550,6 +561,8 @@ class JobMaster:
                     if self.settings.local_recovery:
                         self.recovery_log[-1]["restore"] = self._restore_sources()
                 self._set_status(JobStatus.RUNNING)
+                if self._ends_at_restore and self.coordinator is not None:
+                    self.coordinator.stop_periodic_scheduler()   # the tasks are finishing
         elif kind == "end_of_data":
             subtask.end_of_data = True
             if all(s.end_of_data for s in self._subtasks.values()):
@@ -601,7 +614,7 @@ class JobMaster:
 
     # ================================================================ job end
     def _on_all_end_of_data(self) -> None:
-        if self.coordinator is None or self._stopping is not None:
+        if self.coordinator is None or self._stopping is not None or self._ends_at_restore:
             return  # no final checkpoint: tasks finish on their own, or the savepoint was the last one
         self.coordinator.stop_periodic_scheduler()
         self._trigger_final_checkpoint()
@@ -665,10 +678,12 @@ class JobMaster:
             return
         self._failing = True
         self._failure, self._failure_reason = cause, reason
-        if self._stopping is not None:
+        if self._stopping is not None and not self._stop_drained:
             path, stop = self._stopping
             self._stopping = None
             stop.set_exception(self._stop_interrupted(path))
+        # A drained stop stays in `_stopping`: the restart restores its savepoint, commits and
+        # finishes (`_ends_at_restore`), and the stop resolves when the job is FINISHED.
         log.info("job '%s' attempt %d failed: %s", self.settings.job_name, self._attempt, cause.splitlines()[0])
         self.recovery_log.append({"failed_at": time.time(), "cause": cause})
         if self._deploy_timer is not None:
@@ -748,6 +763,9 @@ class JobMaster:
                        f"whenever the same input is replayed, so restarting cannot help:\n{message}")
         elif restarts:
             message = f"job failed after {restarts} restart(s) ({self._backoff.describe()}); last failure:\n{message}"
+        if self._stopping is not None:
+            message += (f"\nThe stop-with-savepoint's savepoint {self._stopping[0]} had completed and drained: a new "
+                        f"run of this job (same checkpoint directory) commits what it covers and finishes")
         self._finalize(JobStatus.FAILED, JobExecutionError(message, job_name=self.settings.job_name,
                                                             cause=self._failure, reason=self._failure_reason))
 
@@ -797,25 +815,50 @@ class JobMaster:
             result.set_exception(StreamsnapError(f"cannot take a savepoint while the job is {self.status.value}"))
             return
         attempt = self._attempt
-        self._drain_savepoint = terminate and drain
-        future = self.coordinator.trigger_savepoint(directory, terminate=terminate)
+        drain = terminate and drain
+        future = self.coordinator.trigger_savepoint(directory, terminate=terminate, drain=drain)
 
         def done(f):
             def on_loop():
                 if f.exception() is not None:
-                    result.set_exception(f.exception())
+                    if drain:
+                        self._drain_failed(f.exception(), attempt, result)
+                    else:
+                        result.set_exception(f.exception())
                     return
                 path = filesystem.user_path(f.result().external_pointer)
                 if not terminate:
                     result.set_result(path)
                 elif not self._attempts.is_live(attempt) or self.status.is_terminal:
-                    result.set_exception(self._stop_interrupted(path))
+                    # The attempt failed after the savepoint completed: the restart restores it.
+                    if drain:
+                        self._stopping, self._stop_drained = (path, result), True
+                    else:
+                        result.set_exception(self._stop_interrupted(path))
                 else:  # resolved when the job has FINISHED (Flink's stop-with-savepoint)
-                    self._stopping = (path, result)
+                    self._stopping, self._stop_drained = (path, result), drain
                     self.coordinator.stop_periodic_scheduler()
                     self._send_all({"type": "finish", "drain": drain})
             self._post(on_loop)
         future.add_done_callback(done)
+
+    def _drain_failed(self, error: BaseException, attempt: int, result: concurrent.futures.Future) -> None:
+        """A stop-with-savepoint with drain failed. If its trigger reached the sources, they
+        ended event time: every open window fired early and every later row would be late. As
+        Flink does, the job fails over to its latest checkpoint, so it runs on as if no stop
+        had been asked (a failure before the trigger changed nothing)."""
+        reason = getattr(error, "reason", None)
+        if getattr(reason, "pre_flight", False) or not self._attempts.is_live(attempt) or self.status.is_terminal:
+            result.set_exception(error)
+            return
+        latest = self.coordinator.completed_store.latest()
+        back_to = f"checkpoint {latest.checkpoint_id}" if latest is not None else "the start of its input"
+        result.set_exception(StreamsnapError(
+            f"stop-with-savepoint with drain failed: {error}. The sources had already ended event time, so "
+            f"the job fails over to {back_to} and runs on as if no stop had been asked; call "
+            f"stop_with_savepoint again to stop it"))
+        self._handle_failure(f"stop-with-savepoint with drain failed ({error}); event time had ended, so the "
+                             f"job restores {back_to}", "STOP_WITH_SAVEPOINT_FAILED", attempt)
 
     def _stop_interrupted(self, path: str) -> StreamsnapError:
         return StreamsnapError(

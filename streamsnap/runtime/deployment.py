@@ -36,6 +36,9 @@ class Deployment:
     restore_base: str | None = None  # directory the restored checkpoint's handle paths are relative to
     restored_operators: frozenset[str] = frozenset()  # uids the restored checkpoint had
     restored_checkpoint_id: int | None = None
+    # The restored snapshot is a stop-with-savepoint that drained: commit what it covers, then
+    # finish without reading or firing anything (the job must not run past its drain).
+    finish_at_restore: bool = False
     log_level: str = "WARNING"
     # Task-local recovery (state.local_recovery): keep keyed snapshots on the task's disk too.
     local_recovery: bool = False

@@ -345,6 +345,8 @@ class StreamTask:
     def run(self) -> None:
         network = self.network
         account = self.time_account = TaskTimeAccount(time.monotonic())
+        if self.deployment.finish_at_restore:
+            self._finish_at_restore()
         while True:
             for mail in self.mailbox.take_all():
                 self._handle_mail(mail)
@@ -402,7 +404,7 @@ class StreamTask:
     def _timers_may_run(self) -> bool:
         """Processing-time callbacks stop at end of data (nothing may follow EndOfData) and
         after a terminating savepoint, unless that savepoint was aborted."""
-        if self._end_of_data:
+        if self._end_of_data or self.deployment.finish_at_restore:
             return False
         return self._quiesced_by is None or self._quiesced_by in self._aborted_checkpoints
 
@@ -453,6 +455,14 @@ class StreamTask:
         self.driver.send({"type": "end_of_data"})
         if not self.deployment.checkpointing:
             self._finish_requested = True
+
+    def _finish_at_restore(self) -> None:
+        """The restored savepoint drained: its operators restored (sinks committed what it covers),
+        they finish without reading input, firing timers or flushing (Flink's finished-on-restore)."""
+        self._finish_requested = True
+        self._drain = False
+        if self.is_source:
+            self._on_end_of_data()
 
     def _finished(self) -> bool:
         if not self._finish_requested:

@@ -7,6 +7,7 @@ import random
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
+from tests.properties import examples
 
 from streamsnap.api.config import CheckpointConfig
 from streamsnap.checkpoint import filesystem
@@ -15,6 +16,7 @@ from streamsnap.checkpoint.failure_manager import CheckpointFailureThresholdExce
 from streamsnap.checkpoint.handles import FileHandle, KeyGroupsStateHandle, OperatorSubtaskState
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, CheckpointMetrics
 from streamsnap.checkpoint.metadata import read_metadata
+from streamsnap.checkpoint.restore_point import read_restore_point
 from streamsnap.checkpoint.reasons import AcknowledgeResult, CheckpointException, CheckpointFailureReason as R
 from streamsnap.checkpoint.stats import CheckpointStatus
 from streamsnap.checkpoint.storage import CheckpointStorage, subdirectories
@@ -600,6 +602,100 @@ def test_a_completed_stop_with_savepoint_is_the_failover_point_and_is_never_dele
     assert filesystem.exists(filesystem.join(path, "_metadata"))
 
 
+def _stop_with_savepoint_subsuming_checkpoint_1(h, tmp_path, drain: bool):
+    h.start()
+    complete(h)                                                    # checkpoint 1
+    future = h.coordinator.trigger_savepoint(str(tmp_path / "sp"), terminate=True, drain=drain)
+    h.ack_all(2)
+    return future.result(timeout=0)
+
+
+@pytest.mark.parametrize("drain", [False, True])
+def test_a_new_run_resumes_from_the_recorded_stop_with_savepoint(make_harness, tmp_path, drain):
+    """Issue 28 (2): the savepoint subsumed chk-1 (num_retained=1) and lives outside the job
+    directory; the driver dies before the job finished. A new run must resume from it."""
+    h = make_harness(num_retained=1)
+    savepoint = _stop_with_savepoint_subsuming_checkpoint_1(h, tmp_path, drain)
+    assert h.storage.completed_ids() == []                         # chk-1 is gone
+    point = read_restore_point(h.storage.job_directory)
+    assert (point.checkpoint_id, point.path, point.drained) == (2, savepoint.external_pointer, drain)
+    # The driver dies here: no shutdown. A new run of the job (same directory):
+    h2 = make_harness(num_retained=1)
+    assert h2.coordinator.recover_completed_checkpoints() == [2]
+    restored = h2.coordinator.restore_latest_checkpoint()
+    assert (restored.checkpoint_id, restored.external_pointer) == (2, savepoint.external_pointer)
+    assert restored.properties.drain is drain and not restored.properties.owned
+    assert h2.coordinator.id_counter.current == 3
+    # ... and it never deletes the user's savepoint, even when it later finishes.
+    h2.deploy(1)
+    complete(h2)                                                   # checkpoint 3 supersedes the record
+    assert h2.coordinator.recover_completed_checkpoints() == [3]
+    h2.coordinator.shutdown(JobStatus.FINISHED)
+    assert filesystem.exists(filesystem.join(savepoint.external_pointer, "_metadata"))
+    assert read_restore_point(h2.storage.job_directory) is None      # finished: nothing to resume
+
+
+def test_the_record_is_superseded_by_a_newer_checkpoint_and_kept_when_the_job_fails(make_harness, tmp_path):
+    h = make_harness(num_retained=2)
+    _stop_with_savepoint_subsuming_checkpoint_1(h, tmp_path, drain=False)
+    h.coordinator.shutdown(JobStatus.FAILED)                       # a failed job keeps its restore point
+    assert read_restore_point(h.storage.job_directory).checkpoint_id == 2
+    h2 = make_harness(num_retained=2)
+    assert h2.coordinator.recover_completed_checkpoints() == [1, 2]
+    h2.deploy(1)
+    h2.start()
+    complete(h2)                                                   # checkpoint 3, in the job directory
+    h3 = make_harness(num_retained=2)
+    assert h3.coordinator.recover_completed_checkpoints() == [3]   # 1 subsumed; the record (2) is older: ignored
+    assert h3.coordinator.restore_latest_checkpoint().checkpoint_id == 3
+
+
+def test_a_recorded_savepoint_that_cannot_be_read_is_refused_under_exactly_once(make_harness, tmp_path):
+    h = make_harness(num_retained=1)
+    savepoint = _stop_with_savepoint_subsuming_checkpoint_1(h, tmp_path, drain=False)
+    filesystem.delete(savepoint.external_pointer, recursive=True)  # the user deleted it
+    with pytest.raises(RestoreError) as info:
+        make_harness(num_retained=1).coordinator.recover_completed_checkpoints()
+    message = str(info.value)
+    assert "last committed its output on terminating_savepoint 2" in message
+    assert "_restore_point" in message and "resume='never'" in message
+    # At-least-once accepts repeats: it starts from what is left (nothing) with a warning.
+    assert make_harness(num_retained=1, mode="at_least_once").coordinator.recover_completed_checkpoints() == []
+
+
+def test_a_damaged_record_is_named(make_harness, tmp_path):
+    h = make_harness(num_retained=1)
+    _stop_with_savepoint_subsuming_checkpoint_1(h, tmp_path, drain=False)
+    filesystem.write_atomic(filesystem.join(h.storage.job_directory, "_restore_point"), b"{not json")
+    with pytest.raises(RestoreError, match="restore-point record .*_restore_point is damaged"):
+        make_harness(num_retained=1).coordinator.recover_completed_checkpoints()
+
+
+def test_a_stop_with_savepoint_whose_record_cannot_be_written_fails(make_harness, tmp_path, monkeypatch):
+    """The record is written before the savepoint counts as completed (and before what it
+    subsumes is deleted): failing to write it fails the savepoint, chk-1 stays."""
+    from streamsnap.checkpoint import coordinator as coordinator_module
+
+    def refuse(*_):
+        raise OSError("disk full")
+    monkeypatch.setattr(coordinator_module, "write_restore_point", refuse)
+    h = make_harness(num_retained=1)
+    h.start()
+    complete(h)
+    future = h.coordinator.trigger_savepoint(str(tmp_path / "sp"), terminate=True)
+    h.ack_all(2)
+    assert reason_of(future) is R.FINALIZE_CHECKPOINT_FAILURE
+    assert h.storage.completed_ids() == [1]
+    assert h.coordinator.restore_latest_checkpoint().checkpoint_id == 1
+
+
+def test_only_a_stop_with_savepoint_drains(make_harness, tmp_path):
+    h = make_harness()
+    h.start()
+    with pytest.raises(ValueError, match="only a stop-with-savepoint"):
+        h.coordinator.trigger_savepoint(str(tmp_path / "sp"), drain=True)
+
+
 def test_savepoint_takes_priority_over_queued_checkpoints_and_max_concurrent(make_harness, tmp_path):
     h = make_harness(max_concurrent=1)
     h.start()
@@ -787,7 +883,7 @@ OPS = st.sampled_from(["trigger", "trigger", "savepoint", "ack", "ack", "ack_res
                        "late_ack", "decline", "advance", "task_failure_and_redeploy"])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.tuples(OPS, st.integers(0, 1000)), min_size=10, max_size=60),
        max_concurrent=st.integers(1, 3), num_retained=st.integers(1, 3))
 def test_random_schedules_keep_the_invariants(tmp_path_factory, ops, max_concurrent, num_retained):
@@ -865,8 +961,14 @@ def test_random_schedules_keep_the_invariants(tmp_path_factory, ops, max_concurr
                 assert coordinator.num_queued_requests or coordinator.pending_checkpoint_ids
 
     # Let everything in flight expire, then nothing but retained checkpoints and completed savepoints remain.
-    scheduler.advance(100.0)
+    # Queued requests start one after another as earlier ones expire (each after its 10 s timeout),
+    # so advance until idle: at most one timeout per request made, plus one.
+    for _ in range(len(futures) + 1):
+        if not coordinator.pending_checkpoint_ids and not coordinator.num_queued_requests:
+            break
+        scheduler.advance(config.timeout)
     assert coordinator.pending_checkpoint_ids == []
+    assert coordinator.num_queued_requests == 0
     assert all(f.done() for f in futures)
     retained = coordinator.completed_store.all()
     assert set(storage.existing_checkpoint_ids()) == {c.checkpoint_id for c in retained}

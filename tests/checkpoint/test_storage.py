@@ -92,11 +92,26 @@ def test_resolve_restore_path_without_metadata(storage):
     assert "pass the chk-<n> or savepoint-... directory" in message
 
 
-def test_resolve_restore_path_of_a_job_directory_names_the_latest_checkpoint(storage):
+def test_resolve_restore_path_of_a_job_directory_is_its_latest_restore_point(storage, tmp_path):
+    from streamsnap.checkpoint.restore_point import RestorePoint, write_restore_point
+    from streamsnap.runtime.events import CheckpointType
+
     completed(storage, 2)
     completed(storage, 10)
-    storage.initialize_location(11)  # incomplete: not suggested
-    with pytest.raises(RestoreError, match="latest completed checkpoint is chk-10"):
+    storage.initialize_location(11)  # incomplete: never chosen
+    metadata_url, base = resolve_restore_path(storage.job_directory)
+    assert base == storage.checkpoint_directory(10) and metadata_url == base + "/_metadata"
+    # A stop-with-savepoint recorded as the restore point is chosen while no chk-<n> is newer.
+    savepoint = storage.initialize_savepoint_location(str(tmp_path / "sp"), 12)
+    write_restore_point(storage.job_directory, RestorePoint(12, savepoint.url, CheckpointType.TERMINATING_SAVEPOINT))
+    assert resolve_restore_path(storage.job_directory)[1] == savepoint.url
+    completed(storage, 13)
+    assert resolve_restore_path(storage.job_directory)[1] == storage.checkpoint_directory(13)
+
+
+def test_resolve_restore_path_of_an_empty_job_directory(storage):
+    storage.initialize_location(1)   # never completed
+    with pytest.raises(RestoreError, match="not a completed checkpoint or savepoint"):
         resolve_restore_path(storage.job_directory)
 
 

@@ -6,6 +6,7 @@ import glob
 import os
 import signal
 import textwrap
+import threading
 import time
 
 import pytest
@@ -176,6 +177,34 @@ def kill_in_phase(client, phase_dir, phase: str, vertex_prefix: str = "", timeou
         assert client.status() == "RUNNING", f"job {client.status()} before a {phase} phase of {vertex_prefix!r}"
         time.sleep(0.005)
     raise AssertionError(f"no {vertex_prefix!r} task entered the {phase} phase within {timeout} s")
+
+
+def stop_in_background(client, directory, drain: bool = False):
+    """Call `stop_with_savepoint` on a thread (it returns only once the job finished); returns
+    the thread and a dict that gets "path" or "error"."""
+    outcome: dict = {}
+
+    def stop():
+        try:
+            outcome["path"] = client.stop_with_savepoint(str(directory), drain=drain)
+        except BaseException as exc:  # the test asserts what it was
+            outcome["error"] = exc
+    thread = threading.Thread(target=stop)
+    thread.start()
+    return thread, outcome
+
+
+def pid_committing_savepoint(client, phase_dir, timeout: float = 60):
+    """Once the stop's savepoint completed, a pid of a task notified of it (in its "commit"
+    phase, TEST_HOOKS_ENV's phase markers): (savepoint stats, pid)."""
+    deadline = time.monotonic() + timeout
+    while (savepoint := client.checkpoint_stats().latest_savepoint) is None:
+        assert time.monotonic() < deadline, "the savepoint did not complete"
+        time.sleep(0.002)
+    while not (markers := glob.glob(os.path.join(str(phase_dir), f"commit-*-{savepoint.checkpoint_id}-*"))):
+        assert time.monotonic() < deadline, f"no task committed savepoint {savepoint.checkpoint_id}"
+        time.sleep(0.002)
+    return savepoint, int(markers[0].rsplit("-", 1)[1])
 
 
 def final_by_key(rows, key, value):

@@ -264,7 +264,6 @@ def test_a_failure_after_a_completed_stop_with_savepoint_restores_from_it(spark,
     """The savepoint's commit was notified; a task dies before the job FINISHED. Restoring from
     the checkpoint before the savepoint would replay committed rows: it must restore from the
     savepoint, run on, and the stop must report that it did not stop."""
-    import threading
 
     n = 6000
     out, phases = tmp_path / "out", tmp_path / "phases"
@@ -283,24 +282,10 @@ def test_a_failure_after_a_completed_stop_with_savepoint_restores_from_it(spark,
     wait_status(client, "RUNNING")
     assert client.trigger_checkpoint().checkpoint_id == 1
     support.wait_held(gate, 2, client)
-    stop: dict = {}
-
-    def stop_job():
-        try:
-            stop["path"] = client.stop_with_savepoint(str(tmp_path / "sp"))
-        except BaseException as exc:  # the test asserts what it was
-            stop["error"] = exc
-    stopper = threading.Thread(target=stop_job)
-    stopper.start()
-    deadline = time.monotonic() + 30
-    while (savepoint := client.checkpoint_stats().latest_savepoint) is None:
-        assert time.monotonic() < deadline, "the savepoint did not complete"
-        time.sleep(0.002)
+    stopper, stop = support.stop_in_background(client, tmp_path / "sp")
     # Its commit is being notified (notify_delay keeps each task in that phase for 0.3 s).
-    while not (markers := glob.glob(os.path.join(str(phases), f"commit-sum-*-{savepoint.checkpoint_id}-*"))):
-        assert time.monotonic() < deadline, f"no task committed savepoint {savepoint.checkpoint_id}"
-        time.sleep(0.002)
-    os.kill(int(markers[0].rsplit("-", 1)[1]), signal.SIGKILL)
+    savepoint, pid = support.pid_committing_savepoint(client, phases, timeout=30)
+    os.kill(pid, signal.SIGKILL)
     stopper.join(60)
     support.release(gate)
     assert isinstance(stop.get("error"), ss.StreamsnapError), stop
