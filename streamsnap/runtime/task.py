@@ -46,7 +46,7 @@ from streamsnap.runtime.events import (
     CancelCheckpointMarker, CheckpointBarrier, CheckpointOptions, CheckpointType, EndOfData, EndOfPartition,
     Watermark, WatermarkStatus,
 )
-from streamsnap.runtime.channel_state import overtake_outputs, restore_channel_state
+from streamsnap.runtime.channel_state import overtake_outputs, queue_timeoutable_barrier, restore_channel_state
 from streamsnap.runtime.input import CheckpointedInput
 from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators import OperatorContext, Output
@@ -170,6 +170,8 @@ class StreamTask:
         self._in_flight: dict[int, list] = {}
         self._in_flight_lock = threading.Lock()
         self._source_wait = 0.0
+        # The earliest deadline of a timeout-able barrier still queued on an output, if any.
+        self._barrier_deadline: float | None = None
         # Idle / backpressured / busy time of the running loop (runtime/task_time.py).
         self.time_account: TaskTimeAccount | None = None
         self._debloater: BufferDebloater | None = None     # NetworkConfig(debloat_target=...)
@@ -359,7 +361,9 @@ class StreamTask:
             now = time.monotonic()
             if self._debloater is not None and self._debloater.due(now):
                 self._debloat(now)
-            deadline = None
+            if self._barrier_deadline is not None and self._barrier_deadline <= now:
+                self._convert_due_barriers(now)
+            deadline = self._barrier_deadline
             for writer in self.writers:
                 due = writer.flush_due(now)
                 if due is not None and (deadline is None or due < deadline):
@@ -386,6 +390,13 @@ class StreamTask:
             account.begin_wait(now, not outputs_available)
             network.poll(timeout)
             account.end_wait(time.monotonic())
+
+    def _convert_due_barriers(self, now: float) -> None:
+        """Aligned barriers still queued at their deadline overtake the output ahead of them."""
+        for writer in self.writers:
+            writer.convert_due_barriers(now)
+        self._barrier_deadline = min((d for w in self.writers if (d := w.barrier_deadline()) is not None),
+                                     default=None)
 
     def _debloat(self, now: float) -> None:
         """Buffer debloating: from the rows consumed per busy second, the frame size senders cut."""
@@ -581,6 +592,14 @@ class StreamTask:
         if unaligned:
             channel_snapshot = overtake_outputs(checkpoint_id, options.target_location, self.head_uid,
                                                 self.writers, barrier, self._inputs, recording)
+        elif options.unaligned and options.aligned_timeout and self.writers:
+            # Aligned so far; the timeout counts from the checkpoint's start (its timestamp),
+            # so a barrier its output queues hold until then overtakes what is ahead of it.
+            deadline = self.clock.monotonic() + timestamp + options.aligned_timeout - self.clock.wall()
+            channel_snapshot = queue_timeoutable_barrier(checkpoint_id, options.target_location, self.head_uid,
+                                                         self.writers, barrier, deadline)
+            if self._barrier_deadline is None or deadline < self._barrier_deadline:
+                self._barrier_deadline = deadline
         else:
             for writer in self.writers:
                 writer.broadcast_event(barrier)
@@ -656,7 +675,7 @@ class StreamTask:
             alignment_duration=metrics.alignment_duration, start_delay=metrics.start_delay,
             bytes_processed_during_alignment=metrics.bytes_processed_during_alignment,
             bytes_persisted_of_in_flight_data=channel_snapshot.persisted_bytes if channel_snapshot else 0,
-            unaligned=channel_snapshot is not None), location)
+            unaligned=channel_snapshot is not None and channel_snapshot.unaligned), location)
         try:
             self.driver.send({"type": "ack", **ack.to_wire()})
         except TaskCancelled:
