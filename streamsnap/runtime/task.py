@@ -40,6 +40,7 @@ from streamsnap.network.debloat import BufferDebloater
 from streamsnap.network.poller import DataServer, TaskNetwork, connect_output
 from streamsnap.runtime.allocator import tune_allocator
 from streamsnap.runtime.collector import freeze_after_setup, unfreeze_at_teardown
+from streamsnap.runtime.aborted_ids import AbortedIds
 from streamsnap.runtime.barriers import AlignmentMetrics
 from streamsnap.runtime.deployment import Deployment
 from streamsnap.runtime.events import (
@@ -164,7 +165,8 @@ class StreamTask:
         # A source stopped by a terminating savepoint's barrier: that savepoint's id. Only its
         # abort resumes the source; other checkpoints' aborts do not concern it.
         self._suspended_by: int | None = None
-        self._aborted_checkpoints: set[int] = set()
+        # Aborted before they started here (bounded: runtime/aborted_ids.py).
+        self._aborted_checkpoints = AbortedIds()
         # Snapshots whose asynchronous part has not finished, per checkpoint: an abort or a
         # cancellation discards them, so nothing is written after the coordinator gave up.
         self._in_flight: dict[int, list] = {}
@@ -415,7 +417,7 @@ class StreamTask:
         after a terminating savepoint, unless that savepoint was aborted."""
         if self._end_of_data:
             return False
-        return self._quiesced_by is None or self._quiesced_by in self._aborted_checkpoints
+        return self._quiesced_by is None
 
     def _step(self) -> bool:
         self._source_wait = 0.0
@@ -514,6 +516,8 @@ class StreamTask:
                 self._input.handler.on_checkpoint_aborted(checkpoint_id)
             if self._suspended_by == checkpoint_id:
                 self._suspended_by = None  # the terminating savepoint failed: keep going
+            if self._quiesced_by == checkpoint_id:
+                self._quiesced_by = None
             for op in self.operators:
                 op.notify_checkpoint_aborted(checkpoint_id)
         elif kind == "finish":
@@ -557,7 +561,8 @@ class StreamTask:
         self._quiesce_if_terminating(barrier.checkpoint_id, barrier.options)
 
     def _quiesce_if_terminating(self, checkpoint_id: int, options: CheckpointOptions) -> None:
-        if options.checkpoint_type is CheckpointType.TERMINATING_SAVEPOINT:
+        if options.checkpoint_type is CheckpointType.TERMINATING_SAVEPOINT \
+                and checkpoint_id not in self._aborted_checkpoints:
             self._quiesced_by = checkpoint_id
 
     def abort_checkpoint_on_barrier(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
@@ -576,6 +581,7 @@ class StreamTask:
             self._decline(checkpoint_id, CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_CLOSING,
                           f"{self.name} is finishing")
             return
+        self._aborted_checkpoints.forget_below(checkpoint_id)
         if checkpoint_id in self._aborted_checkpoints:
             # Aborted before we got to it: tell downstream not to wait for our barrier.
             for writer in self.writers:
