@@ -110,6 +110,15 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                         f"without p50 {_fmt_s(slow['duration_p50'])}",
                         f"barrier start delay p50 {_fmt_s(deb['start_delay_p50'])} (without "
                         f"{_fmt_s(slow['start_delay_p50'])})", "", "–"))
+        tmo = bp.get("aligned_timeout")
+        if tmo:
+            out.append((f"checkpoint duration under backpressure, aligned timeout "
+                        f"{tmo.get('aligned_timeout', 0.1) * 1000:g} ms",
+                        f"p50 {_fmt_s(tmo['duration_p50'])} / max {_fmt_s(tmo['duration_max'])}",
+                        f"aligned p50 {_fmt_s(slow['duration_p50'])}",
+                        f"barrier start delay p50 {_fmt_s(tmo['start_delay_p50'])}; "
+                        f"{tmo.get('unaligned_subtasks', 0)} of {tmo.get('keyed_subtasks', 0)} keyed "
+                        f"snapshots unaligned", "", "–"))
         if una:
             out.append(("unaligned barrier start delay under backpressure",
                         f"p50 {_fmt_s(una['start_delay_p50'])}",

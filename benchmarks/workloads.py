@@ -116,11 +116,11 @@ class _Throttle:
 
 
 def _environment(spark, form: str, checkpoint_interval: float | None, network: ss.NetworkConfig | None = None,
-                 unaligned: bool = False):
+                 unaligned: bool = False, aligned_timeout: float | None = None):
     checkpointing = None
     if checkpoint_interval is not None:
         checkpointing = ss.CheckpointConfig(interval=checkpoint_interval, directory=_checkpoint_dir("ckpt-"),
-                                            unaligned=unaligned)
+                                            unaligned=unaligned, aligned_timeout=aligned_timeout)
     return ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark, checkpointing=checkpointing,
                                 network=network or ss.NetworkConfig(batch_size=_batch_size(form)))
 
@@ -442,24 +442,27 @@ def checkpoint_cost(spark, k: int, seconds: float, interval: float = 1.0) -> dic
             "sync_max": max((s.sync_duration for c in checkpoints for s in c.subtasks), default=0.0)}
 
 
+ALIGNED_TIMEOUT = 0.1   # seconds from the checkpoint's trigger before its barriers go unaligned
 DEBLOAT_TARGET = 0.2    # seconds (Flink's default is 1 s; the backpressured in-flight data here is ~1-2 s)
 
 
 def backpressure(spark, seconds: float, k: int = 1000) -> dict:
     """Alignment and checkpoint duration with a slow sink, against the same job unthrottled,
-    and the backpressured job again with unaligned checkpoints and with buffer debloating
-    (aligned, `NetworkConfig(debloat_target=DEBLOAT_TARGET)`).
+    and the backpressured job again with unaligned checkpoints, with checkpoints that start
+    aligned and switch to unaligned after `ALIGNED_TIMEOUT` from their trigger, and with buffer
+    debloating (aligned, `NetworkConfig(debloat_target=DEBLOAT_TARGET)`).
 
     The throttled sink takes 15 µs a row: ~130 K rows/s over both subtasks against 200 K/s of
     input, so buffers fill, sources are held back by credits, and aligned barriers queue behind
     the buffered data; unaligned ones overtake it and persist it instead; debloated frames keep
     that data to about the target's worth of processing."""
     out = {}
-    for label, throttle, unaligned, debloat in (("free", 0.0, False, None), ("backpressured", 1.5e-5, False, None),
-                                                ("unaligned", 1.5e-5, True, None),
-                                                ("debloated", 1.5e-5, False, DEBLOAT_TARGET)):
+    for label, throttle, unaligned, timeout, debloat in (
+            ("free", 0.0, False, None, None), ("backpressured", 1.5e-5, False, None, None),
+            ("unaligned", 1.5e-5, True, None, None), ("aligned_timeout", 1.5e-5, True, ALIGNED_TIMEOUT, None),
+            ("debloated", 1.5e-5, False, None, DEBLOAT_TARGET)):
         env = _environment(spark, "row", 1.0, network=ss.NetworkConfig(batch_size=8192, debloat_target=debloat),
-                           unaligned=unaligned)
+                           unaligned=unaligned, aligned_timeout=timeout)
         rate = 200_000
         build_w1(env, int(rate * seconds), k, "row", ss.sinks.Discard(), rate=rate, slow_sink=throttle)
         checkpoints = _run_collecting_checkpoints(env, f"backpressure {label}")
@@ -469,7 +472,8 @@ def backpressure(spark, seconds: float, k: int = 1000) -> dict:
         start_delay = [s.start_delay for s in keyed]
         durations = [c.end_to_end_duration for c in checkpoints]
         persisted = [sum(s.bytes_persisted_of_in_flight_data for s in c.subtasks) for c in checkpoints]
-        out[label] = {"checkpoints": len(checkpoints), "debloat_target": debloat,
+        out[label] = {"checkpoints": len(checkpoints), "debloat_target": debloat, "aligned_timeout": timeout,
+                      "unaligned_subtasks": sum(s.unaligned for s in keyed), "keyed_subtasks": len(keyed),
                       "persisted_in_flight_bytes_p50": _median_or_nan(persisted),
                       "persisted_in_flight_bytes_max": max(persisted, default=0),
                       "start_delay_p50": _median_or_nan(start_delay),

@@ -8,6 +8,9 @@ consumer is slow — therefore stops its producer without any unbounded buffer (
 credit-based flow control). Events need no credit, but stay in order behind queued data —
 except priority events (unaligned barriers): the sender puts them ahead of its queued frames,
 and the receiver announces them on arrival while their stream position stays in the queue.
+A *timeout-able* barrier (a checkpoint that starts aligned but may go unaligned) is queued in
+order, and turned into a priority event if it is still queued at its deadline
+(`convert_due_barriers`), so backpressure cannot hold it back for longer than the timeout.
 
 Both ends are touched only by their task's own thread (see `network.poller`), so they need
 no locks; `InputChannel.connected` is the one thing the acceptor thread sets.
@@ -102,6 +105,34 @@ class InputChannel:
         return kind, payload
 
 
+_ON_THE_WIRE = float("inf")   # the deadline of a barrier next or being sent: nothing to overtake
+
+
+class TimeoutableBarrier:
+    """An aligned barrier queued on an output channel until it is sent in stream order or, at
+    `deadline` (monotonic), put ahead of the frames still queued before it.
+
+    `overtaken` (the frames it overtook, oldest first: this channel's part of the checkpoint's
+    channel state; empty if it was sent in order) is set by the task thread before `done`, which
+    the asynchronous snapshot thread waits on.
+    """
+
+    __slots__ = ("checkpoint_id", "deadline", "overtaken", "converted", "done")
+
+    def __init__(self, checkpoint_id: int, deadline: float):
+        self.checkpoint_id = checkpoint_id
+        self.deadline = deadline
+        self.overtaken: list[tuple[FrameKind, bytes]] = []
+        self.converted = False    # it went out as a priority barrier
+        self.done = threading.Event()
+
+    def _resolve(self, overtaken: list[tuple[FrameKind, bytes]] | None) -> None:
+        """None: sent in stream order."""
+        self.converted = overtaken is not None
+        self.overtaken = overtaken or []
+        self.done.set()
+
+
 class OutputChannel:
     """Sending end: frames queued by the task, sent as credit allows."""
 
@@ -121,6 +152,8 @@ class OutputChannel:
         self.frame_rows: int | None = None
         # The head frame was handed to the poller and may be partly on the wire already.
         self._head_in_flight = False
+        # Timeout-able barriers still queued, by the identity of their queue entry's buffers.
+        self._timeoutable: dict[int, TimeoutableBarrier] = {}
 
     def enqueue(self, kind: FrameKind, payload) -> None:
         view = memoryview(payload).cast("B")
@@ -139,14 +172,47 @@ class OutputChannel:
         poller is sending stays first); returns the frames it overtook, oldest first, which
         still go out after it."""
         view = memoryview(payload).cast("B")
-        at = 1 if self._head_in_flight and self._queue else 0
-        overtaken = [(kind, bytes(buffers[1])) for kind, buffers in itertools.islice(self._queue, at, None)]
-        self._queue.insert(at, (FrameKind.PRIORITY_EVENT,
-                                [memoryview(frame_header(FrameKind.PRIORITY_EVENT, view.nbytes)), view]))
         self.queued_bytes += view.nbytes
         if self.queued_bytes > self.peak_queued_bytes:
             self.peak_queued_bytes = self.queued_bytes
+        return self._put_first(view, len(self._queue))
+
+    def _put_first(self, view: memoryview, end: int) -> list[tuple[FrameKind, bytes]]:
+        """Insert a priority event ahead of the queued frames not yet on the wire; returns
+        those among the first `end` entries, which it overtakes."""
+        at = 1 if self._head_in_flight and self._queue else 0
+        overtaken = [(kind, bytes(buffers[1])) for kind, buffers in itertools.islice(self._queue, at, end)]
+        self._queue.insert(at, (FrameKind.PRIORITY_EVENT,
+                                [memoryview(frame_header(FrameKind.PRIORITY_EVENT, view.nbytes)), view]))
         return overtaken
+
+    def enqueue_timeoutable_barrier(self, payload, checkpoint_id: int, deadline: float) -> TimeoutableBarrier:
+        """Queue a barrier in stream order that must not wait in this queue past `deadline`."""
+        self.enqueue(FrameKind.EVENT, payload)
+        barrier = TimeoutableBarrier(checkpoint_id, deadline)
+        self._timeoutable[id(self._queue[-1][1])] = barrier
+        return barrier
+
+    def barrier_deadline(self) -> float | None:
+        """The earliest deadline of a timeout-able barrier still queued here."""
+        return min((b.deadline for b in self._timeoutable.values() if b.deadline != _ON_THE_WIRE), default=None)
+
+    def convert_due_barriers(self, now: float) -> None:
+        """Put every timeout-able barrier whose deadline passed ahead of the frames still
+        queued before it, as a priority event; those frames (which still go out after it) are
+        its channel state. A barrier the poller is already sending just completes."""
+        while any(b.deadline <= now for b in self._timeoutable.values()):
+            for index, (_, buffers) in enumerate(self._queue):
+                barrier = self._timeoutable.get(id(buffers))
+                if barrier is not None and barrier.deadline <= now:
+                    break
+            if index <= int(self._head_in_flight):
+                # Nothing to overtake: first in line (events need no credit), or being sent.
+                barrier.deadline = _ON_THE_WIRE   # resolved by `sent_head`
+                continue
+            del self._timeoutable[id(buffers)]
+            del self._queue[index]
+            barrier._resolve(self._put_first(buffers[1], index))
 
     def is_available(self) -> bool:
         """False while the queue is full: the task must not produce more for this channel."""
@@ -175,6 +241,10 @@ class OutputChannel:
         """The head frame went out completely."""
         kind, buffers = self._queue.popleft()
         self._head_in_flight = False
+        if self._timeoutable:
+            barrier = self._timeoutable.pop(id(buffers), None)
+            if barrier is not None:
+                barrier._resolve(None)
         size = buffers[1].nbytes
         self.queued_bytes -= size
         self.bytes_sent += size

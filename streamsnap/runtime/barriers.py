@@ -33,6 +33,7 @@ from typing import Protocol
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import Clock
 from streamsnap.errors import StreamsnapError
+from streamsnap.runtime.aborted_ids import AbortedIds
 from streamsnap.runtime.events import CancelCheckpointMarker, CheckpointBarrier
 
 __all__ = [
@@ -50,12 +51,6 @@ log = logging.getLogger(__name__)
 
 _SUBSUMED = CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED
 _CANCELLED = CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER
-
-# How many checkpoint ids, announced aborted by the coordinator before any of their barriers
-# arrived here, are remembered. Only ids newer than everything seen are kept, and checkpoints
-# are triggered far less often than this, so the bound is never reached in practice.
-_MAX_REMEMBERED_ABORTS = 1024
-
 
 class BarrierProtocolError(StreamsnapError):
     """The event sequence of an input broke the barrier protocol.
@@ -128,7 +123,7 @@ class CheckpointBarrierHandler(abc.ABC):
         # Channels the input must leave unread (only handlers that align block any).
         self._blocked: set[int] = set()
         # Ids newer than anything seen that the coordinator already aborted.
-        self._aborted_ahead: set[int] = set()
+        self._aborted_ahead = AbortedIds()
 
     # -- public, shared -------------------------------------------------------------------
 
@@ -218,15 +213,12 @@ class CheckpointBarrierHandler(abc.ABC):
 
     def _advance_latest(self, checkpoint_id: int) -> None:
         self._latest_id = checkpoint_id
-        if self._aborted_ahead:
-            self._aborted_ahead = {i for i in self._aborted_ahead if i >= checkpoint_id}
+        self._aborted_ahead.forget_below(checkpoint_id)
 
     def _remember_aborted_ahead(self, checkpoint_id: int) -> None:
         """The coordinator aborted an id not seen yet: its barriers must not start a doomed
         checkpoint. The latest id is not advanced: an older checkpoint may still be alive."""
         self._aborted_ahead.add(checkpoint_id)
-        if len(self._aborted_ahead) > _MAX_REMEMBERED_ABORTS:
-            self._aborted_ahead.discard(min(self._aborted_ahead))
 
     def _check_unblocked(self, channel: int, what: str, blocking_id: int | None) -> None:
         if channel in self._blocked:

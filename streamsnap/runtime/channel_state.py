@@ -4,7 +4,11 @@ An unaligned checkpoint snapshots a task before the data ahead of its barriers w
 (`runtime/unaligned_barriers.py`). That data is saved beside the operator state:
 
 * output side — the frames queued on each output channel that the priority barrier overtook
-  (`RecordWriter.broadcast_priority_event` hands them over);
+  (`RecordWriter.broadcast_priority_event` hands them over). A checkpoint that starts aligned
+  with an `aligned_timeout` has a snapshot taken aligned, but its barrier may still be turned
+  into a priority barrier on an output channel whose queue held it past the timeout; what it
+  overtook there is known only then (`TimeoutableBarrier`), so the asynchronous part waits for
+  each such barrier to leave its queue, either way;
 * input side — on each input channel the handler names, the frames the task had not consumed
   when it took the snapshot, up to that channel's barrier. `InputChannelStateRecorder` copies
   them *as they arrive* (what is queued at the snapshot, then every later arrival until the
@@ -34,15 +38,15 @@ import xxhash
 from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.handles import FileHandle
 from streamsnap.errors import RestoreError
-from streamsnap.network.channels import ChannelId, InputChannel, OutputChannel
+from streamsnap.network.channels import ChannelId, InputChannel, OutputChannel, TimeoutableBarrier
 from streamsnap.network.frames import FrameKind
 from streamsnap.runtime.events import (
     CheckpointBarrier, EndOfPartition, Watermark, WatermarkStatus, decode_event,
 )
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 
-__all__ = ["ChannelStateSnapshot", "InputChannelStateRecorder", "overtake_outputs", "read_channel_state",
-           "restore_channel_state"]
+__all__ = ["ChannelStateSnapshot", "InputChannelStateRecorder", "overtake_outputs", "queue_timeoutable_barrier",
+           "read_channel_state", "restore_channel_state"]
 
 MAGIC = b"SSCHANNEL1\n"
 _CHECK = 8
@@ -167,25 +171,38 @@ class ChannelStateSnapshot(StateSnapshot[FileHandle]):
     the output frames (captured at the snapshot) and the input frames into one file."""
 
     def __init__(self, checkpoint_id: int, location: str, task_uid: str,
-                 outputs: list[tuple[ChannelId, list[Frame]]], recording: _Recording | None,
-                 input_ids: dict[int, ChannelId]):
+                 outputs: list[tuple[ChannelId, list[Frame] | TimeoutableBarrier]],
+                 recording: _Recording | None, input_ids: dict[int, ChannelId]):
         super().__init__(checkpoint_id, location, f"channel state of '{task_uid}'")
         self.task_uid = task_uid
         self._outputs = outputs
         self._recording = recording
         self._input_ids = input_ids   # input channel index -> its id on the wire
         self.persisted_bytes = 0
+        # Whether the checkpoint went unaligned at this task: at once, unless it depends on
+        # timeout-able barriers, when it is known once `run` returned.
+        self.unaligned = not any(isinstance(o, TimeoutableBarrier) for _, o in outputs)
 
     def _release(self) -> None:
         self._outputs = []
         self._recording = None
 
+    def _wait(self, done: threading.Event) -> None:
+        while not done.wait(0.05):
+            self._check_not_discarded()
+        self._check_not_discarded()
+
     def _write(self) -> FileHandle | None:
+        output_frames = []
+        for cid, frames in self._outputs:
+            if isinstance(frames, TimeoutableBarrier):
+                self._wait(frames.done)
+                self.unaligned = self.unaligned or frames.converted
+                frames = frames.overtaken
+            output_frames.append((cid, frames))
         recording = self._recording
         if recording is not None:
-            while not recording.done.wait(0.05):
-                self._check_not_discarded()
-            self._check_not_discarded()
+            self._wait(recording.done)
             if recording.discarded:
                 self._discard_requested = True
                 self._check_not_discarded()
@@ -194,7 +211,7 @@ class ChannelStateSnapshot(StateSnapshot[FileHandle]):
             inputs = []
         # The overtaken output may hold protocol events too (an older barrier, end of data);
         # only data and watermarks are replayed.
-        outputs = [(cid, kept) for cid, frames in self._outputs
+        outputs = [(cid, kept) for cid, frames in output_frames
                    if (kept := [(k, p) for k, p in frames if is_channel_state(k, p)])]
         if not inputs and not outputs:
             return None
@@ -220,6 +237,15 @@ def overtake_outputs(checkpoint_id: int, location: str, task_uid: str, writers, 
                for channel, frames in zip(writer.channels, writer.broadcast_priority_event(barrier))]
     return ChannelStateSnapshot(checkpoint_id, location, task_uid, outputs, recording,
                                 {c.index: c.channel_id for c in inputs})
+
+
+def queue_timeoutable_barrier(checkpoint_id: int, location: str, task_uid: str, writers,
+                              barrier: CheckpointBarrier, deadline: float) -> ChannelStateSnapshot:
+    """Send `barrier` aligned on every writer, to be put ahead of the output still queued
+    before it at `deadline` (monotonic); the snapshot's channel state is what it overtook."""
+    outputs = [(channel.channel_id, pending) for writer in writers
+               for channel, pending in zip(writer.channels, writer.broadcast_timeoutable_barrier(barrier, deadline))]
+    return ChannelStateSnapshot(checkpoint_id, location, task_uid, outputs, None, {})
 
 
 def read_channel_state(handle: FileHandle, base_location: str, checkpoint_id: int | None

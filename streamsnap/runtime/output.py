@@ -22,10 +22,10 @@ import time
 import pyarrow as pa
 
 from streamsnap.graph.execution_graph import OutputGate
-from streamsnap.network.channels import OutputChannel
+from streamsnap.network.channels import OutputChannel, TimeoutableBarrier
 from streamsnap.network.frames import FrameKind, encode_batches
 from streamsnap.runtime.batches import Batch, num_rows, to_record_batch
-from streamsnap.runtime.events import Event, Watermark, WatermarkStatus, encode_event
+from streamsnap.runtime.events import CheckpointBarrier, Event, Watermark, WatermarkStatus, encode_event
 
 CONVERT_FIRST_MIN_ROWS = 64
 
@@ -167,6 +167,22 @@ class RecordWriter:
         self.flush_all()
         payload = encode_event(event)
         return [target.enqueue_priority(payload) for target in self.channels]
+
+    def broadcast_timeoutable_barrier(self, barrier: CheckpointBarrier,
+                                      deadline: float) -> list[TimeoutableBarrier]:
+        """Send an aligned `barrier` in stream order on every channel; one still queued at
+        `deadline` overtakes what is ahead of it (`convert_due_barriers`)."""
+        self.flush_all()
+        payload = encode_event(barrier)
+        return [target.enqueue_timeoutable_barrier(payload, barrier.checkpoint_id, deadline)
+                for target in self.channels]
+
+    def barrier_deadline(self) -> float | None:
+        return min((d for c in self.channels if (d := c.barrier_deadline()) is not None), default=None)
+
+    def convert_due_barriers(self, now: float) -> None:
+        for target in self.channels:
+            target.convert_due_barriers(now)
 
     def is_available(self) -> bool:
         for target in self.channels:

@@ -40,13 +40,14 @@ from streamsnap.network.debloat import BufferDebloater
 from streamsnap.network.poller import DataServer, TaskNetwork, connect_output
 from streamsnap.runtime.allocator import tune_allocator
 from streamsnap.runtime.collector import freeze_after_setup, unfreeze_at_teardown
+from streamsnap.runtime.aborted_ids import AbortedIds
 from streamsnap.runtime.barriers import AlignmentMetrics
 from streamsnap.runtime.deployment import Deployment
 from streamsnap.runtime.events import (
     CancelCheckpointMarker, CheckpointBarrier, CheckpointOptions, CheckpointType, EndOfData, EndOfPartition,
     Watermark, WatermarkStatus,
 )
-from streamsnap.runtime.channel_state import overtake_outputs, restore_channel_state
+from streamsnap.runtime.channel_state import overtake_outputs, queue_timeoutable_barrier, restore_channel_state
 from streamsnap.runtime.input import CheckpointedInput
 from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators import OperatorContext, Output
@@ -164,12 +165,15 @@ class StreamTask:
         # A source stopped by a terminating savepoint's barrier: that savepoint's id. Only its
         # abort resumes the source; other checkpoints' aborts do not concern it.
         self._suspended_by: int | None = None
-        self._aborted_checkpoints: set[int] = set()
+        # Aborted before they started here (bounded: runtime/aborted_ids.py).
+        self._aborted_checkpoints = AbortedIds()
         # Snapshots whose asynchronous part has not finished, per checkpoint: an abort or a
         # cancellation discards them, so nothing is written after the coordinator gave up.
         self._in_flight: dict[int, list] = {}
         self._in_flight_lock = threading.Lock()
         self._source_wait = 0.0
+        # The earliest deadline of a timeout-able barrier still queued on an output, if any.
+        self._barrier_deadline: float | None = None
         # Idle / backpressured / busy time of the running loop (runtime/task_time.py).
         self.time_account: TaskTimeAccount | None = None
         self._debloater: BufferDebloater | None = None     # NetworkConfig(debloat_target=...)
@@ -361,7 +365,9 @@ class StreamTask:
             now = time.monotonic()
             if self._debloater is not None and self._debloater.due(now):
                 self._debloat(now)
-            deadline = None
+            if self._barrier_deadline is not None and self._barrier_deadline <= now:
+                self._convert_due_barriers(now)
+            deadline = self._barrier_deadline
             for writer in self.writers:
                 due = writer.flush_due(now)
                 if due is not None and (deadline is None or due < deadline):
@@ -389,6 +395,13 @@ class StreamTask:
             network.poll(timeout)
             account.end_wait(time.monotonic())
 
+    def _convert_due_barriers(self, now: float) -> None:
+        """Aligned barriers still queued at their deadline overtake the output ahead of them."""
+        for writer in self.writers:
+            writer.convert_due_barriers(now)
+        self._barrier_deadline = min((d for w in self.writers if (d := w.barrier_deadline()) is not None),
+                                     default=None)
+
     def _debloat(self, now: float) -> None:
         """Buffer debloating: from the rows consumed per busy second, the frame size senders cut."""
         rows = self._debloater.update(now, self.head.records_in, self.time_account.reading(now)["idle"])
@@ -406,7 +419,7 @@ class StreamTask:
         after a terminating savepoint, unless that savepoint was aborted."""
         if self._end_of_data or self.deployment.finish_at_restore:
             return False
-        return self._quiesced_by is None or self._quiesced_by in self._aborted_checkpoints
+        return self._quiesced_by is None
 
     def _step(self) -> bool:
         self._source_wait = 0.0
@@ -513,6 +526,8 @@ class StreamTask:
                 self._input.handler.on_checkpoint_aborted(checkpoint_id)
             if self._suspended_by == checkpoint_id:
                 self._suspended_by = None  # the terminating savepoint failed: keep going
+            if self._quiesced_by == checkpoint_id:
+                self._quiesced_by = None
             for op in self.operators:
                 op.notify_checkpoint_aborted(checkpoint_id)
         elif kind == "finish":
@@ -556,7 +571,8 @@ class StreamTask:
         self._quiesce_if_terminating(barrier.checkpoint_id, barrier.options)
 
     def _quiesce_if_terminating(self, checkpoint_id: int, options: CheckpointOptions) -> None:
-        if options.checkpoint_type is CheckpointType.TERMINATING_SAVEPOINT:
+        if options.checkpoint_type is CheckpointType.TERMINATING_SAVEPOINT \
+                and checkpoint_id not in self._aborted_checkpoints:
             self._quiesced_by = checkpoint_id
 
     def abort_checkpoint_on_barrier(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
@@ -575,6 +591,7 @@ class StreamTask:
             self._decline(checkpoint_id, CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_CLOSING,
                           f"{self.name} is finishing")
             return
+        self._aborted_checkpoints.forget_below(checkpoint_id)
         if checkpoint_id in self._aborted_checkpoints:
             # Aborted before we got to it: tell downstream not to wait for our barrier.
             for writer in self.writers:
@@ -591,6 +608,14 @@ class StreamTask:
         if unaligned:
             channel_snapshot = overtake_outputs(checkpoint_id, options.target_location, self.head_uid,
                                                 self.writers, barrier, self._inputs, recording)
+        elif options.unaligned and options.aligned_timeout and self.writers:
+            # Aligned so far; the timeout counts from the checkpoint's start (its timestamp),
+            # so a barrier its output queues hold until then overtakes what is ahead of it.
+            deadline = self.clock.monotonic() + timestamp + options.aligned_timeout - self.clock.wall()
+            channel_snapshot = queue_timeoutable_barrier(checkpoint_id, options.target_location, self.head_uid,
+                                                         self.writers, barrier, deadline)
+            if self._barrier_deadline is None or deadline < self._barrier_deadline:
+                self._barrier_deadline = deadline
         else:
             for writer in self.writers:
                 writer.broadcast_event(barrier)
@@ -666,7 +691,7 @@ class StreamTask:
             alignment_duration=metrics.alignment_duration, start_delay=metrics.start_delay,
             bytes_processed_during_alignment=metrics.bytes_processed_during_alignment,
             bytes_persisted_of_in_flight_data=channel_snapshot.persisted_bytes if channel_snapshot else 0,
-            unaligned=channel_snapshot is not None), location)
+            unaligned=channel_snapshot is not None and channel_snapshot.unaligned), location)
         try:
             self.driver.send({"type": "ack", **ack.to_wire()})
         except TaskCancelled:

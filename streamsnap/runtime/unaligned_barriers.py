@@ -21,9 +21,12 @@ forwarded it with priority). `process_barrier` reports its position in stream or
 everything before it on that channel was consumed; every barrier has such a position, whether
 it was announced early or not. Checkpoints whose options ask for alignment (savepoints,
 `unaligned=False`) are aligned exactly as `CheckpointBarrierAligner` does; with an
-`aligned_timeout` a checkpoint starts aligned and switches to unaligned once its alignment
-took that long (`check_alignment_timeout`, driven by the task loop from `alignment_deadline`)
-or as soon as an upstream task forwards its barrier unaligned.
+`aligned_timeout` a checkpoint starts aligned and switches to unaligned once that long passed
+since the checkpoint started — its barrier's timestamp, when the coordinator triggered it, as
+Flink's aligned-checkpoint timeout counts — (`check_alignment_timeout`, driven by the task loop
+from `alignment_deadline`), at once if its first barrier arrives here later than that (it
+waited in backpressured queues), or as soon as an upstream task forwards its barrier unaligned
+(an upstream output queue held it past the timeout: `network.channels.TimeoutableBarrier`).
 
 Sans-I/O like the other handlers: decisions go to `UnalignedBarrierHandlerActions`; the clock is
 injected, so every interleaving and timeout can be replayed deterministically.
@@ -79,6 +82,8 @@ class _Checkpoint:
     barrier: CheckpointBarrier
     started: float                  # clock.monotonic() at its first barrier here
     start_delay: float
+    # clock.monotonic() at which an aligning checkpoint goes unaligned (None: never).
+    deadline: float | None
     # Channels whose barrier was consumed in stream order.
     passed: set[int] = field(default_factory=set)
     # Channels whose barrier announced itself on arrival (its stream position still ahead).
@@ -133,8 +138,7 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
         current = self._current
         if current is None or current.unaligned:
             return None
-        timeout = _timeout(current.barrier)
-        return None if timeout is None else current.started + timeout
+        return current.deadline
 
     def _on_processed_bytes(self, n: int) -> None:
         if self._current is not None and not self._current.unaligned:
@@ -150,9 +154,9 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
 
     def process_barrier_announcement(self, barrier: CheckpointBarrier, channel: int) -> None:
         """An in-stream barrier arrived on `channel` behind frames still queued. For a
-        checkpoint with an aligned timeout this starts the clock (the timeout counts from the
-        first arrival, not from when the task has worked through its queue); once unaligned,
-        the arrival fixes that channel's channel state. Aligned-only checkpoints ignore it."""
+        checkpoint with an aligned timeout this starts it here (its deadline does not wait until
+        the task has worked through the queue ahead of the barrier); once unaligned, the arrival
+        fixes that channel's channel state. Aligned-only checkpoints ignore it."""
         self._arrived(barrier, channel, priority=False)
 
     def _arrived(self, barrier: CheckpointBarrier, channel: int, priority: bool) -> None:
@@ -184,7 +188,7 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
             return
         assert self._current is not None
         self._current.announced.add(channel)
-        if switch:
+        if switch or self._timed_out():
             self._go_unaligned()
 
     def process_barrier(self, barrier: CheckpointBarrier, channel: int) -> None:
@@ -209,7 +213,7 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
             return
         assert self._current is not None
         self._current.passed.add(channel)
-        if _unaligned_at_once(barrier):
+        if _unaligned_at_once(barrier) or self._timed_out():
             self._go_unaligned()
         else:
             self._on_passed(channel)
@@ -263,14 +267,17 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
 
     def check_alignment_timeout(self) -> bool:
         """Switch the aligning checkpoint to unaligned if its deadline passed; True if it did."""
-        deadline = self.alignment_deadline()
-        if deadline is None or self._clock.monotonic() < deadline:
+        if not self._timed_out():
             return False
         assert self._current is not None
-        log.info("%s: alignment of checkpoint %d exceeded its timeout (%.3f s); continuing unaligned",
+        log.info("%s: checkpoint %d still aligning %.3f s after it started; continuing unaligned",
                  self._task_name, self._current.checkpoint_id, _timeout(self._current.barrier))
         self._go_unaligned()
         return True
+
+    def _timed_out(self) -> bool:
+        deadline = self.alignment_deadline()
+        return deadline is not None and self._clock.monotonic() >= deadline
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -286,8 +293,12 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
         if checkpoint_id in self._aborted_ahead:
             self._aborted_ahead.discard(checkpoint_id)
             return False
-        self._current = _Checkpoint(barrier=barrier, started=self._clock.monotonic(),
-                                    start_delay=self._start_delay(barrier))
+        now = self._clock.monotonic()
+        timeout = _timeout(barrier)
+        # The barrier's timestamp is the checkpoint's start on the coordinator's wall clock.
+        deadline = None if timeout is None else now + barrier.timestamp + timeout - self._clock.wall()
+        self._current = _Checkpoint(barrier=barrier, started=now, start_delay=self._start_delay(barrier),
+                                    deadline=deadline)
         return True
 
     def _on_announced(self, current: _Checkpoint, channel: int) -> None:
@@ -376,8 +387,8 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
 
 
 def _timeout(barrier: CheckpointBarrier) -> float | None:
-    """Seconds of alignment before an unaligned-capable checkpoint switches; None when it is
-    aligned for good (savepoints, unaligned=False) or unaligned from its first barrier."""
+    """Seconds after its start at which an unaligned-capable checkpoint switches; None when it
+    is aligned for good (savepoints, unaligned=False) or unaligned from its first barrier."""
     options = barrier.options
     return options.aligned_timeout if options.unaligned and options.aligned_timeout else None
 

@@ -28,10 +28,10 @@ class SlowSum(RunningSum):
         yield from super().process_element(row, ctx)
 
 
-def _job(spark, tmp_path, config, restarts=1):
+def _job(spark, tmp_path, config, restarts=1, network=None):
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
                                restart=ss.RestartStrategy.fixed_delay(restarts, 0.0),
-                               network=ss.NetworkConfig(batch_size=64, credits=2, output_queue_frames=2))
+                               network=network or ss.NetworkConfig(batch_size=64, credits=2, output_queue_frames=2))
     (env.from_source(ss.sources.Generator(event, count=N), name="events", uid="events")
         .key_by("key").process(SlowSum(carry=("i",)), name="sum", uid="sum")
         .sink_to(ss.sinks.Collect(), name="out", uid="out"))
@@ -65,16 +65,20 @@ def test_backpressured_unaligned_checkpoints_persist_in_flight_data_and_restore_
     client = _job(spark, tmp_path, config).execute_async("unaligned under backpressure")
     wait_status(client, "RUNNING")
     seen = _completed_with_in_flight_data(client)
-    victim = [s for s in client.subtasks() if s.vertex != "events" and s.state == "RUNNING"][0]
-    os.kill(victim.pid, signal.SIGKILL)
-    result = client.wait(180)
-    assert result.restarts == 1
-    check_exactly_once(result.rows())
+    _kill_a_keyed_subtask_and_check_the_output(client)
     stats = client.checkpoint_stats()
     completed = [c for c in stats.history if c.status.name == "COMPLETED"]
     unaligned = [s for c in completed for s in c.subtasks if s.unaligned]
     assert unaligned, "no subtask took an unaligned checkpoint"
     assert stats.latest_restored.checkpoint_id >= seen
+
+
+def _kill_a_keyed_subtask_and_check_the_output(client) -> None:
+    victim = [s for s in client.subtasks() if s.vertex != "events" and s.state == "RUNNING"][0]
+    os.kill(victim.pid, signal.SIGKILL)
+    result = client.wait(180)
+    assert result.restarts == 1
+    check_exactly_once(result.rows())
 
 
 def _completed_with_in_flight_data(client, timeout=60) -> int:
@@ -86,3 +90,34 @@ def _completed_with_in_flight_data(client, timeout=60) -> int:
             return latest.checkpoint_id
         time.sleep(0.02)
     raise AssertionError("no completed checkpoint persisted in-flight data")
+
+
+def test_barriers_held_in_backpressured_output_queues_go_unaligned_after_the_timeout(spark, tmp_path):
+    """Aligned barriers queue behind all the data the sources could buffer (seconds of the slow
+    operator's work); with a 50 ms timeout counted from each checkpoint's trigger, the sources'
+    output queues put them ahead of that data, which becomes the sources' channel state."""
+    config = ss.CheckpointConfig(interval=0.2, directory=str(tmp_path / "ckpt"), unaligned=True,
+                                 aligned_timeout=0.05)
+    # One frame of credit per channel: the data waits in the sources' output queues.
+    network = ss.NetworkConfig(batch_size=128, credits=1, output_queue_frames=8)
+    client = _job(spark, tmp_path, config, network=network).execute_async("aligned timeout under backpressure")
+    wait_status(client, "RUNNING")
+    converted = _completed_with_converted_barriers(client)
+    _kill_a_keyed_subtask_and_check_the_output(client)
+    assert client.checkpoint_stats().latest_restored.checkpoint_id >= converted.checkpoint_id
+    # An aligned checkpoint would wait for ~1 s of queued rows per channel; this one did not.
+    assert converted.end_to_end_duration < 1.5, converted.end_to_end_duration
+
+
+def _completed_with_converted_barriers(client, timeout=60):
+    """The first completed checkpoint in which a source subtask persisted the data its
+    barrier overtook in its output queues."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in client.checkpoint_stats().history:
+            if c.status.name == "COMPLETED" and any(
+                    s.vertex_id.startswith("events") and s.unaligned and s.bytes_persisted_of_in_flight_data > 0
+                    for s in c.subtasks):
+                return c
+        time.sleep(0.02)
+    raise AssertionError("no completed checkpoint had a source's barrier overtake its queued output")

@@ -116,7 +116,9 @@ class Driver:
         self.n = len(self.channels)
         self.pos = [0] * self.n                      # next item to consume per channel
         self.announced: set[tuple[int, int]] = set()  # (channel, item index)
-        self.clock = ManualScheduler()
+        # Barriers are stamped 0.0: every checkpoint started when the run did (wall clock 0), so
+        # later ones are timed out when they arrive, earlier ones time out while aligning.
+        self.clock = ManualScheduler(wall_offset=-ManualScheduler().monotonic())
         self.handler = CheckpointBarrierUnaligner(self.n, self, self.clock, "op (1/1)")
         self.blocked: set[int] = set()
         self.closed: set[int] = set()
@@ -367,19 +369,49 @@ def test_first_priority_barrier_snapshots_at_once_and_records_every_channel_unti
     assert not any(handler.is_blocked(ch) for ch in range(3))
 
 
-def test_aligned_timeout_switches_once_the_deadline_passes_and_releases_blocked_channels():
+def test_aligned_timeout_counts_from_the_checkpoint_start_and_releases_blocked_channels():
     handler, actions, clock = _handler()
-    barrier = CheckpointBarrier(4, 0.0, MODES["timeout"])
+    # Triggered 3 ms before its first barrier got here: 2 ms of the 5 ms timeout are left.
+    barrier = CheckpointBarrier(4, clock.wall() - 0.003, MODES["timeout"])
     handler.process_barrier(barrier, 1)
     assert actions.calls == [("block_channel", 1)]
-    assert handler.alignment_deadline() == pytest.approx(clock.monotonic() + 0.005)
-    clock.advance(0.004)
+    assert handler.alignment_deadline() == pytest.approx(clock.monotonic() + 0.002)
+    clock.advance(0.0019)
     assert not handler.check_alignment_timeout()
-    clock.advance(0.001)
+    clock.advance(0.0002)
     assert handler.check_alignment_timeout()
     assert actions.calls[1:] == [("resume_channel", 1), ("trigger_checkpoint", 4, "unaligned"),
                                  ("start_channel_state", 4, (0, 2))]
     assert handler.alignment_deadline() is None
+
+
+@pytest.mark.parametrize("arrival", ["in_order", "announced"])
+def test_barrier_arriving_after_the_timeout_goes_unaligned_at_once(arrival):
+    """A barrier held in backpressured queues for longer than the timeout never aligns here."""
+    handler, actions, clock = _handler()
+    barrier = CheckpointBarrier(5, clock.wall() - 0.005, MODES["timeout"])
+    if arrival == "in_order":
+        handler.process_barrier(barrier, 1)
+        assert actions.calls == [("trigger_checkpoint", 5, "unaligned"), ("start_channel_state", 5, (0, 2))]
+    else:
+        handler.process_barrier_announcement(barrier, 1)
+        assert actions.calls == [("trigger_checkpoint", 5, "unaligned"), ("start_channel_state", 5, (0, 1, 2)),
+                                 ("stop_channel_state", 5, 1)]
+    assert not any(handler.is_blocked(ch) for ch in range(3))
+
+
+def test_timeout_is_fixed_by_the_start_not_by_later_barriers():
+    """Barriers of one checkpoint share its start: a second channel's barrier moves nothing."""
+    handler, actions, clock = _handler()
+    barrier = CheckpointBarrier(6, clock.wall(), MODES["timeout"])
+    handler.process_barrier(barrier, 0)
+    deadline = handler.alignment_deadline()
+    clock.advance(0.004)
+    handler.process_barrier(barrier, 1)
+    assert handler.alignment_deadline() == deadline
+    clock.advance(0.0011)
+    assert handler.check_alignment_timeout()
+    assert actions.calls[-2:] == [("trigger_checkpoint", 6, "unaligned"), ("start_channel_state", 6, (2,))]
 
 
 def test_savepoint_barriers_align_and_refuse_priority():
