@@ -19,7 +19,9 @@ Each subcommand prints one JSON object per measurement (and a summary line):
     python -m benchmarks.connect_probe failover --connect URL|--classic [--master M] --place client|task
         deploy and redeploy times of a barrier stage whose tasks register with a JobMaster over
         TCP: JobMaster in the submitting process (it redeploys), or hosted by task 0 with Spark's
-        own barrier-stage retry redeploying
+        own barrier-stage retry redeploying; [--rounds R] Spark jobs of --reps failovers each,
+        [--rdd] (classic, task) the RDD barrier stage + a shuffle, [--clean-exit] cancelled
+        tasks return instead of failing (shows Spark then re-runs only the missing partitions)
 """
 
 from __future__ import annotations
@@ -469,8 +471,10 @@ class MiniJobMaster:
         self._server.close()
 
 
-def registering_task(address, attempt: int):
-    """A barrier task that registers with the JobMaster and runs until cancelled."""
+def registering_task(address, attempt: int, clean_exit: bool = False):
+    """A barrier task that registers with the JobMaster and runs until cancelled; cancelled, it
+    fails, or with `clean_exit` returns normally (a task that returns leaves its Python worker
+    to be reused by the next attempt; one that raises does not)."""
 
     def run(batches):
         from pyspark import BarrierTaskContext
@@ -481,12 +485,13 @@ def registering_task(address, attempt: int):
         sock = socket.create_connection(tuple(address))
         sock.sendall(f"{attempt} {ctx.partitionId()} {os.getpid()}\n".encode())
         sock.recv(1)            # the JobMaster closes it to cancel the task (or dies)
-        raise RuntimeError("cancelled by the JobMaster (or it is gone)")
+        if not clean_exit:
+            raise RuntimeError("cancelled by the JobMaster (or it is gone)")
         yield from ()
     return run
 
 
-def failover_client(spark, classic: bool, n: int, reps: int) -> list[dict]:
+def failover_client(spark, classic: bool, n: int, reps: int, clean_exit: bool = False) -> list[dict]:
     """JobMaster in the submitting process: it cancels the failed stage and submits the next."""
     master = MiniJobMaster()
     records = []
@@ -494,7 +499,7 @@ def failover_client(spark, classic: bool, n: int, reps: int) -> list[dict]:
 
     def deploy(attempt: int) -> threading.Thread:
         group = f"probe-{uuid.uuid4().hex[:8]}-{attempt}"
-        fn = registering_task(master.address, attempt)
+        fn = registering_task(master.address, attempt, clean_exit)
 
         def submit():
             try:
@@ -549,7 +554,7 @@ def failover_client(spark, classic: bool, n: int, reps: int) -> list[dict]:
     return records
 
 
-def task_hosted(directory: str, n: int):
+def task_hosted(directory: str, n: int, clean_exit: bool = False):
     """Barrier task; task 0 hosts the (mini) JobMaster of its stage attempt and publishes its
     address in `directory`; the others find it there and register.
 
@@ -587,20 +592,30 @@ def task_hosted(directory: str, n: int):
                 break
             time.sleep(0.01)
         address = json.load(open(os.path.join(directory, f"jm-{mine[0]}")))
-        yield from registering_task(address, mine[0])(iter(()))
+        yield from registering_task(address, mine[0], clean_exit)(iter(()))
+        if slot == 0:
+            master.close()      # a task that returns leaves its worker (and threads) to the next task
     return run
 
 
-def failover_task(spark, n: int, reps: int) -> list[dict]:
+def failover_task(spark, n: int, reps: int, clean_exit: bool = False, rdd: bool = False) -> list[dict]:
     """JobMaster hosted by task 0; Spark's retry of the failed barrier ShuffleMapStage redeploys."""
     directory = tempfile.mkdtemp(prefix="probe-failover-task-")
     tag = f"probe-{uuid.uuid4().hex[:8]}"
     error: dict = {}
     t = time.time()
     # the shuffle after the barrier stage makes it a ShuffleMapStage, which Spark retries
-    threading.Thread(target=collect_tagged, args=(
-        spark, tag, lambda: barrier_df(spark, n, task_hosted(directory, n)).repartition(1), error),
-        daemon=True).start()
+    if rdd:     # classic only: the RDD barrier stage, a shuffle after it; cancelled by job group below
+        fn = task_hosted(directory, n, clean_exit)
+
+        def make():
+            spark.sparkContext.setJobGroup(tag, "probe", interruptOnCancel=True)
+            return spark.sparkContext.parallelize(range(n), n).barrier().mapPartitions(
+                lambda it: (b.num_rows for b in fn(it))).repartition(1)
+    else:
+        def make():
+            return barrier_df(spark, n, task_hosted(directory, n, clean_exit)).repartition(1)
+    threading.Thread(target=collect_tagged, args=(spark, tag, make, error), daemon=True).start()
     _wait_files(directory, "running-0", 1, 180)
     records = [{"what": "deploy", "s": round(json.load(open(os.path.join(directory, "running-0")))["at"] - t, 3)}]
     for attempt in range(1, reps + 1):
@@ -618,7 +633,10 @@ def failover_task(spark, n: int, reps: int) -> list[dict]:
         records.append({"what": "redeploy", "killed_slot": slot, "killed": "jobmaster host" if slot == 0 else "task",
                         "kill_to_new_jobmaster_s": round(new["task0_started"] - t_kill, 3),
                         "kill_to_running_s": round(new["at"] - t_kill, 3)})
-    spark.interruptTag(tag)
+    if rdd:
+        spark.sparkContext.cancelJobGroup(tag)
+    else:
+        spark.interruptTag(tag)
     return records
 
 
@@ -627,16 +645,22 @@ def cmd_failover(args) -> None:
         spark, kind = classic_session(args.n, args.master), "classic"
     else:
         spark, kind = connect_session(args.connect), "connect"
-    if args.place == "client":
-        records = failover_client(spark, args.classic, args.n, args.reps)
-    else:
-        records = failover_task(spark, args.n, args.reps)
-    for r in records:
-        emit({"probe": "failover", "session": kind, "place": args.place, "n": args.n, **r})
+    records = []
+    for round_ in range(args.rounds):     # a round is one Spark job: Spark retries a stage 3 times by default
+        if args.place == "client":
+            found = failover_client(spark, args.classic, args.n, args.reps, args.clean_exit)
+        else:
+            found = failover_task(spark, args.n, args.reps, args.clean_exit, args.rdd)
+        for r in found:
+            emit({"probe": "failover", "session": kind, "place": args.place, "n": args.n, "round": round_,
+                  "clean_exit": args.clean_exit, **r})
+        records += found
     redeploys = [r["kill_to_running_s"] for r in records if "kill_to_running_s" in r]
     if redeploys:
-        emit({"probe": "failover", "session": kind, "place": args.place, "summary": True,
-              "median_kill_to_running_s": round(statistics.median(redeploys), 3)})
+        emit({"probe": "failover", "session": kind, "place": args.place, "clean_exit": args.clean_exit, "rdd": args.rdd,
+              "summary": True, "redeploys": len(redeploys),
+              "median_kill_to_running_s": round(statistics.median(redeploys), 3),
+              "median_deploy_s": round(statistics.median(r["s"] for r in records if r["what"] == "deploy"), 3)})
 
 
 # ============================================================== main
@@ -670,6 +694,11 @@ def main() -> None:
         if name == "failover":
             p.add_argument("--classic", action="store_true", help="a classic session in this process")
             p.add_argument("--master", help="the classic session's master (default local[n])")
+            p.add_argument("--rounds", type=int, default=1, help="Spark jobs, each deployed and failed over --reps times")
+            p.add_argument("--rdd", action="store_true",
+                           help="with --classic --place task: the RDD barrier stage (today's call) + a shuffle")
+            p.add_argument("--clean-exit", action="store_true",
+                           help="cancelled tasks return normally instead of failing (their Python workers are reused)")
     args = parser.parse_args()
     globals()[f"cmd_{args.command}"](args)
 
