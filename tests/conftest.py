@@ -75,3 +75,22 @@ def kafka_broker(tmp_path_factory):
     address = local_kafka.start_broker(directory)
     yield address
     local_kafka.stop_broker(directory)
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """A Spark Connect server on 127.0.0.1 for the session (scripts/spark-connect, in front of
+    local[8]), started on first use; yields its sc:// URL. A classic and a Connect session cannot
+    share one Python process, so tests drive it from a driver subprocess."""
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "spark-connect")
+    directory = str(tmp_path_factory.mktemp("spark-connect"))
+    out = subprocess.run([sys.executable, script, "start", directory, "--master", "local[8]"],
+                         capture_output=True, text=True, timeout=180)
+    if out.returncode != 0:
+        raise RuntimeError(f"scripts/spark-connect start failed: {out.stderr or out.stdout}")
+    yield out.stdout.strip().splitlines()[-1]
+    subprocess.run([sys.executable, script, "stop", directory], check=True, timeout=60)

@@ -59,7 +59,8 @@ class StreamEnvironment:
       changelog checkpoints (`RocksDBConfig(changelog=True)` or a ChangelogConfig).
     restart: what to do when a task fails; default: no restarts without checkpointing,
       RestartStrategy.fixed_delay(3, 1.0) with it.
-    spark: a SparkSession; None uses the active one or starts an embedded local[N] session.
+    spark: a SparkSession, classic or Spark Connect; None uses the active one or starts an
+      embedded local[N] session.
     network: data-plane tuning (buffer timeout, batch size, flow-control credits).
     auto_watermark_interval: seconds (or timedelta) between periodic watermark emissions of
       sources and timestamp assigners (Flink's auto-watermark interval); 0 disables periodic
@@ -124,8 +125,12 @@ class StreamEnvironment:
                                     bind_host=network.bind_host)
         if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigurationError(f"StreamEnvironment.log_level must be DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
-        if spark is not None and not hasattr(spark, "sparkContext"):
-            raise ConfigurationError(f"StreamEnvironment.spark must be a SparkSession, got {type(spark).__name__}")
+        from streamsnap.cluster.spark_bridge import is_session
+
+        if spark is not None and not is_session(spark):
+            raise ConfigurationError(
+                f"StreamEnvironment.spark must be a SparkSession (classic, or Spark Connect from "
+                f"SparkSession.builder.remote(...)), got {type(spark).__module__}.{type(spark).__name__}")
         from streamsnap.web.config import WebConfig
 
         if web is not None and not isinstance(web, WebConfig):
@@ -287,20 +292,26 @@ class StreamEnvironment:
         elif self.checkpointing is not None and self.checkpointing.resume == "latest" \
                 and self.checkpointing.directory is not None:
             # A new run of a job whose driver died resumes its own output (cluster/jobmaster.py).
+            # Its latest restore point: the newest chk-<n>, or a stop-with-savepoint it recorded.
             from streamsnap.checkpoint.metadata import read_metadata
-            from streamsnap.checkpoint.storage import CheckpointStorage
+            from streamsnap.checkpoint import filesystem
+            from streamsnap.checkpoint.storage import METADATA_FILE_NAME, CheckpointStorage, latest_restore_point
 
-            resumed = CheckpointStorage(self.checkpointing.directory, job_id).newest_completed_location()
+            resumed = latest_restore_point(CheckpointStorage(self.checkpointing.directory, job_id).job_directory)
             if resumed is not None:
-                restored_uids = set(read_metadata(resumed.metadata_url).operators)
+                restored_uids = set(read_metadata(filesystem.join(resumed, METADATA_FILE_NAME)).operators)
         self._prepare_sources(job_id, restored_uids)
         # Directories, pickling, sink output: before any Spark job (api/preflight.py).
         preflight.run(self._graph, self.checkpointing, restored_uids)
         slots = len(plan_slots(execution_graph, self.slot_sharing))
         spark = self._spark or embedded_session(slots)
+        from streamsnap.cluster.spark_bridge import ConnectBridge, is_connect
+
+        if is_connect(spark):
+            ConnectBridge(spark).check_reachable()   # a silent server fails here, not after minutes
         require_slots(spark, slots, execution_graph.num_tasks)
         if self._spark is not None:
-            preflight.check_executors(spark.sparkContext)   # a user's session: can executors import us?
+            preflight.check_executors(spark)   # a user's session: can executors import us?
         hooks = json.loads(os.environ.get(TEST_HOOKS_ENV, "{}"))
         settings = JobSettings(job_name, self.checkpointing, self.restart, self.network, self.state_backend,
                                restore_from, allow_non_restored_state, self.log_level, hooks, job_id=job_id,

@@ -149,9 +149,10 @@ def _operator_label(node) -> str:
 
 
 # ===================================================================== executors
-def _probe_function():
-    """A probe defined outside any importable module, so cloudpickle ships it by value: it must
-    run on executors that cannot import streamsnap."""
+def _probe_functions():
+    """Probes defined outside any importable module, so cloudpickle ships them by value: they
+    must run on executors that cannot import streamsnap. `probe` for an RDD partition (classic),
+    `arrow_probe` for `mapInArrow` (Spark Connect has no RDDs)."""
     namespace = {"__name__": "__streamsnap_probe__"}
     exec(  # noqa: S102 - fixed source, no user input
         "def probe(_):\n"
@@ -161,15 +162,22 @@ def _probe_function():
         "        return [('ok', '', sys.executable, '%d.%d' % sys.version_info[:2])]\n"
         "    except Exception as exc:\n"
         "        return [('missing', '%s: %s' % (type(exc).__name__, exc), sys.executable,\n"
-        "                 '%d.%d' % sys.version_info[:2])]\n", namespace)
-    return namespace["probe"]
+        "                 '%d.%d' % sys.version_info[:2])]\n"
+        "def arrow_probe(batches):\n"
+        "    import pyarrow as pa\n"
+        "    for _ in batches:\n"
+        "        pass\n"
+        "    rows = probe(None)\n"
+        "    yield pa.RecordBatch.from_arrays([pa.array([str(r[i]) for r in rows]) for i in range(4)],\n"
+        "                                     names=['status', 'error', 'executable', 'version'])\n", namespace)
+    return namespace["probe"], namespace["arrow_probe"]
 
 
-def probe_executors(sc) -> list[tuple]:
+def probe_executors(bridge) -> list[tuple]:
     """(status, error, python executable, python version) from two tasks: executors share one
     setup as a rule, and every task more is a Python worker to start (seconds on a busy host)."""
-    n = max(1, min(int(sc.defaultParallelism or 1), 2))
-    return sc.parallelize(range(n), n).mapPartitions(_probe_function()).collect()
+    n = max(1, min(bridge.default_parallelism(), 2))
+    return bridge.run_probe(*_probe_functions(), n)
 
 
 def package_zip(directory: str | None = None) -> str:
@@ -195,21 +203,25 @@ def package_zip(directory: str | None = None) -> str:
     return target
 
 
-def check_executors(sc) -> None:
-    """Make sure the executors' Python imports streamsnap (shipping it if needed), once per context."""
-    key = str(getattr(sc, "applicationId", id(sc)))
+def check_executors(spark) -> None:
+    """Make sure the executors' Python imports streamsnap (shipping it if needed), once per
+    application (classic session) or Connect session."""
+    from streamsnap.cluster.spark_bridge import bridge_for
+
+    bridge = bridge_for(spark)
+    key = bridge.identity
     with _verified_lock:
         if key in _verified_contexts:
             return
-    results = probe_executors(sc)
-    shipped = None
+    results = probe_executors(bridge)
+    shipped = how = None
     if any(status != "ok" for status, *_ in results):
         first = next(r for r in results if r[0] != "ok")
-        log.warning("executors cannot import streamsnap (%s, Python %s at %s); shipping the package with "
-                    "SparkContext.addPyFile", first[1], first[3], first[2])
+        log.warning("executors cannot import streamsnap (%s, Python %s at %s); shipping the package to them",
+                    first[1], first[3], first[2])
         shipped = package_zip()
-        sc.addPyFile(shipped)
-        results = probe_executors(sc)
+        how = bridge.ship(shipped)
+        results = probe_executors(bridge)
     failed = [r for r in results if r[0] != "ok"]
     if failed:
         _, error, executable, version = failed[0]
@@ -218,8 +230,8 @@ def check_executors(sc) -> None:
                     f"version." if version != driver else "")
         raise PreflightError(
             f"the Spark executors cannot import streamsnap, even after it was shipped to them with "
-            f"SparkContext.addPyFile({shipped!r}): {error} (executor Python {version} at {executable}, started "
-            f"as {getattr(sc, 'pythonExec', None) or 'python3'!r}).{mismatch} "
+            f"{how}({shipped!r}): {error} (executor Python {version} at {executable}, started "
+            f"as {bridge.python or 'python3'!r}).{mismatch} "
             f"Fix: install streamsnap and its dependencies (pip install streamsnap, or your project's "
             f"requirements) into the executors' Python, or point the executors at a Python that has them "
             f"with PYSPARK_PYTHON / spark.pyspark.python (e.g. {sys.executable} when the executors run "

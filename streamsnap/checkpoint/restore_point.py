@@ -67,7 +67,7 @@ def read_restore_point(job_directory: str) -> RestorePoint | None:
     url = restore_point_url(job_directory)
     try:
         data = filesystem.read_bytes(url)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):   # no record, or no job directory at all
         return None
     return RestorePoint.from_json(data, url)
 

@@ -37,6 +37,7 @@ from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import SystemClock, TimerQueue
 from streamsnap.cluster.attempts import AttemptTracker, replaces_cause
 from streamsnap.cluster.restart import RestartBackoff
+from streamsnap.cluster.spark_bridge import bridge_for
 from streamsnap.cluster.spark_session import control_host, is_local
 from streamsnap.cluster.status import ExecutionState, JobStatus
 from streamsnap.errors import JobExecutionError, RestoreError, StreamsnapError
@@ -46,7 +47,7 @@ from streamsnap.graph.slot_sharing import plan_slots
 from streamsnap.graph.stream_graph import NodeKind
 from streamsnap.network import auth
 from streamsnap.network.control import ControlConnection, ControlServer
-from streamsnap.runtime.deployment import Deployment, run_slot_partition
+from streamsnap.runtime.deployment import Deployment, slot_runner
 from streamsnap.runtime.log_relay import emit_on_driver
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,7 @@ class JobMaster:
         self.job_graph = execution_graph.job_graph
         self.slots = plan_slots(execution_graph, settings.slot_sharing)
         self._spark = spark
+        self._bridge = bridge_for(spark)   # classic or Spark Connect session (cluster/spark_bridge.py)
         self.status = JobStatus.CREATED
         self._events: queue.Queue = queue.Queue()
         self._clock = SystemClock()
@@ -426,13 +428,10 @@ class JobMaster:
             for v in self.job_graph.vertices.values()]})
 
     def _run_spark_job(self, deployment: Deployment, group: str, attempt: int) -> None:
-        sc = self._spark.sparkContext
         error = None
         try:
-            sc.setJobGroup(group, f"streamsnap job '{self.settings.job_name}' attempt {attempt}",
-                           interruptOnCancel=True)
-            n = len(deployment.slots)
-            sc.parallelize(range(n), n).barrier().mapPartitions(run_slot_partition(deployment)).collect()
+            self._bridge.run_barrier_stage(len(deployment.slots), slot_runner(deployment), group,
+                                           f"streamsnap job '{self.settings.job_name}' attempt {attempt}")
         except BaseException as exc:
             error = exc
         self._post(lambda: self._on_spark_job_end(attempt, error))
@@ -710,7 +709,7 @@ class JobMaster:
         if attempt != self._attempt or not self._failing or not self._spark_running:
             return
         try:
-            active = self._spark.sparkContext.statusTracker().getActiveJobsIds()
+            active = self._bridge.active_jobs()
         except Exception as exc:  # only for the log line; the decision does not depend on it
             active = f"unknown ({exc!r})"
         log.warning("the Spark job of attempt %d did not end %.0f s after it was cancelled (active Spark jobs: "
@@ -727,7 +726,7 @@ class JobMaster:
     def _cancel_spark(self) -> None:
         if self._spark_running:
             try:
-                self._spark.sparkContext.cancelJobGroup(self._spark_group)
+                self._bridge.cancel(self._spark_group)
             except Exception:  # the session may already be stopping; the job ends either way
                 log.debug("cancelling Spark job group %s failed", self._spark_group, exc_info=True)
 

@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 
+from streamsnap.cluster.spark_bridge import bridge_for
 from streamsnap.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -73,18 +74,19 @@ def _stop_quietly(session) -> None:
 
 
 def is_local(spark) -> bool:
-    return spark.sparkContext.master.startswith("local")
+    return bridge_for(spark).master.startswith("local")
 
 
 def available_slots(spark) -> int:
     """Task slots a barrier stage can use at once."""
-    master = spark.sparkContext.master
+    bridge = bridge_for(spark)
+    master = bridge.master
     match = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master)
     if match:
         return (os.cpu_count() or 1) if match.group(1) == "*" else int(match.group(1))
     if master == "local":
         return 1
-    return spark.sparkContext.defaultParallelism
+    return bridge.default_parallelism()
 
 
 def require_slots(spark, needed: int, subtasks: int) -> None:
@@ -93,12 +95,39 @@ def require_slots(spark, needed: int, subtasks: int) -> None:
     if needed > slots:
         raise ConfigurationError(
             f"this job runs {subtasks} subtasks in {needed} task slots of one Spark barrier stage, but "
-            f"the Spark session has only {slots} task slots ({spark.sparkContext.master}); use "
+            f"the Spark session has only {slots} task slots ({bridge_for(spark).master}); use "
             f"local[{needed}] or more, or more executor cores, or lower the parallelism")
 
 
 def control_host(spark) -> str:
-    """Address tasks use to reach the driver."""
+    """Address tasks use to reach the JobMaster in this process.
+
+    Classic: the driver's host, as Spark configured it. Spark Connect: this client's address on
+    the route to the Connect server (the executors' side of the network, as far as this
+    process can tell); the JobMaster moves into the cluster in docs/deployment-decision.md."""
     if is_local(spark):
         return "127.0.0.1"
-    return spark.sparkContext.getConf().get("spark.driver.host")
+    bridge = bridge_for(spark)
+    if bridge.kind == "classic":
+        return bridge.conf("spark.driver.host")
+    return _address_towards(_connect_server_host(spark))
+
+
+def _connect_server_host(spark) -> str:
+    """The Connect server's host, from the client's connection URL (sc://host:port/;...)."""
+    builder = getattr(spark.client, "_builder", None)   # PySpark keeps the URL's parts there
+    host = getattr(builder, "host", None)
+    if not host:
+        raise ConfigurationError("cannot tell the Spark Connect server's host from this session; build it "
+                                 "with SparkSession.builder.remote('sc://HOST:PORT')")
+    return host
+
+
+def _address_towards(host: str) -> str:
+    """This machine's address on the route to `host` (no packet is sent: a UDP connect only
+    picks the route)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((socket.gethostbyname(host), 9))
+        return probe.getsockname()[0]

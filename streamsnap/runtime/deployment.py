@@ -56,18 +56,13 @@ class Deployment:
         return ExecutionAttemptId(v.vertex_id, v.index, self.attempt)
 
 
-def run_slot_partition(deployment: Deployment):
-    """The function Spark runs in each barrier task: run the slot named by the partition id."""
+def slot_runner(deployment: Deployment):
+    """The function each barrier task runs: `run(slot, host)` runs the slot's subtasks to their
+    end (host: the address other executors reach this one at, as Spark knows it)."""
 
-    def run(_iterator):
-        from pyspark import BarrierTaskContext
-
+    def run(slot: int, host: str):
         from streamsnap.runtime.slot import run_slot
 
-        context = BarrierTaskContext.get()
-        slot = context.partitionId()
-        # "host:port" of this task's executor, as Spark (and every other executor) knows it.
-        host = context.getTaskInfos()[slot].address.rsplit(":", 1)[0]
-        yield from run_slot(deployment, slot, host)
+        return run_slot(deployment, slot, host)
 
     return run

@@ -400,7 +400,7 @@ def _write_keyed(spec: _KeyedSpec, target: str, parallelism: int, max_parallelis
     key_names, value_names, map_key_names = spec.key_names, spec.value_names, spec.map_key_names
     from streamsnap.api.preflight import check_executors
 
-    check_executors(df.sparkSession.sparkContext)     # the tasks write with streamsnap: can executors import it?
+    check_executors(df.sparkSession)     # the tasks write with streamsnap: can executors import it?
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     def tag(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -66,7 +66,7 @@ def _run(spark, tasks: list[dict], fn: Callable[[dict], Iterator[pa.RecordBatch]
     """A DataFrame of `fn(task)` over all tasks, one Spark task (partition) per task."""
     from streamsnap.api.preflight import check_executors
 
-    check_executors(spark.sparkContext)     # the tasks decode with streamsnap: can executors import it?
+    check_executors(spark)     # the tasks decode with streamsnap: can executors import it?
     def run(batches):
         for batch in batches:
             for index in batch.column(0).to_pylist():

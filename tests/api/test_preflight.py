@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -154,16 +155,16 @@ class _StandInRDD:
 
 def test_executors_without_streamsnap_get_it_shipped_once(tmp_path):
     sc = _StandInContext(tmp_path)
-    preflight.check_executors(sc)
+    preflight.check_executors(SimpleNamespace(sparkContext=sc))
     assert len(sc.py_files) == 1 and sc.py_files[0].endswith("streamsnap.zip") and sc.probes == 2
-    preflight.check_executors(sc)   # verified once per SparkContext
+    preflight.check_executors(SimpleNamespace(sparkContext=sc))   # verified once per SparkContext
     assert sc.probes == 2
 
 
 def test_executors_that_cannot_import_it_even_shipped_say_what_to_install_or_set(tmp_path):
     sc = _StandInContext(tmp_path, shadow="pyarrow")
     with pytest.raises(ss.PreflightError) as info:
-        preflight.check_executors(sc)
+        preflight.check_executors(SimpleNamespace(sparkContext=sc))
     text = str(info.value)
     assert "the Spark executors cannot import streamsnap, even after it was shipped" in text
     assert "No module named 'pyarrow'" in text and sys.executable in text

@@ -157,7 +157,9 @@ def test_transform_with_state_in_pandas(spark, w1_input, tmp_path, clean):
 
 
 def test_microbatch_latency(spark, tmp_path, clean):
-    result = sb.run_microbatch_latency(spark, 200, 4.0, str(tmp_path / "ckpt"), k=K, warmup=0.0)
+    # 8 s: on a loaded machine (two suites side by side on 2 cores) the query's first micro-batch
+    # with data took more than 4 s to come (planning, code generation).
+    result = sb.run_microbatch_latency(spark, 200, 8.0, str(tmp_path / "ckpt"), k=K, warmup=0.0)
     assert result["batches"] >= 1
     assert result["samples"] >= 200 and result["samples"] % 200 == 0  # whole rate-source seconds
     assert 0 < result["p50"] <= result["p99"] < 10
