@@ -393,4 +393,4 @@ def _commit_file(committable: dict) -> None:
 
 __all__ = ["Collect", "Print", "FileSink", "Discard", "Collector", "Printer", "FORMATS", "Kafka"]
 
-from streamsnap.connectors.kafka_sink import Kafka  # noqa: E402  (ss.sinks.Kafka)
+from streamsnap.connectors.kafka import KafkaSink as Kafka  # noqa: E402  (ss.sinks.Kafka)

@@ -233,4 +233,4 @@ class CollectionSource(Generator):
 
 
 from streamsnap.connectors.files import FileSource  # noqa: E402, F401  (re-export: ss.sources.FileSource)
-from streamsnap.connectors.kafka_source import Kafka  # noqa: E402, F401  (ss.sources.Kafka)
+from streamsnap.connectors.kafka import KafkaSource as Kafka  # noqa: E402, F401  (ss.sources.Kafka)

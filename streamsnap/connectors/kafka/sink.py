@@ -3,7 +3,7 @@
 Why it exists: the exactly-once path out of streamsnap into Kafka, as a two-phase-commit sink
 (`connectors.base`). With semantic="exactly_once" each subtask writes the rows of one
 checkpoint interval in one Kafka transaction, under a transactional id drawn from its pool
-(`kafka_transactions.py`):
+(`transactions.py`):
 
 * write — rows go into the interval's open transaction (a fresh producer per interval; the
   next interval's producer is made ready — init_transactions, producer id, begin — on a
@@ -12,7 +12,7 @@ checkpoint interval in one Kafka transaction, under a transactional id drawn fro
   producer id, epoch) in the checkpoint; the next row opens the next interval's transaction;
 * commit (notify-checkpoint-complete) — commit the transaction(s) the checkpoint covers;
 * restore — commit what the restored checkpoint pre-committed, with the Kafka protocol's
-  EndTxn (`kafka_protocol.py`: librdkafka cannot resume another producer's transaction), then
+  EndTxn (`protocol.py`: librdkafka cannot resume another producer's transaction), then
   fence every transactional id the failed attempt may have used, which aborts its open
   transactions. Consumers with isolation.level=read_committed then see each row once.
 
@@ -30,7 +30,7 @@ json.dumps); with format="avro" one Avro record of the user's schema (`avro.py`,
 the Schema Registry header). The key is the `key` column's value as text (None: no key,
 librdkafka spreads rows over partitions).
 
-Producers: for exactly_once by default "columnar" (`kafka_producer.ColumnarProducer`: record
+Producers: for exactly_once by default "columnar" (`producer.ColumnarProducer`: record
 batches encoded from the columns and sent with streamsnap's own transactional requests; the same
 pool, phases and recovery), else "librdkafka" (one `produce` call per message).
 """
@@ -46,10 +46,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamsnap.connectors import kafka_admin, kafka_transactions as txns
-from streamsnap.connectors.avro import AvroCodec
+from streamsnap.connectors.kafka import admin as kafka_admin, transactions as txns
+from streamsnap.connectors.kafka.avro import AvroCodec
 from streamsnap.connectors.base import Sink, SinkWriter
-from streamsnap.connectors.kafka_protocol import EndTxnOutcome, end_transaction
+from streamsnap.connectors.kafka.protocol import EndTxnOutcome, end_transaction
 from streamsnap.errors import ConfigurationError, StreamsnapError
 from streamsnap.runtime.batches import Batch, num_rows, to_record_batch
 from streamsnap.runtime.operators import OperatorContext
@@ -140,7 +140,7 @@ class Kafka(Sink):
     (dict or JSON text) rows are written with (its fields must be columns of the rows);
     avro_schema_id: the Schema Registry id to write in the Confluent wire header (None: bare records).
     producer: "columnar" (exactly_once only: record batches encoded from the columns and sent with
-    our own InitProducerId / AddPartitionsToTxn / Produce requests, `kafka_producer.py`; plaintext
+    our own InitProducerId / AddPartitionsToTxn / Produce requests, `producer.py`; plaintext
     only), "librdkafka" (confluent-kafka's producer, one call per message), or None: columnar for
     exactly_once unless config= has security settings (security.protocol other than plaintext,
     sasl.*, ssl.*), librdkafka otherwise; producer="columnar" with such settings is a
@@ -308,8 +308,8 @@ class KafkaWriter(SinkWriter):
         return len(values)
 
     def _produce_columns(self, producer, record_batch: pa.RecordBatch) -> int:
-        from streamsnap.connectors import kafka_produce as kp
-        from streamsnap.connectors.kafka_producer import ProducerError
+        from streamsnap.connectors.kafka import produce as kp
+        from streamsnap.connectors.kafka.producer import ProducerError
 
         keys = encode_keys_array(record_batch, self._sink.key)
         try:
@@ -386,7 +386,7 @@ class TransactionalKafkaWriter(KafkaWriter):
         return producer, pid_log.producer_id
 
     def _columnar_producer(self, tid: str, producer_id: bool):
-        from streamsnap.connectors.kafka_producer import ColumnarProducer, ProducerError
+        from streamsnap.connectors.kafka.producer import ColumnarProducer, ProducerError
 
         try:
             producer = ColumnarProducer(self._sink.bootstrap, self._sink.topic, tid, self._sink.transaction_timeout)

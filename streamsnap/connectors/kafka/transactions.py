@@ -12,7 +12,7 @@ On restore (`recovery_plan`): first commit what the restored checkpoint pre-comm
 transactions belong to a completed checkpoint), then abort everything else by fencing every pool
 id of every old subtask this subtask now owns (old subtask s goes to new subtask s % parallelism).
 
-Pure logic, no I/O: the sink (`kafka_sink.py`) performs the plan.
+Pure logic, no I/O: the sink (`sink.py`) performs the plan.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Kafka source: topic partitions are splits, their offsets the split state of every checkpoint.
 
-Why it exists: users' streams live in Kafka. A partition is a split (`base.Source`): the
+Why it exists: users' streams live in Kafka. A partition is a split (`connectors.base.Source`): the
 partitions are dealt to the subtasks, each subtask assigns its partitions to one consumer at
 the offsets its splits hold, and the offset after the last emitted message of each partition is
 what a checkpoint stores — so a restore (at any parallelism) resumes every partition exactly
@@ -20,8 +20,8 @@ are never used for recovery).
 * Event time: each partition is its own split to the watermark machinery (`active_splits`,
   `current_split`), so a lagging partition holds the watermark back.
 * Fetchers: "columnar" (default, `ColumnarKafkaReader`) sends its own Fetch requests to the
-  partition leaders (`kafka_fetcher.py`) and decodes the record batches into columns
-  (`kafka_fetch.py`), no Python object per message; "librdkafka" (`KafkaReader`) consumes with
+  partition leaders (`fetcher.py`) and decodes the record batches into columns
+  (`fetch.py`), no Python object per message; "librdkafka" (`KafkaReader`) consumes with
   confluent-kafka. Both keep the same split state; group offsets go through confluent-kafka.
 * Batches: with format="json" the values of one poll (columnar: of one partition's fetch
   response, joined in place in the response buffer) are joined with newlines and parsed by
@@ -42,8 +42,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
-from streamsnap.connectors import kafka_admin
-from streamsnap.connectors.avro import AvroCodec, AvroDecodeError
+from streamsnap.connectors.kafka import admin as kafka_admin
+from streamsnap.connectors.kafka.avro import AvroCodec, AvroDecodeError
 from streamsnap.connectors.base import Source, SourceReader
 from streamsnap.errors import ConfigurationError, DataError, StreamsnapError
 from streamsnap.runtime.operators import OperatorContext
@@ -579,7 +579,7 @@ class KafkaReader(SourceReader):
 
 
 class ColumnarKafkaReader(KafkaReader):
-    """The columnar fetcher (`kafka_fetch`, `kafka_fetcher`): Fetch responses from the partition
+    """The columnar fetcher (`fetch`, `fetcher`): Fetch responses from the partition
     leaders decoded into columns, values parsed per partition response and cut into batch_size
     batches. A confluent-kafka consumer, never assigned, only commits the group's offsets and
     reads them for starting_offsets="committed"."""
@@ -592,7 +592,7 @@ class ColumnarKafkaReader(KafkaReader):
     def open(self) -> None:
         from confluent_kafka import Consumer
 
-        from streamsnap.connectors.kafka_fetcher import Fetcher
+        from streamsnap.connectors.kafka.fetcher import Fetcher
 
         settings = {"bootstrap.servers": self._source.bootstrap, "group.id": self._group_id,
                     "enable.auto.commit": False, "client.id": f"streamsnap-{self._ctx.task_name}"}
@@ -606,7 +606,7 @@ class ColumnarKafkaReader(KafkaReader):
             self._await_stops()
 
     def _resolve(self, keys: list[tuple[str, int]]) -> None:
-        from streamsnap.connectors.kafka_fetcher import FetcherError
+        from streamsnap.connectors.kafka.fetcher import FetcherError
 
         committed = self._committed(keys)
         named = {key: self._splits[key][0] for key in keys if self._splits[key][0] < 0}
@@ -635,7 +635,7 @@ class ColumnarKafkaReader(KafkaReader):
                 self._positions[key] = self._splits[key][0]
 
     def _fill(self) -> None:
-        from streamsnap.connectors.kafka_fetcher import FetcherError
+        from streamsnap.connectors.kafka.fetcher import FetcherError
 
         self._discover_when_due()
         before = len(self._ready)
@@ -650,7 +650,7 @@ class ColumnarKafkaReader(KafkaReader):
         self._idle = len(self._ready) == before
 
     def _take(self, key, frame, part) -> None:
-        from streamsnap.connectors import kafka_fetch as kf
+        from streamsnap.connectors.kafka import fetch as kf
 
         topic, partition = key
         position = self._positions[key]
@@ -697,7 +697,7 @@ class ColumnarKafkaReader(KafkaReader):
 
     def _columns(self, key, records) -> pa.RecordBatch:
         """All of a partition response's records as one batch of the source's format."""
-        from streamsnap.connectors import kafka_fetch as kf
+        from streamsnap.connectors.kafka import fetch as kf
 
         source = self._source
         n = len(records)

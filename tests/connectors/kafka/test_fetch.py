@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import streamsnap as ss
-from streamsnap.connectors import kafka_fetch as kf
-from streamsnap.connectors.kafka_protocol import _string
+from streamsnap.connectors.kafka import fetch as kf
+from streamsnap.connectors.kafka.protocol import _string
 
 
 def varint(n: int) -> bytes:
@@ -193,7 +193,7 @@ def test_metadata_and_list_offsets_frames():
 
 # ===================================================================== against the real broker
 def read_values(source, uid="col"):
-    from tests.connectors.test_kafka import ctx, read_all
+    from tests.connectors.kafka.test_connector import ctx, read_all
 
     reader = source.create_reader(ctx(uid=uid))
     reader.assign_splits(source.splits(1))
@@ -208,7 +208,7 @@ def read_values(source, uid="col"):
 def test_the_columnar_source_reads_batches_a_producer_compressed(kafka_broker, codec):
     from confluent_kafka import Producer
 
-    from tests.connectors.test_kafka import fresh_topic
+    from tests.connectors.kafka.test_connector import fresh_topic
 
     topic = fresh_topic(kafka_broker, partitions=2)
     producer = Producer({"bootstrap.servers": kafka_broker, "compression.type": codec, "linger.ms": 5})
@@ -222,8 +222,8 @@ def test_the_columnar_source_reads_batches_a_producer_compressed(kafka_broker, c
 def test_an_offset_out_of_range_fails_naming_the_partition_and_the_fix(kafka_broker):
     """tansu answers a Fetch past the end with no records (Kafka: OFFSET_OUT_OF_RANGE): the
     reader is given that answer as Kafka sends it."""
-    from streamsnap.connectors.kafka_source import KafkaSourceError
-    from tests.connectors.test_kafka import ctx, fresh_topic
+    from streamsnap.connectors.kafka.source import KafkaSourceError
+    from tests.connectors.kafka.test_connector import ctx, fresh_topic
 
     topic = fresh_topic(kafka_broker, partitions=1)
     source = ss.sources.Kafka(kafka_broker, [topic], starting_offsets={0: 10**6}, fetcher="columnar")
@@ -240,7 +240,7 @@ def test_an_offset_out_of_range_fails_naming_the_partition_and_the_fix(kafka_bro
 
 
 def test_an_unreachable_broker_fails_naming_it_after_the_retries():
-    from streamsnap.connectors.kafka_fetcher import Fetcher, FetcherError
+    from streamsnap.connectors.kafka.fetcher import Fetcher, FetcherError
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -263,8 +263,8 @@ def test_the_fetcher_choice_is_checked_when_the_source_is_built():
 
 
 def test_a_partition_whose_leader_keeps_failing_refreshes_and_then_fails_naming_it(kafka_broker):
-    from streamsnap.connectors.kafka_fetcher import FetcherError
-    from tests.connectors.test_kafka import ctx, fresh_topic
+    from streamsnap.connectors.kafka.fetcher import FetcherError
+    from tests.connectors.kafka.test_connector import ctx, fresh_topic
 
     topic = fresh_topic(kafka_broker, partitions=1)
     source = ss.sources.Kafka(kafka_broker, [topic], fetcher="columnar")

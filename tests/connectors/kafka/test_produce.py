@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from streamsnap.connectors import kafka_fetch as kf
-from streamsnap.connectors import kafka_produce as kp
+from streamsnap.connectors.kafka import fetch as kf
+from streamsnap.connectors.kafka import produce as kp
 
 
 def columns(items):
@@ -75,8 +75,8 @@ def test_request_frames():
 # ===================================================================== against the real broker
 def test_a_transaction_is_seen_once_committed_and_a_new_producer_of_the_id_fences_the_old(kafka_broker):
     from benchmarks import local_kafka
-    from streamsnap.connectors.kafka_producer import ColumnarProducer, ProducerError
-    from tests.connectors.test_kafka import fresh_topic
+    from streamsnap.connectors.kafka.producer import ColumnarProducer, ProducerError
+    from tests.connectors.kafka.test_connector import fresh_topic
 
     topic = fresh_topic(kafka_broker, partitions=2)
     first = ColumnarProducer(kafka_broker, topic, f"col-{topic}", 60)

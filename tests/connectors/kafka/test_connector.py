@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaException
 
 import streamsnap as ss
-from streamsnap.connectors.kafka_sink import encode_json
+from streamsnap.connectors.kafka.sink import encode_json
 from streamsnap.runtime.operators import OperatorContext
 from benchmarks import local_kafka
 
@@ -263,7 +263,7 @@ def test_a_message_that_does_not_decode_is_a_data_error_naming_topic_partition_o
                                                                                              fetcher):
     from confluent_kafka import Producer
 
-    from streamsnap.connectors.kafka_source import KafkaDecodeError, KafkaSourceError
+    from streamsnap.connectors.kafka.source import KafkaDecodeError, KafkaSourceError
 
     topic = fresh_topic(kafka_broker, partitions=1)
     bad = {"bad json": b'{"key": 1, "v": ', "wrong type": b'{"key": 1, "v": "seven"}',

@@ -1,6 +1,6 @@
 """The socket shell of the Kafka source's columnar fetcher: leaders, offsets, pipelined Fetches.
 
-Why it exists: `kafka_fetch.py` encodes requests and decodes responses without I/O; this module
+Why it exists: `fetch.py` encodes requests and decodes responses without I/O; this module
 only moves the bytes. One connection per partition leader, one Fetch in flight per connection
 (sent again as soon as its response arrived, so the broker gathers the next response while the
 reader parses this one), responses read into a writable buffer the decoder works in. Failed
@@ -14,8 +14,8 @@ import select
 import socket
 import time
 
-from streamsnap.connectors import kafka_fetch as kf
-from streamsnap.connectors.kafka_protocol import _call, _ConnectionClosed, parse_bootstrap, read_frame
+from streamsnap.connectors.kafka import fetch as kf
+from streamsnap.connectors.kafka.protocol import _call, _ConnectionClosed, parse_bootstrap, read_frame
 from streamsnap.errors import StreamsnapError
 
 

@@ -1,11 +1,11 @@
 """The socket shell of the Kafka sink's columnar producer: one transactional producer, no client library.
 
-Why it exists: `kafka_produce.py` encodes record batches and requests without I/O; this module
+Why it exists: `produce.py` encodes record batches and requests without I/O; this module
 sends them. A `ColumnarProducer` owns one transactional id: InitProducerId at the transaction
 coordinator (which fences older producers of the id and aborts what they left open), then per
 transaction AddPartitionsToTxn before a partition's first batch, Produce requests with acks=all
 to the partition leaders (each write waits for its acknowledgements, so `flush` has nothing
-left to wait for), and EndTxn to commit (`kafka_protocol.end_transaction`). Sequence numbers
+left to wait for), and EndTxn to commit (`protocol.end_transaction`). Sequence numbers
 count per partition within the producer's epoch, as an idempotent producer's must.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import time
 
-from streamsnap.connectors import kafka_fetch as kf
-from streamsnap.connectors import kafka_produce as kp
-from streamsnap.connectors.kafka_protocol import (EndTxnOutcome, _call, _ConnectionClosed, end_transaction,
+from streamsnap.connectors.kafka import fetch as kf
+from streamsnap.connectors.kafka import produce as kp
+from streamsnap.connectors.kafka.protocol import (EndTxnOutcome, _call, _ConnectionClosed, end_transaction,
                                                   find_coordinator, parse_bootstrap)
 from streamsnap.errors import StreamsnapError
 
@@ -34,7 +34,7 @@ class ColumnarProducer:
         self._in_transaction: set[int] = set()
         self._next_keyless = 0
         self._leaders: dict[int, tuple[str, int]] = {}
-        self._connections: dict[tuple[str, int], object] = {}     # leader address -> kafka_fetcher._Connection
+        self._connections: dict[tuple[str, int], object] = {}     # leader address -> fetcher._Connection
         self._refresh()
         self.producer_id, self.epoch = self._init_producer_id()
 
@@ -110,7 +110,7 @@ class ColumnarProducer:
         self._in_transaction.update(partitions)
 
     def produce(self, values, keys, n_rows: int) -> None:
-        """Write rows (kafka_produce.binary_columns of values and keys, keys None: no key) in the
+        """Write rows (produce.binary_columns of values and keys, keys None: no key) in the
         open transaction, one record batch per partition; returns once all are acknowledged."""
         import numpy as np
 
@@ -164,7 +164,7 @@ class ColumnarProducer:
     def _call_leader(self, address: tuple[str, int], request: bytes) -> bytearray:
         """A request over the kept connection to a leader (a broken one is dropped and the error
         raised, for the retry to connect anew)."""
-        from streamsnap.connectors.kafka_fetcher import _Connection
+        from streamsnap.connectors.kafka.fetcher import _Connection
 
         conn = self._connections.get(address)
         try:

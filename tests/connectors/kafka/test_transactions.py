@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
-from streamsnap.connectors import kafka_protocol as wire
-from streamsnap.connectors import kafka_transactions as txns
-from streamsnap.connectors.kafka_source import Kafka, initial_offset, owner_of
+from streamsnap.connectors.kafka import protocol as wire
+from streamsnap.connectors.kafka import transactions as txns
+from streamsnap.connectors.kafka.source import Kafka, initial_offset, owner_of
 
 
 def test_ids_are_stable_per_job_uid_subtask_and_slot():

@@ -36,7 +36,7 @@ import json
 import numpy as np
 import pyarrow as pa
 
-from streamsnap.connectors import avro_columns
+from streamsnap.connectors.kafka import avro_columns
 from streamsnap.errors import ConfigurationError
 
 FRAMINGS = ("none", "confluent")

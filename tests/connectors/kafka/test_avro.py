@@ -1,4 +1,4 @@
-"""Avro ↔ Arrow (streamsnap/connectors/avro.py): types, framing, misaligned messages, bad schemas."""
+"""Avro ↔ Arrow (streamsnap/connectors/kafka/avro.py): types, framing, misaligned messages, bad schemas."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import streamsnap as ss
-from streamsnap.connectors.avro import AvroCodec, AvroDecodeError, AvroEncodeError
+from streamsnap.connectors.kafka.avro import AvroCodec, AvroDecodeError, AvroEncodeError
 
 SCHEMA = {"type": "record", "name": "Event", "namespace": "test", "fields": [
     {"name": "key", "type": "long"},

@@ -9,7 +9,7 @@ compiled scan per batch (numba when installed, else the same function as plain P
 and the values into Arrow without a Python object per message: newline-joined in place for
 `pyarrow.json`, or gathered into a binary array.
 
-Pure functions only (the socket shell is `kafka_fetcher.py`):
+Pure functions only (the socket shell is `fetcher.py`):
 * requests: `encode_metadata` (v1), `encode_list_offsets` (v1), `encode_fetch` (v4, with the
   isolation level); responses: `decode_metadata`, `decode_list_offsets`, `decode_fetch`.
 * `decode_records`: one partition's record batches (magic 2 only) → `Records`. CRC-32C of every
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamsnap.connectors.kafka_protocol import _string, encode_request
+from streamsnap.connectors.kafka.protocol import _string, encode_request
 from streamsnap.errors import StreamsnapError
 
 METADATA, LIST_OFFSETS, FETCH = 3, 2, 1

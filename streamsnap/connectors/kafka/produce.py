@@ -8,7 +8,7 @@ transactional producer, and its CRC-32C) with a compiled loop, and encodes and d
 requests a transactional producer needs: InitProducerId (v1), AddPartitionsToTxn (v1) and
 Produce (v3). Rows are dealt to partitions as librdkafka's default partitioner does (CRC-32 of
 the key modulo the partition count; rows without a key in turn), so both producers put a key in
-the same partition. The socket shell is `kafka_producer.py`.
+the same partition. The socket shell is `producer.py`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import struct
 
 import numpy as np
 
-from streamsnap.connectors.kafka_fetch import _body, _I16, _jit
-from streamsnap.connectors.kafka_protocol import _string, encode_request
+from streamsnap.connectors.kafka.fetch import _body, _I16, _jit
+from streamsnap.connectors.kafka.protocol import _string, encode_request
 
 PRODUCE, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN = 0, 22, 24
 

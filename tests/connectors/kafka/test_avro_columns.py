@@ -1,4 +1,4 @@
-"""Columnar decoding of flat Avro records (streamsnap/connectors/avro_columns.py) equals
+"""Columnar decoding of flat Avro records (streamsnap/connectors/kafka/avro_columns.py) equals
 fastavro's, and refuses (None) anything that is not exactly one record per message."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from streamsnap.connectors import avro_columns
-from streamsnap.connectors.avro import AvroCodec, AvroDecodeError, AvroEncodeError
+from streamsnap.connectors.kafka import avro_columns
+from streamsnap.connectors.kafka.avro import AvroCodec, AvroDecodeError, AvroEncodeError
 
 FLAT = {"type": "record", "name": "Flat", "fields": [
     {"name": "k", "type": "long"}, {"name": "i", "type": ["null", "int"]}, {"name": "b", "type": "boolean"},
