@@ -82,7 +82,7 @@ def profile(bootstrap: str, topic: str) -> dict:
     reader reading the whole topic, then one exactly-once sink writer writing it back with a
     transaction per 10 batches, and the JSON encoding alone. CPU time, so a busy machine
     changes these less than the wall-clock throughput."""
-    from streamsnap.runtime.operators import OperatorContext
+    from streamsnap.runtime.operators.base import OperatorContext
 
     def ctx(uid):
         return OperatorContext(name=uid, uid=uid, subtask_index=0, parallelism=1, max_parallelism=128, attempt=0,

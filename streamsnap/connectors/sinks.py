@@ -30,7 +30,7 @@ from streamsnap.connectors.base import Sink, SinkWriter
 from streamsnap.errors import ConfigurationError
 from streamsnap.network.frames import decode_batches, encode_batches
 from streamsnap.runtime.batches import Batch, num_rows, to_record_batch, to_rows
-from streamsnap.runtime.operators import OperatorContext
+from streamsnap.runtime.operators.base import OperatorContext
 
 log = logging.getLogger(__name__)
 

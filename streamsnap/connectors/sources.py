@@ -18,7 +18,7 @@ import pyarrow as pa
 from streamsnap.connectors.base import Source, SourceReader
 from streamsnap.errors import ConfigurationError
 from streamsnap.runtime.batches import as_record_batch
-from streamsnap.runtime.operators import OperatorContext
+from streamsnap.runtime.operators.base import OperatorContext
 from streamsnap.runtime.schemas import StreamSchema, infer_collection_schema
 
 

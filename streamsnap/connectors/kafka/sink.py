@@ -52,7 +52,7 @@ from streamsnap.connectors.base import Sink, SinkWriter
 from streamsnap.connectors.kafka.protocol import EndTxnOutcome, end_transaction
 from streamsnap.errors import ConfigurationError, StreamsnapError
 from streamsnap.runtime.batches import Batch, num_rows, to_record_batch
-from streamsnap.runtime.operators import OperatorContext
+from streamsnap.runtime.operators.base import OperatorContext
 
 log = logging.getLogger(__name__)
 

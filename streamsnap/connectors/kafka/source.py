@@ -46,7 +46,7 @@ from streamsnap.connectors.kafka import admin as kafka_admin
 from streamsnap.connectors.kafka.avro import AvroCodec, AvroDecodeError
 from streamsnap.connectors.base import Source, SourceReader
 from streamsnap.errors import ConfigurationError, DataError, StreamsnapError
-from streamsnap.runtime.operators import OperatorContext
+from streamsnap.runtime.operators.base import OperatorContext
 from streamsnap.runtime.schemas import StreamSchema
 
 EARLIEST = -2       # librdkafka's OFFSET_BEGINNING

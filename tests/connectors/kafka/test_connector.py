@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException
 
 import streamsnap as ss
 from streamsnap.connectors.kafka.sink import encode_json
-from streamsnap.runtime.operators import OperatorContext
+from streamsnap.runtime.operators.base import OperatorContext
 from benchmarks import local_kafka
 
 

@@ -32,9 +32,10 @@ from typing import Any
 from streamsnap.errors import ConfigurationError
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.batches import Batch, rows_of
-from streamsnap.runtime.operators import (OperatorContext, OperatorFactory, ProcessingTimeWakeups,
-                                          ProcessOperator, _call_hook, current_millis, keys_of, user_error)
-from streamsnap.runtime.timestamps_operator import batch_timestamps
+from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, _call_hook, user_error
+from streamsnap.runtime.operators.keyed import ProcessingTimeWakeups, current_millis, keys_of
+from streamsnap.runtime.operators.process import ProcessOperator
+from streamsnap.runtime.operators.timestamps_and_watermarks import batch_timestamps
 from streamsnap.state.descriptors import (ListStateDescriptor, MapStateDescriptor,
                                           ReducingStateDescriptor, StateDescriptor,
                                           ValueStateDescriptor)

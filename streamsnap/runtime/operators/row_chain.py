@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from streamsnap.errors import UserFunctionError
 from streamsnap.runtime.batches import Batch, to_rows
+from streamsnap.runtime.operators.base import user_error
 
 KINDS = ("map", "filter", "flat_map")
 _MAP_RESULT = "map function returned {}; it must return a dict (a row)"
@@ -60,8 +61,6 @@ class RowRun:
         operators[-1].output.emit(out)
 
     def _fail(self, stage: int, row, exc: BaseException) -> UserFunctionError:
-        from streamsnap.runtime.operators import user_error  # operators imports this module
-
         return user_error(self.operators[stage], row, exc)
 
 
@@ -152,7 +151,7 @@ def _compile(kinds: tuple):
         text += ["    " * indent + line for indent, line in handlers]
     body += text
     body.append(f"    return ({''.join(f'{c}, ' for c in count[1:n])})")
-    # Frames of this "module" are left out of the user's traceback (operators.user_error).
+    # Frames of this "module" are left out of the user's traceback (base.user_error).
     scope = {"__name__": __name__, "UserFunctionError": UserFunctionError, "TypeError": TypeError,
              "Exception": Exception, "len": len, "type": type, "dict": dict,
              "MAP_RESULT": _MAP_RESULT, "FLAT_ITEM": _FLAT_ITEM}

@@ -22,9 +22,9 @@ from typing import Any
 
 from streamsnap.api.functions import Context
 from streamsnap.runtime.batches import Batch, rows_of
-from streamsnap.runtime.operators import (
-    KeyedProcessOperator, keys_of, OperatorFactory, StreamOperator, user_error, _extend_results,
-)
+from streamsnap.runtime.operators.base import OperatorFactory, StreamOperator, _extend_results, user_error
+from streamsnap.runtime.operators.keyed import keys_of
+from streamsnap.runtime.operators.process import KeyedProcessOperator
 from streamsnap.state.descriptors import MapStateDescriptor
 from streamsnap.time.timers import MIN_WATERMARK
 

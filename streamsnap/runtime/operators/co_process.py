@@ -15,9 +15,8 @@ from typing import Any
 
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.batches import Batch, rows_of, to_rows
-from streamsnap.runtime.operators import (
-    KeyedProcessOperator, OperatorFactory, ProcessOperator, StreamOperator,
-)
+from streamsnap.runtime.operators.base import OperatorFactory, StreamOperator
+from streamsnap.runtime.operators.process import KeyedProcessOperator, ProcessOperator
 
 
 class CoProcessOperator(ProcessOperator):

@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from streamsnap.runtime.events import Watermark, WatermarkStatus
-from streamsnap.runtime.timestamps_operator import batch_timestamps
+from streamsnap.runtime.operators.timestamps_and_watermarks import batch_timestamps
 from streamsnap.time.split_watermarks import SplitWatermarks
 from streamsnap.time.watermarks import (
     MAX_WATERMARK,

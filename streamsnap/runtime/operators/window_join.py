@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamsnap.runtime.batches import Batch, rows_of
-from streamsnap.runtime.operators import (
-    current_millis, keys_of, OperatorFactory, StreamOperator, user_error, _call_hook, _extend_results,
-)
-from streamsnap.runtime.timestamps_operator import batch_timestamps
-from streamsnap.runtime.window_operator import ListContents, WindowOperator
+from streamsnap.runtime.operators.base import OperatorFactory, StreamOperator, _call_hook, _extend_results, user_error
+from streamsnap.runtime.operators.keyed import current_millis, keys_of
+from streamsnap.runtime.operators.timestamps_and_watermarks import batch_timestamps
+from streamsnap.runtime.operators.windows import ListContents, WindowOperator
 from streamsnap.time.lateness import is_element_late
 
 

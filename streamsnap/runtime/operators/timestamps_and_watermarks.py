@@ -29,11 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from streamsnap.runtime.batches import Batch, num_rows
-from streamsnap.runtime.operators import (
-    OperatorContext,
-    OperatorFactory,
-    StreamOperator,
-)
+from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, StreamOperator
 from streamsnap.time.timestamps import (
     TimestampError,
     assign_timestamp,
@@ -80,7 +76,7 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         self.emitter = None
 
     def open(self) -> None:
-        from streamsnap.runtime.watermark_emitter import WatermarkEmitter
+        from streamsnap.runtime.operators.watermark_emitter import WatermarkEmitter
 
         super().open()
         self.emitter = WatermarkEmitter(self.strategy, self.ctx.name, self.output, self.ctx.timers,

@@ -37,10 +37,11 @@ import pyarrow.compute as pc
 
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.batches import Batch, to_record_batch
-from streamsnap.runtime.operators import (OperatorContext, OperatorFactory, ProcessOperator,
-                                          current_millis, user_error)
-from streamsnap.runtime.timestamps_operator import batch_timestamps
-from streamsnap.runtime.window_operator import WindowOperator
+from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, user_error
+from streamsnap.runtime.operators.keyed import current_millis
+from streamsnap.runtime.operators.process import ProcessOperator
+from streamsnap.runtime.operators.timestamps_and_watermarks import batch_timestamps
+from streamsnap.runtime.operators.windows import WindowOperator
 from streamsnap.state.descriptors import ValueStateDescriptor
 from streamsnap.state.serialization import Serializer, pack_value, unpack_value
 from streamsnap.time.lateness import late_windows
