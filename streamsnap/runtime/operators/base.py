@@ -191,7 +191,7 @@ class StreamOperator:
         if self.ctx.state_backend == "hashmap":
             return HashMapKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups,
                                             clock=self.ctx.clock, local_store=self.ctx.local_store)
-        from streamsnap.state.backends.rocksdb import RocksDBKeyedStateBackend
+        from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
         return RocksDBKeyedStateBackend(self.ctx.uid, self.ctx.max_parallelism, key_groups,
                                         self.ctx.state_backend, clock=self.ctx.clock,
                                         local_store=self.ctx.local_store)

@@ -62,7 +62,7 @@ from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 
 if TYPE_CHECKING:
-    from streamsnap.state.backends.rocksdb import RocksDBKeyedStateBackend
+    from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
 
 log = logging.getLogger(__name__)
 
@@ -413,7 +413,7 @@ def _take_local_copy(local: LocalRecoveryStore, url: str, size: int, checksum: s
 def restore(backend: "RocksDBKeyedStateBackend",
             handles: Sequence[IncrementalKeyGroupsStateHandle], base_location: str) -> None:
     """Restore the key groups of `backend`'s range from incremental handles."""
-    from streamsnap.state.backends.rocksdb import _kg_bytes
+    from streamsnap.state.backends.rocksdb.encoding import _kg_bytes
 
     my = backend.key_group_range
     relevant = []
@@ -461,7 +461,8 @@ def restore(backend: "RocksDBKeyedStateBackend",
 def _copy_from(backend: "RocksDBKeyedStateBackend", handle: IncrementalKeyGroupsStateHandle,
                base_location: str) -> None:
     """Copy the entries of `backend`'s key groups from another database snapshot."""
-    from streamsnap.state.backends.rocksdb import _kg_bytes, _open_db
+    from streamsnap.state.backends.rocksdb.config import _open_db
+    from streamsnap.state.backends.rocksdb.encoding import _kg_bytes
 
     path = os.path.join(backend.directory, f"merge-{handle.checkpoint_id}-{handle.key_group_start}")
     states = download(handle, base_location, path, backend.operator_uid, backend.local_store)

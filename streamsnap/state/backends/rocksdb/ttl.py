@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamsnap.state.backends.rocksdb import (TTL_PREFIX_LEN, RocksDBListState,
-                                               RocksDBMapState, RocksDBReducingState,
-                                               RocksDBState, RocksDBValueState, _array_header,
-                                               encode_value, split_ttl_list, stamp, stamp_time)
+from streamsnap.state.backends.rocksdb.encoding import TTL_PREFIX_LEN, _array_header, encode_value, split_ttl_list, stamp, stamp_time
+from streamsnap.state.backends.rocksdb.states import RocksDBListState, RocksDBMapState, RocksDBReducingState, RocksDBState, RocksDBValueState
 from streamsnap.state.descriptors import LIST, MAP, REDUCING, VALUE
 from streamsnap.state.serialization import unpack_value
 
