@@ -33,8 +33,8 @@ import pyarrow as pa
 
 import streamsnap as ss
 from benchmarks.workloads import BatchRunningSum, _checkpoint_dir, cleanup
-from streamsnap.connectors.avro import AvroCodec
-from streamsnap.connectors.kafka_sink import encode_json
+from streamsnap.connectors.kafka.avro import AvroCodec
+from streamsnap.connectors.kafka.sink import encode_json
 from benchmarks import local_kafka
 
 KEYS = 1000
@@ -82,7 +82,7 @@ def profile(bootstrap: str, topic: str) -> dict:
     reader reading the whole topic, then one exactly-once sink writer writing it back with a
     transaction per 10 batches, and the JSON encoding alone. CPU time, so a busy machine
     changes these less than the wall-clock throughput."""
-    from streamsnap.runtime.operators import OperatorContext
+    from streamsnap.runtime.operators.base import OperatorContext
 
     def ctx(uid):
         return OperatorContext(name=uid, uid=uid, subtask_index=0, parallelism=1, max_parallelism=128, attempt=0,
@@ -141,7 +141,7 @@ def _raw_copy(bootstrap: str, source_topic: str, partition: int, out_topic: str,
     """One process of the client ceiling: partition `partition` copied to `out_topic` as it is."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from streamsnap.connectors.kafka_sink import _PRODUCER_DEFAULTS
+    from streamsnap.connectors.kafka.sink import _PRODUCER_DEFAULTS
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ceiling-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",

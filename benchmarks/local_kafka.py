@@ -20,7 +20,7 @@ import struct
 import subprocess
 import sys
 
-from streamsnap.connectors.kafka_protocol import encode_request, parse_bootstrap
+from streamsnap.connectors.kafka.protocol import encode_request, parse_bootstrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "kafka-broker")

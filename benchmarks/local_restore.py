@@ -25,7 +25,8 @@ from streamsnap.checkpoint import filesystem
 from streamsnap.state import KeyGroupRange, ValueStateDescriptor
 from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
 from streamsnap.state.backends.changelog import ChangelogConfig
-from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 from streamsnap.state.key_groups import assign_to_key_group
 from streamsnap.state.local_recovery import LocalRecoveryStore
 

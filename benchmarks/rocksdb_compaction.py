@@ -29,7 +29,8 @@ import numpy as np
 
 from streamsnap.graph.keys import BatchKeys
 from streamsnap.state import KeyGroupRange, ValueStateDescriptor
-from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 from streamsnap.state.key_groups import assign_key_groups
 
 MAX_PARALLELISM = 128

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from streamsnap.errors import ConfigurationError
 from streamsnap.state.backends.changelog import ChangelogConfig
-from streamsnap.state.backends.rocksdb import RocksDBConfig
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 
 CHECKPOINT_MODES = ("exactly_once", "at_least_once")
 RETENTION_POLICIES = ("delete_on_cancellation", "retain_on_cancellation")

@@ -85,7 +85,7 @@ class ConnectedStreams:
         """Run a CoProcessFunction, or a KeyedCoProcessFunction when both inputs are keyed."""
         from streamsnap.api.datastream import DataStream, _row_schema
         from streamsnap.api.functions import KeyedCoProcessFunction
-        from streamsnap.runtime.co_operators import CoProcessOperatorFactory, KeyedCoProcessOperatorFactory
+        from streamsnap.runtime.operators.co_process import CoProcessOperatorFactory, KeyedCoProcessOperatorFactory
 
         if callable(getattr(function, "process_broadcast_element", None)):
             raise ConfigurationError(
@@ -182,7 +182,7 @@ class IntervalJoined:
                 parallelism: int | None = None, schema=None):
         """Run a ProcessJoinFunction on every matching (left, right) pair of the same key."""
         from streamsnap.api.datastream import DataStream, _row_schema
-        from streamsnap.runtime.interval_join import IntervalJoinOperatorFactory
+        from streamsnap.runtime.operators.interval_join import IntervalJoinOperatorFactory
 
         _check_function(function, ("process_element",), "interval_join(...).process")
         name = name or type(function).__name__
@@ -272,7 +272,7 @@ class BroadcastConnectedStreams:
                 parallelism: int | None = None, schema=None):
         from streamsnap.api.datastream import DataStream, KeyedStream, _row_schema
         from streamsnap.api.functions import KeyedBroadcastProcessFunction
-        from streamsnap.runtime.broadcast import BroadcastProcessOperatorFactory
+        from streamsnap.runtime.operators.broadcast import BroadcastProcessOperatorFactory
 
         _check_function(function, ("process_element", "process_broadcast_element"),
                         "connect(broadcast_stream).process")
@@ -351,7 +351,7 @@ class WindowedJoin:
         """`fn(left, right)` (or an object with `join(left, right)`) for every pair of rows of one
         key in one window; it returns a row, several rows (iterable) or None."""
         from streamsnap.api.datastream import DataStream, _row_schema
-        from streamsnap.runtime.window_join import WindowJoinOperatorFactory
+        from streamsnap.runtime.operators.window_join import WindowJoinOperatorFactory
 
         if not callable(fn) and not callable(getattr(fn, "join", None)):
             raise ConfigurationError(f"join(...).apply takes a function fn(left, right) or an object "

@@ -23,11 +23,10 @@ from streamsnap.graph.partitioners import (
 )
 from streamsnap.graph.stream_graph import NodeKind, StreamNode
 from streamsnap.runtime.schemas import StreamSchema
-from streamsnap.runtime.operators import (
-    FunctionOperatorFactory, KeyedProcessOperatorFactory, ProcessOperatorFactory,
-)
-from streamsnap.runtime.vectorized_windows import VectorizedWindowOperatorFactory
-from streamsnap.runtime.window_operator import WindowOperatorFactory
+from streamsnap.runtime.operators.functions import FunctionOperatorFactory
+from streamsnap.runtime.operators.process import KeyedProcessOperatorFactory, ProcessOperatorFactory
+from streamsnap.runtime.operators.vectorized_windows import VectorizedWindowOperatorFactory
+from streamsnap.runtime.operators.windows import WindowOperatorFactory
 from streamsnap.time.watermarks import WatermarkStrategy
 
 if TYPE_CHECKING:
@@ -42,7 +41,7 @@ def _check_callable(fn, what: str) -> None:
 
 def check_watermark_strategy(strategy, schema: pa.Schema | None, where: str) -> None:
     """Build-time checks of a watermark strategy against the stream it is applied to."""
-    from streamsnap.runtime.watermark_emitter import generates_watermarks
+    from streamsnap.runtime.operators.watermark_emitter import generates_watermarks
 
     if not isinstance(strategy, WatermarkStrategy):
         raise ConfigurationError(
@@ -211,7 +210,7 @@ class DataStream:
 
     def join(self, other: "DataStream"):
         """A windowed inner join: `.where(k1).equal_to(k2).window(assigner).apply(fn)`, where
-        `fn(left, right)` runs for each pair of one key in one window. See runtime/window_join.py."""
+        `fn(left, right)` runs for each pair of one key in one window. See runtime/operators/window_join.py."""
         from streamsnap.api.connected import join
 
         return join(self, other)
@@ -225,7 +224,7 @@ class DataStream:
 
         With MapStateDescriptors (`rules.broadcast(ss.MapStateDescriptor("rules"))`): a
         BroadcastStream to `connect` to another stream, whose BroadcastProcessFunction keeps
-        those broadcast states (api/connected.py, runtime/broadcast.py).
+        those broadcast states (api/connected.py, runtime/operators/broadcast.py).
         """
         if descriptors:
             from streamsnap.api.connected import BroadcastStream
@@ -266,7 +265,7 @@ class DataStream:
         time when the input ends. Prefer `env.from_source(..., watermark_strategy=...)`: there
         each split of the source gets its own watermark.
         """
-        from streamsnap.runtime.timestamps_operator import TimestampsAndWatermarksFactory
+        from streamsnap.runtime.operators.timestamps_and_watermarks import TimestampsAndWatermarksFactory
 
         name = name or "Timestamps/Watermarks"
         check_watermark_strategy(strategy, self.schema, f"assign_timestamps_and_watermarks '{name}'")
@@ -285,9 +284,9 @@ class DataStream:
     def get_side_output(self, tag) -> "DataStream":
         """The rows the process function before this stream sent to `ctx.output(tag, ...)`."""
         from streamsnap.api.functions import OutputTag
-        from streamsnap.runtime.co_operators import CoProcessOperatorFactory, KeyedCoProcessOperatorFactory
-        from streamsnap.runtime.broadcast import BroadcastProcessOperatorFactory
-        from streamsnap.runtime.interval_join import IntervalJoinOperatorFactory
+        from streamsnap.runtime.operators.co_process import CoProcessOperatorFactory, KeyedCoProcessOperatorFactory
+        from streamsnap.runtime.operators.broadcast import BroadcastProcessOperatorFactory
+        from streamsnap.runtime.operators.interval_join import IntervalJoinOperatorFactory
 
         if not isinstance(tag, OutputTag):
             raise ConfigurationError(f"get_side_output takes an ss.OutputTag, got {tag!r}")
@@ -410,7 +409,7 @@ class KeyedStream(DataStream):
 
     def interval_join(self, other: "KeyedStream"):
         """Join rows of the same key whose event times are close: `.between(lower, upper)`
-        then `.process(ProcessJoinFunction)`. See runtime/interval_join.py."""
+        then `.process(ProcessJoinFunction)`. See runtime/operators/interval_join.py."""
         from streamsnap.api.connected import interval_join
 
         return interval_join(self, other)

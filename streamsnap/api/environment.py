@@ -112,7 +112,7 @@ class StreamEnvironment:
         self.slot_sharing = slot_sharing
         state_backend = validate_state_backend(state_backend)
         if state_backend != "hashmap":
-            from streamsnap.state.backends.rocksdb import import_rocksdict
+            from streamsnap.state.backends.rocksdb.config import import_rocksdict
             import_rocksdict()      # fail here, on the driver, not later inside a Spark task
         if restart is not None and not isinstance(restart, RestartStrategy):
             raise ConfigurationError(f"StreamEnvironment.restart must be a RestartStrategy, got {restart!r}")

@@ -1,7 +1,7 @@
 """Windows on keyed streams: `keyed.window(assigner)` → `WindowedStream`, and its functions.
 
 A WindowedStream only collects configuration (trigger, allowed lateness, late-data tag); the
-terminal `reduce` / `aggregate` / `process` adds the window operator (runtime/window_operator.py)
+terminal `reduce` / `aggregate` / `process` adds the window operator (runtime/operators/windows.py)
 to the graph. Everything checkable is checked here, at build time, so a job with an event-time
 window but no timestamps, or a trigger that cannot merge sessions, never reaches Spark.
 """
@@ -122,7 +122,7 @@ class WindowedStream:
                **options) -> "DataStream":
         """Fold each window's rows pairwise with `fn(a, b) -> row`; emits the reduced row (or
         hands it to `function`, a ProcessWindowFunction, with the window)."""
-        from streamsnap.runtime.window_operator import ReduceContents
+        from streamsnap.runtime.operators.windows import ReduceContents
 
         if not callable(fn):
             raise ConfigurationError(f"reduce needs a function (a, b) -> row, got {fn!r}")
@@ -132,7 +132,7 @@ class WindowedStream:
                   *, serializer=None, **options) -> "DataStream":
         """Aggregate incrementally with an AggregateFunction; emits `get_result` (a row) or
         hands it to `function` with the window. `serializer` encodes the accumulators."""
-        from streamsnap.runtime.window_operator import AggregateContents
+        from streamsnap.runtime.operators.windows import AggregateContents
 
         for method in ("create_accumulator", "add", "get_result"):
             if not callable(getattr(aggregate, method, None)):
@@ -149,7 +149,7 @@ class WindowedStream:
 
     def process(self, function: ProcessWindowFunction, **options) -> "DataStream":
         """Call `function.process(key, context, rows)` with all of a window's rows when it fires."""
-        from streamsnap.runtime.window_operator import ListContents
+        from streamsnap.runtime.operators.windows import ListContents
 
         return self._build(ListContents(), function, "process", required=True, **options)
 
@@ -160,7 +160,7 @@ class WindowedStream:
         ``(function, column)`` with function one of sum, min, max, mean, or to ``"count"``
         (rows); min and max also take string columns. Emits the key column(s) (``key`` for a key function), ``window_start``,
         ``window_end`` and the outputs; nulls are skipped (all-null gives None)."""
-        from streamsnap.runtime.vectorized_windows import (AGGREGATES, ColumnAggregate,
+        from streamsnap.runtime.operators.vectorized_windows import (AGGREGATES, ColumnAggregate,
                                                            VectorizedWindowOperatorFactory, is_text)
 
         spec = self._spec
@@ -245,7 +245,7 @@ class WindowedStream:
     def _build(self, contents, function, what: str, *, name: str | None = None,
                uid: str | None = None, parallelism: int | None = None, schema=None,
                serializer=None, required: bool = False) -> "DataStream":
-        from streamsnap.runtime.window_operator import WindowOperatorFactory
+        from streamsnap.runtime.operators.windows import WindowOperatorFactory
 
         if (function is not None or required) and \
                 not callable(getattr(function, "process", None)):

@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from streamsnap.runtime.batches import Batch, num_rows, to_record_batch
-from streamsnap.runtime.operators import OperatorContext, OperatorFactory, StreamOperator
+from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, StreamOperator
 from streamsnap.runtime.schemas import RowSchema, StreamSchema
 from streamsnap.time.watermarks import WatermarkStrategy
 
@@ -176,7 +176,7 @@ class SourceOperator(StreamOperator):
     """Runs a SourceReader; its split positions are the operator's split-distributed state.
 
     With a watermark strategy, the timestamps of each batch feed that batch's split's
-    generator (see `runtime/watermark_emitter.py`); the watermarks follow the batch.
+    generator (see `runtime/operators/watermark_emitter.py`); the watermarks follow the batch.
     """
 
     def __init__(self, ctx: OperatorContext, source: Source,
@@ -204,7 +204,7 @@ class SourceOperator(StreamOperator):
         self.reader.assign_splits(list(splits))
 
     def open(self) -> None:
-        from streamsnap.runtime.watermark_emitter import WatermarkEmitter
+        from streamsnap.runtime.operators.watermark_emitter import WatermarkEmitter
 
         self.reader.open()
         self.watermarks = WatermarkEmitter(self._strategy, self.ctx.name, self.output,

@@ -43,7 +43,7 @@ from streamsnap.checkpoint import filesystem
 from streamsnap.clock import Clock, SystemClock
 from streamsnap.connectors.base import Source, SourceReader
 from streamsnap.errors import ConfigurationError, FileReadError, StreamsnapError
-from streamsnap.runtime.operators import OperatorContext
+from streamsnap.runtime.operators.base import OperatorContext
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from streamsnap.connectors.base import Sink, SinkWriter
 from streamsnap.errors import ConfigurationError
 from streamsnap.network.frames import decode_batches, encode_batches
 from streamsnap.runtime.batches import Batch, num_rows, to_record_batch, to_rows
-from streamsnap.runtime.operators import OperatorContext
+from streamsnap.runtime.operators.base import OperatorContext
 
 log = logging.getLogger(__name__)
 
@@ -393,4 +393,4 @@ def _commit_file(committable: dict) -> None:
 
 __all__ = ["Collect", "Print", "FileSink", "Discard", "Collector", "Printer", "FORMATS", "Kafka"]
 
-from streamsnap.connectors.kafka_sink import Kafka  # noqa: E402  (ss.sinks.Kafka)
+from streamsnap.connectors.kafka import KafkaSink as Kafka  # noqa: E402  (ss.sinks.Kafka)

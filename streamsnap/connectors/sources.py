@@ -18,7 +18,7 @@ import pyarrow as pa
 from streamsnap.connectors.base import Source, SourceReader
 from streamsnap.errors import ConfigurationError
 from streamsnap.runtime.batches import as_record_batch
-from streamsnap.runtime.operators import OperatorContext
+from streamsnap.runtime.operators.base import OperatorContext
 from streamsnap.runtime.schemas import StreamSchema, infer_collection_schema
 
 
@@ -233,4 +233,4 @@ class CollectionSource(Generator):
 
 
 from streamsnap.connectors.files import FileSource  # noqa: E402, F401  (re-export: ss.sources.FileSource)
-from streamsnap.connectors.kafka_source import Kafka  # noqa: E402, F401  (ss.sources.Kafka)
+from streamsnap.connectors.kafka import KafkaSource as Kafka  # noqa: E402, F401  (ss.sources.Kafka)

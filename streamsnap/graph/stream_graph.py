@@ -3,7 +3,7 @@
 Each node carries an operator factory (what to run), its name, stable `uid` (the key its state
 is stored under, so it must not change between versions of a job), parallelism, output
 schema when known, and the timestamp assigner of its output (column name or function, see
-`runtime/timestamps_operator.py`). Edges carry a partitioner; `None` means "the default":
+`runtime/operators/timestamps_and_watermarks.py`). Edges carry a partitioner; `None` means "the default":
 forward when the parallelism matches, rebalance otherwise (Flink's rule). An edge with a `tag`
 carries the source node's side output of that name instead of its main output.
 """
@@ -32,7 +32,7 @@ class StreamNode:
     kind: NodeKind
     name: str
     uid: str
-    operator: Any  # runtime.operators.OperatorFactory
+    operator: Any  # runtime.operators.base.OperatorFactory
     parallelism: int
     max_parallelism: int
     schema: pa.Schema | None = None

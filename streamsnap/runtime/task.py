@@ -50,10 +50,10 @@ from streamsnap.runtime.events import (
 from streamsnap.runtime.channel_state import overtake_outputs, queue_timeoutable_barrier, restore_channel_state
 from streamsnap.runtime.input import CheckpointedInput
 from streamsnap.runtime.mailbox import Mailbox
-from streamsnap.runtime.operators import OperatorContext, Output
+from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.runtime import log_relay, schemas, trace
 from streamsnap.runtime.output import RecordWriter
-from streamsnap.runtime.row_chain import fuse_row_chains
+from streamsnap.runtime.operators.row_chain import fuse_row_chains
 from streamsnap.runtime.task_time import TaskTimeAccount
 from streamsnap.state.local_recovery import LocalRecoveryStore, default_root
 from streamsnap.state.snapshot import SnapshotDiscardedError

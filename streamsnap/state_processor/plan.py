@@ -58,7 +58,7 @@ def _states_of(task: dict, uid: str) -> list[tuple[str, str, str]] | None:
             f"changelog=True)), which the state reader cannot read; take a savepoint of the job "
             f"(client.trigger_savepoint(dir)) and read that")
     if isinstance(handle, IncrementalKeyGroupsStateHandle):
-        from streamsnap.state.backends.rocksdb_incremental import bundle_states
+        from streamsnap.state.backends.rocksdb.incremental import bundle_states
 
         return bundle_states(handle, task["base"], uid)
     return None if handle.states is None else list(handle.states)

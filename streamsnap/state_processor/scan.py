@@ -52,8 +52,9 @@ def scan(task: dict) -> Iterator[KeyGroupStates]:
 
 def _scan_database(handle: IncrementalKeyGroupsStateHandle, base: str, uid: str,
                    max_parallelism: int, key_groups: KeyGroupRange) -> Iterator[KeyGroupStates]:
-    from streamsnap.state.backends.rocksdb import (RocksDBConfig, RocksDBKeyedStateBackend,
-                                                   canonical_entries)
+    from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+    from streamsnap.state.backends.rocksdb.config import RocksDBConfig
+    from streamsnap.state.backends.rocksdb.snapshot import canonical_entries
 
     directory = tempfile.mkdtemp(prefix="streamsnap-state-reader-")
     backend = RocksDBKeyedStateBackend(uid, max_parallelism, key_groups,

@@ -34,7 +34,7 @@ class OperatorSample:
     input_watermarks: dict[int, int] = field(default_factory=dict)
     output_watermarks: dict[int, int] = field(default_factory=dict)
     # RocksDB native metrics by subtask index (keyed state on RocksDB only): compactions
-    # running/pending, flushes, live SST bytes, memory (state/backends/rocksdb.py NATIVE_METRICS).
+    # running/pending, flushes, live SST bytes, memory (state/backends/rocksdb/backend.py NATIVE_METRICS).
     rocksdb: dict[int, dict[str, int]] = field(default_factory=dict)
 
     @property

@@ -20,7 +20,8 @@ from streamsnap.checkpoint.messages import AcknowledgeCheckpoint
 from streamsnap.checkpoint.reasons import CheckpointFailureReason as R
 from streamsnap.state import key_group_range_for_subtask
 from streamsnap.state.backends.changelog import ChangelogConfig
-from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 
 from streamsnap.api.config import CheckpointConfig
 from streamsnap.checkpoint.coordinator import CheckpointCoordinator

@@ -30,7 +30,8 @@ from streamsnap.checkpoint.storage import CheckpointStorageLocation
 from streamsnap.errors import RestoreError
 from streamsnap.runtime.events import CheckpointType
 from streamsnap.state import ValueStateDescriptor, assign_to_key_group, key_group_range_for_subtask
-from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 
 from .conftest import Harness
 

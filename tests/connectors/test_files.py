@@ -25,7 +25,7 @@ from streamsnap.clock import ManualScheduler
 from streamsnap.connectors.base import SourceOperator
 from streamsnap.connectors.files import FileReadError, FileSource, FileSourceReader, owner_of
 from streamsnap.errors import ConfigurationError
-from streamsnap.runtime.operators import OperatorContext, Output
+from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.state.assignment import assign_operator_state
 
 FORMATS = ["parquet", "jsonl", "csv"]

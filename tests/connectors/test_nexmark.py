@@ -18,7 +18,7 @@ from benchmarks.nexmark.reference import event
 from streamsnap.connectors import nexmark as nx
 from streamsnap.connectors.nexmark import AUCTION, BID, PERSON, NexmarkConfig
 from streamsnap.errors import ConfigurationError
-from streamsnap.runtime.operators import OperatorContext
+from streamsnap.runtime.operators.base import OperatorContext
 
 CONFIGS = [
     NexmarkConfig(),

@@ -9,7 +9,7 @@ import pytest
 import streamsnap as ss
 from streamsnap.connectors.sinks import Collector, FileSinkWriter
 from streamsnap.network.frames import encode_batches
-from streamsnap.runtime.operators import OperatorContext
+from streamsnap.runtime.operators.base import OperatorContext
 
 
 class Checkpoint:

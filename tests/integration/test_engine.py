@@ -45,7 +45,7 @@ def event(i: int) -> dict:
 
 
 def test_a_fused_per_row_chain_counts_per_operator_and_names_the_operator_that_raised(spark):
-    """flat_map -> map -> filter chained into the source's task run fused (runtime/row_chain.py):
+    """flat_map -> map -> filter chained into the source's task run fused (runtime/operators/row_chain.py):
     the result, each operator's records in and out, and a failure in the middle of the run."""
     n = 1500
 

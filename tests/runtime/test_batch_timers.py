@@ -11,7 +11,8 @@ import pytest
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.operators import KeyedBatchProcessOperator, OperatorContext, Output
+from streamsnap.runtime.operators.base import OperatorContext, Output
+from streamsnap.runtime.operators.process import KeyedBatchProcessOperator
 
 from tests.runtime.support import Sink
 

@@ -8,8 +8,8 @@ import pytest
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
-from streamsnap.runtime.operators import OperatorContext, Output
+from streamsnap.runtime.operators.broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
+from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.state.assignment import assign_operator_state
 
 from tests.runtime.support import Sink

@@ -12,8 +12,8 @@ import pytest
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.interval_join import IntervalJoinOperator
-from streamsnap.runtime.operators import OperatorContext, Output
+from streamsnap.runtime.operators.interval_join import IntervalJoinOperator
+from streamsnap.runtime.operators.base import OperatorContext, Output
 
 from tests.runtime.support import Sink
 

@@ -9,7 +9,8 @@ import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.errors import UserFunctionError
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.operators import KeyedProcessOperator, OperatorContext, Output
+from streamsnap.runtime.operators.base import OperatorContext, Output
+from streamsnap.runtime.operators.process import KeyedProcessOperator
 from tests.runtime.support import Sink
 
 

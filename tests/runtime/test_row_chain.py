@@ -1,4 +1,4 @@
-"""Fused per-row chains (runtime/row_chain.py): a run of chained map / filter / flat_map operators
+"""Fused per-row chains (runtime/operators/row_chain.py): a run of chained map / filter / flat_map operators
 gives what the same operators give unfused — rows, order, per-operator counts, watermarks, and
 the error of the operator whose function raised, with the row it was given."""
 
@@ -12,8 +12,9 @@ from tests.properties import examples
 
 from streamsnap.clock import ManualScheduler
 from streamsnap.errors import UserFunctionError
-from streamsnap.runtime.operators import FunctionOperatorFactory, OperatorContext, Output
-from streamsnap.runtime.row_chain import RowRun, fuse_row_chains
+from streamsnap.runtime.operators.base import OperatorContext, Output
+from streamsnap.runtime.operators.functions import FunctionOperatorFactory
+from streamsnap.runtime.operators.row_chain import RowRun, fuse_row_chains
 
 from tests.runtime.support import Sink
 

@@ -137,7 +137,7 @@ def test_rows_routed_by_key_reach_the_channel_owning_their_key_group_in_order(n,
 @pytest.mark.parametrize("values", [["a", "b", "a", "é", ""], [b"x", b"y", b"x"], [3, -1, 3, 2 ** 40],
                                     [1.5, 2.0, 1.5]])
 def test_keys_and_key_groups_from_converted_columns_equal_the_per_row_ones(values):
-    from streamsnap.runtime.operators import keys_of
+    from streamsnap.runtime.operators.keyed import keys_of
 
     class _Op:
         class ctx:
@@ -153,10 +153,10 @@ def test_keys_and_key_groups_from_converted_columns_equal_the_per_row_ones(value
 
 
 def test_remembered_key_groups_of_string_keys_stay_equal_to_hashing_them(monkeypatch):
-    from streamsnap.runtime import operators
+    from streamsnap.runtime.operators import keyed
 
-    monkeypatch.setattr(operators, "KEY_GROUP_CACHE_ENTRIES", 6)
-    monkeypatch.setattr(operators, "KEY_GROUP_CACHE_KEY_LENGTH", 3)
+    monkeypatch.setattr(keyed, "KEY_GROUP_CACHE_ENTRIES", 6)
+    monkeypatch.setattr(keyed, "KEY_GROUP_CACHE_KEY_LENGTH", 3)
 
     class _Op:
         class ctx:
@@ -167,7 +167,7 @@ def test_remembered_key_groups_of_string_keys_stay_equal_to_hashing_them(monkeyp
     for values in batches:
         batch = pa.RecordBatch.from_pylist([{"k": v} for v in values])
         rows, columns = rows_and_columns(batch)
-        keys, groups = operators.keys_of(_Op, batch, rows, columns=columns)
+        keys, groups = keyed.keys_of(_Op, batch, rows, columns=columns)
         assert keys == values
         assert groups == assign_key_groups(values, 128).tolist()
     # Remembered until the cache held its bound (after the third batch), never beyond it; a key

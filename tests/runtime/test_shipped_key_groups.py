@@ -14,7 +14,8 @@ from streamsnap.graph.keys import KeySelector
 from streamsnap.graph.partitioners import KeyGroupPartitioner
 from streamsnap.network.frames import decode_batches, encode_batches
 from streamsnap.runtime import shipped_key_groups
-from streamsnap.runtime.operators import KeyedProcessOperator, OperatorContext, Output
+from streamsnap.runtime.operators.base import OperatorContext, Output
+from streamsnap.runtime.operators.process import KeyedProcessOperator
 from streamsnap.state.key_groups import assign_to_key_group
 from tests.runtime.support import Sink
 

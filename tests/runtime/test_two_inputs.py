@@ -11,9 +11,9 @@ from streamsnap.clock import ManualScheduler
 from streamsnap.graph.execution_graph import build_execution_graph
 from streamsnap.graph.job_graph import build_job_graph
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.co_operators import CoProcessOperator, KeyedCoProcessOperator
+from streamsnap.runtime.operators.co_process import CoProcessOperator, KeyedCoProcessOperator
 from streamsnap.runtime.events import CheckpointBarrier, EndOfPartition, Watermark
-from streamsnap.runtime.operators import OperatorContext, Output
+from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.time.watermarks import MAX_WATERMARK
 
 from tests.runtime.test_input_watermarks import data, event, make_input
@@ -157,7 +157,7 @@ def test_keyed_co_process_on_non_keyed_inputs_fails_at_build_time_naming_the_fix
 def test_window_join_pairs_rows_of_one_key_and_window_like_a_reference():
     import random
 
-    from streamsnap.runtime.window_join import WindowJoinOperator
+    from streamsnap.runtime.operators.window_join import WindowJoinOperator
 
     assigner = ss.windows.TumblingEventTimeWindows.of(0.1)
     op = WindowJoinOperator(_ctx("join"), (KeySelector.of("k"), KeySelector.of("key")), ("t", "ts"),

@@ -12,10 +12,10 @@ import pytest
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.operators import OperatorContext, Output
-from streamsnap.runtime.vectorized_windows import (WINDOWS, ColumnAggregate,
+from streamsnap.runtime.operators.base import OperatorContext, Output
+from streamsnap.runtime.operators.vectorized_windows import (WINDOWS, ColumnAggregate,
                                                    VectorizedWindowOperator)
-from streamsnap.runtime.window_operator import AggregateContents
+from streamsnap.runtime.operators.windows import AggregateContents
 from streamsnap.state.assignment import assign_operator_state
 from streamsnap.state.key_groups import assign_key_groups
 from streamsnap.time.watermarks import MAX_WATERMARK

@@ -11,8 +11,8 @@ import pytest
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.operators import OperatorContext, Output
-from streamsnap.runtime.vectorized_windows import ColumnAggregate, VectorizedWindowOperator
+from streamsnap.runtime.operators.base import OperatorContext, Output
+from streamsnap.runtime.operators.vectorized_windows import ColumnAggregate, VectorizedWindowOperator
 from streamsnap.time.watermarks import MAX_WATERMARK
 from tests.runtime.test_window_operator import Sink
 

@@ -11,8 +11,8 @@ from streamsnap.clock import ManualScheduler
 from streamsnap.connectors.base import SourceOperator
 from streamsnap.connectors.sources import Generator, GeneratorReader
 from streamsnap.runtime.events import WatermarkStatus
-from streamsnap.runtime.operators import OperatorContext
-from streamsnap.runtime.timestamps_operator import (
+from streamsnap.runtime.operators.base import OperatorContext
+from streamsnap.runtime.operators.timestamps_and_watermarks import (
     TimestampsAndWatermarksOperator,
     batch_timestamps,
 )

@@ -14,8 +14,8 @@ import pytest
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.operators import OperatorContext, Output
-from streamsnap.runtime.window_operator import (CONTENTS, AggregateContents, ListContents,
+from streamsnap.runtime.operators.base import OperatorContext, Output
+from streamsnap.runtime.operators.windows import (CONTENTS, AggregateContents, ListContents,
                                                 ReduceContents, WindowOperator)
 from streamsnap.state.assignment import assign_operator_state
 from streamsnap.state.key_groups import assign_key_groups

@@ -4,7 +4,8 @@ import pytest
 
 from streamsnap.state import HashMapKeyedStateBackend, KeyGroupRange
 from streamsnap.state.backends.changelog import ChangelogConfig
-from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 
 BACKEND_KINDS = ("hashmap", "rocksdb")
 # RocksDB in changelog mode (materializations only when a test starts one): a module opts in by

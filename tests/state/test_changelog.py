@@ -15,7 +15,7 @@ from streamsnap.state import HashMapKeyedStateBackend, MapStateDescriptor, key_g
 from streamsnap.state.assignment import assign_operator_state
 from streamsnap.checkpoint.handles import OperatorSubtaskState
 from streamsnap.state.backends.changelog import ChangelogConfig
-from streamsnap.state.backends.rocksdb import RocksDBConfig
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.snapshot import SnapshotDiscardedError
 

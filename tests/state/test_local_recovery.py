@@ -14,7 +14,8 @@ from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.handles import keyed_handle_from_wire
 from streamsnap.errors import ConfigurationError
 from streamsnap.state import KeyGroupRange
-from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 from streamsnap.state.local_recovery import (LocalRecoveryStore, check_directory_option,
                                              default_root)
 

@@ -17,7 +17,8 @@ from streamsnap.state import (HashMapKeyedStateBackend, KeyGroupRange, ListState
                               StateError, ValueStateDescriptor, assign_to_key_group,
                               key_group_range_for_subtask)
 from streamsnap.state.backends.hashmap import decode_block
-from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 from streamsnap.time.timers import InternalTimerService
 
 from .conftest import make_backend
@@ -315,7 +316,7 @@ def test_unusable_local_dir_fails_clearly(tmp_path):
 
 def test_directories_of_dead_processes_are_removed(rocks_config):
     import subprocess
-    from streamsnap.state.backends.rocksdb import DIRECTORY_PREFIX
+    from streamsnap.state.backends.rocksdb.config import DIRECTORY_PREFIX
     base = Path(rocks_config.local_dir)
     base.mkdir(parents=True)
     child = subprocess.Popen([sys.executable, "-c", "pass"])

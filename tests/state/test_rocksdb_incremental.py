@@ -15,7 +15,8 @@ from streamsnap.errors import ConfigurationError, RestoreError
 from streamsnap.state import (HashMapKeyedStateBackend, KeyGroupRange, ValueStateDescriptor,
                               assign_to_key_group, key_group_range_for_subtask)
 from streamsnap.state.assignment import SubtaskRestoreState, assign_operator_state
-from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 from streamsnap.state.snapshot import SnapshotDiscardedError
 
 from .test_rocksdb_backend import KEYS, dump, fill, use_key
@@ -278,7 +279,7 @@ def test_discarding_an_incremental_snapshot_deletes_only_its_own_uploads(backend
 
 def test_incremental_only_into_checkpoint_locations_of_the_storage(tmp_path):
     from streamsnap.checkpoint.storage import CheckpointStorage
-    from streamsnap.state.backends.rocksdb_incremental import shared_directory_of
+    from streamsnap.state.backends.rocksdb.incremental import shared_directory_of
 
     storage = CheckpointStorage(str(tmp_path / "ckpt"), "job1")
     checkpoint_location = storage.initialize_location(7)

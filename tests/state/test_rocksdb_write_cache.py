@@ -1,4 +1,4 @@
-"""The RocksDB backend's write-back cache (state/backends/write_cache.py): it never loses nor
+"""The RocksDB backend's write-back cache (state/backends/rocksdb/write_cache.py): it never loses nor
 resurrects an entry across flushes, evictions, snapshots (full and incremental), restores,
 rescaling (cut and merge), TTL expiry and clear — checked against the heap backend as the model
 over random operation sequences on real RocksDB databases — and it stays within its bound."""
@@ -18,8 +18,9 @@ from streamsnap.state import (HashMapKeyedStateBackend, KeyGroupRange, ListState
                               MapStateDescriptor, ReducingStateDescriptor, StateError,
                               StateTtlConfig, ValueStateDescriptor, assign_to_key_group,
                               key_group_range_for_subtask)
-from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
-from streamsnap.state.backends.write_cache import ENTRY_OVERHEAD, WriteCache
+from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
+from streamsnap.state.backends.rocksdb.write_cache import ENTRY_OVERHEAD, WriteCache
 
 MAX_P = 128
 FULL = KeyGroupRange(0, MAX_P - 1)
@@ -280,7 +281,7 @@ def new_backend(tmp_path):
 
 def stored(backend, name: str, key):
     """What RocksDB itself holds for `key` in value state `name` (None: nothing)."""
-    from streamsnap.state.backends.rocksdb import encode_key
+    from streamsnap.state.backends.rocksdb.encoding import encode_key
     sid = backend._meta[name].sid
     kg = assign_to_key_group(key, MAX_P)
     return backend._db.get(kg.to_bytes(2, "big") + sid + encode_key(key))

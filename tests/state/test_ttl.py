@@ -19,7 +19,8 @@ from streamsnap.state import (KeyGroupRange, ListStateDescriptor, MapStateDescri
                               PickleSerializer, ReducingStateDescriptor, StateError,
                               StateTtlConfig, TtlStateVisibility, TtlUpdateType,
                               ValueStateDescriptor, assign_to_key_group)
-from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 
 from .conftest import BACKEND_KINDS, make_backend
 

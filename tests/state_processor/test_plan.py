@@ -13,7 +13,7 @@ from streamsnap.checkpoint.metadata import CheckpointMetadata, OperatorState
 from streamsnap.errors import ConfigurationError, RestoreError
 from streamsnap.runtime.events import CheckpointType
 from streamsnap.state import KeyGroupRange, ListStateDescriptor, ValueStateDescriptor
-from streamsnap.state.backends.rocksdb import RocksDBConfig
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 from streamsnap.state.key_groups import assign_to_key_group
 from streamsnap.state_processor import plan
 from tests.state.conftest import make_backend

@@ -243,7 +243,8 @@ def test_keyed_state_of_a_changelog_checkpoint_is_listed_as_such_and_its_read_na
     from streamsnap.checkpoint.metadata import CheckpointMetadata, OperatorState, write_metadata
     from streamsnap.runtime.events import CheckpointType
     from streamsnap.state.backends.changelog import ChangelogConfig
-    from streamsnap.state.backends.rocksdb import RocksDBConfig, RocksDBKeyedStateBackend
+    from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+    from streamsnap.state.backends.rocksdb.config import RocksDBConfig
     from tests.state.test_rocksdb_incremental import FULL, MAX_P, checkpoint, put_counts
 
     (tmp_path / "job" / "shared").mkdir(parents=True)

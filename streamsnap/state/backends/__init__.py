@@ -4,12 +4,13 @@
 embedded RocksDB per subtask (the `rocksdict` package, imported only when a RocksDB backend is
 created). Both write the same canonical format for savepoints (and for full checkpoints), so a
 job can switch backends through a savepoint; RocksDB's incremental checkpoints
-(`rocksdb_incremental`) are restored by the RocksDB backend only.
+(`rocksdb.incremental`) are restored by the RocksDB backend only.
 """
 
 from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend, KeyedStateSnapshot
-from streamsnap.state.backends.rocksdb import (RocksDBConfig, RocksDBKeyedStateBackend,
-                                               RocksDBKeyedStateSnapshot)
+from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
+from streamsnap.state.backends.rocksdb.config import RocksDBConfig
+from streamsnap.state.backends.rocksdb.snapshot import RocksDBKeyedStateSnapshot
 
 __all__ = ["HashMapKeyedStateBackend", "KeyedStateSnapshot", "RocksDBConfig",
            "RocksDBKeyedStateBackend", "RocksDBKeyedStateSnapshot"]

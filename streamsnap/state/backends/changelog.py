@@ -9,7 +9,7 @@ upload). Here every keyed-state write is also appended to a per-subtask log, and
 * a checkpoint's synchronous part only *cuts* the log (swaps the dict of writes since the last
   cut: last write per entry); its asynchronous part uploads the new segment(s) to the job's
   `shared/` directory (`changelog_segments` format) and a small private manifest;
-* a *materialization* — a normal incremental RocksDB snapshot (`rocksdb_incremental`), its
+* a *materialization* — a normal incremental RocksDB snapshot (`rocksdb.incremental`), its
   bundle in `shared/` too — is taken at a checkpoint's cut every `materialization_interval`
   seconds or once the log since the last one holds `max_log_bytes`, and uploaded in the
   background; later checkpoints reference it instead of the segments it covers, which are
@@ -17,7 +17,7 @@ upload). Here every keyed-state write is also appended to a per-subtask log, and
 * the completed checkpoint references (`ChangelogStateHandle`) the materialization and the
   segments after it; the coordinator's SharedStateRegistry counts references to all of these
   files, so subsuming a checkpoint never deletes what a retained one needs;
-* restore = restore the materialization(s) (rescaling as `rocksdb_incremental` does), then
+* restore = restore the materialization(s) (rescaling as `rocksdb.incremental` does), then
   replay the segments — merged in order first, so each entry is written once with its last
   write — only the key groups the subtask owns. A subtask restoring
   exactly one handle of its own key-group range continues that log; otherwise its next
@@ -34,7 +34,7 @@ RocksDB directly. Restores write unlogged (the handle is unwrapped meanwhile).
 
 Task-local recovery (`local_recovery=True`, `streamsnap.state.local_recovery`): segments and
 manifests are written to the task's local store beside their upload, the materialization's
-files by `rocksdb_incremental` (its bundle and SST files, in the local `shared/`). Each
+files by `rocksdb.incremental` (its bundle and SST files, in the local `shared/`). Each
 checkpoint references the local copies of every file its handle names, and the changelog pins
 those of the materializations it may still build on, so retention deletes exactly the copies
 no longer needed: segments a confirmed materialization subsumed, older materializations, older
@@ -60,7 +60,8 @@ from streamsnap.checkpoint.handles import (ChangelogSegmentHandle, ChangelogStat
                                            IncrementalKeyGroupsStateHandle, KeyGroupsStateHandle)
 from streamsnap.checkpoint.storage import SHARED_DIR
 from streamsnap.errors import ConfigurationError, RestoreError
-from streamsnap.state.backends import changelog_segments, rocksdb_incremental
+from streamsnap.state.backends import changelog_segments
+from streamsnap.state.backends.rocksdb import incremental as rocksdb_incremental
 from streamsnap.state.backends.changelog_bookkeeping import (EMPTY, ChangelogBookkeeping, CheckpointPlan,
                                                              Materialization)
 from streamsnap.state.backends.hashmap import _CHECKSUM_BYTES, _checksum
@@ -71,7 +72,7 @@ from streamsnap.state.local_recovery import LocalRecoveryStore
 from streamsnap.state.snapshot import StateSnapshot, safe_file_prefix
 
 if TYPE_CHECKING:
-    from streamsnap.state.backends.rocksdb import RocksDBKeyedStateBackend
+    from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
 
 log = logging.getLogger(__name__)
 

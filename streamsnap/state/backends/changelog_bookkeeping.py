@@ -19,7 +19,7 @@ Terms:
   the first completed one makes it the base — only then are the segments it covers forgotten,
   so a failed candidate costs nothing but a new materialization.
 * an upload (segment file, materialization files) is reused by later checkpoints only once a
-  checkpoint that carried it completed, as `rocksdb_incremental` does for SST files: the files
+  checkpoint that carried it completed, as `rocksdb.incremental` does for SST files: the files
   of a checkpoint that failed may already be deleted. A segment's content stays in memory
   until it has such a confirmed upload.
 

@@ -1,0 +1,507 @@
+"""Vectorized windowed aggregation: sum/count/min/max/mean per key and window on Arrow batches.
+
+min and max also take string columns (lexicographic, as Python compares str): per group with
+Arrow's hash aggregation, stored as the window's str (or None) in the same partial layout.
+
+`keyed.window(TumblingEventTimeWindows.of(60)).aggregate_columns({...})` (or `.sum(col)`,
+`.count()`, ...) runs here instead of the per-row window operator, with the assigner's default
+trigger (event time or processing time). A batch is factorized by key (Arrow), assigned to
+windows (`assign_window_starts`, numpy), split into late and on-time rows (`late_windows`),
+and reduced per (key, window) group with sort + `ufunc.reduceat`: no Python per row.
+
+State: per (key, window) one entry of the ValueState ``_window.columns``, whose state key is
+``(key, window start)`` in the *key's* key group (Flink's keyed state with a window namespace),
+so checkpoints, restore and rescaling move it with its key group. Its value is the window's
+partial aggregate ``[pending, rows, (valid, sum, min, max) per input column]``, so windows of
+any size cost the same. A batch reads and writes these entries once per (key, window) group in
+bulk (`get_many` / `put_many`), with numpy folding the batch's partials into the stored ones.
+
+Timers: with the default trigger every window's timers are implied by its state: the cleanup
+timer (end - 1 + allowed lateness) exists while the window has state, and the trigger's (end -
+1) while `pending` is set (an element arrived before the watermark passed the end, and the
+window has not fired since). So no timer is stored per window; `AlignedWindowIndex` (in
+memory, rebuilt from the state on restore) lists, per window start, the windows registered,
+and advancing time reads, fires and drops just the due windows, in bulk. As in Flink, a
+window fires when time passes its end, late rows within the allowed lateness re-fire it (once
+per batch, with all of that batch's rows), and it is dropped at its cleanup time; rows for
+dropped windows go to the late side output or are counted as dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamsnap.graph.keys import KeySelector
+from streamsnap.runtime.batches import Batch, to_record_batch
+from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, user_error
+from streamsnap.runtime.operators.keyed import current_millis
+from streamsnap.runtime.operators.process import ProcessOperator
+from streamsnap.runtime.operators.timestamps_and_watermarks import batch_timestamps
+from streamsnap.runtime.operators.windows import WindowOperator
+from streamsnap.state.descriptors import ValueStateDescriptor
+from streamsnap.state.serialization import Serializer, pack_value, unpack_value
+from streamsnap.time.lateness import late_windows
+from streamsnap.time.watermarks import MAX_WATERMARK, MIN_WATERMARK
+from streamsnap.time.window_index import AlignedWindowIndex
+from streamsnap.time.windows import WindowAssigner
+
+AGGREGATES = ("sum", "count", "min", "max", "mean")
+WINDOWS = "_window.columns"
+
+
+@dataclass(frozen=True)
+class ColumnAggregate:
+    """`output` = `function` over `column` (None for count, which counts rows)."""
+
+    output: str
+    function: str
+    column: str | None
+
+
+class _Keys:
+    """The `keys` argument of `ValueState.get_many/put_many`: distinct keys and their groups."""
+
+    __slots__ = ("unique", "key_groups")
+
+    def __init__(self, unique: list, key_groups: list):
+        self.unique, self.key_groups = unique, key_groups
+
+
+class _Unchecked(Serializer):
+    """msgpack (the same encoding and tag as the default serializer), without the per-write
+    encodability check: the operator only stores lists of the Python ints, floats, bools, str
+    and None that numpy's / Arrow's `tolist()` made, which always encode."""
+
+    native = True
+
+    @property
+    def tag(self) -> str:
+        return "msgpack"
+
+    def dumps(self, value):
+        return pack_value(value)
+
+    def loads(self, data: bytes):
+        return unpack_value(data)
+
+
+def _row_values(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(valid, values with nulls as 0) of a column that sum/min/max/mean can take."""
+    if pa.types.is_boolean(column.type):
+        column = pc.cast(column, pa.int64())
+    if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+        raise TypeError(f"column of type {column.type} cannot be aggregated; sum/min/max/mean "
+                        f"take integer, float or boolean columns")
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    values = pc.fill_null(column, 0).to_numpy(zero_copy_only=False)
+    if values.dtype.kind != "f":
+        values = values.astype(np.int64, copy=False)
+    return valid, values
+
+
+def is_text(kind: pa.DataType) -> bool:
+    """A string column: the only non-numeric type min and max take."""
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _text_groups(column: pa.Array, take: np.ndarray, bounds: np.ndarray) -> list[np.ndarray]:
+    """The partials ``[valid, sum (0), min, max]`` per group of a string column: `take` lists
+    the rows in group order (groups starting at `bounds`); min/max are object arrays (str, or
+    None where a group has no valid value)."""
+    groups = len(bounds)
+    sizes = np.diff(np.r_[bounds, len(take)])
+    table = pa.table({"g": np.repeat(np.arange(groups, dtype=np.int64), sizes),
+                      "v": column.take(pa.array(take, pa.int64()))})
+    reduced = table.group_by("g", use_threads=False).aggregate(
+        [("v", "min"), ("v", "max"), ("v", "count")])
+    where = reduced.column("g").to_numpy()
+    valid = np.zeros(groups, dtype=np.int64)
+    valid[where] = reduced.column("v_count").to_numpy()
+    low = np.full(groups, None, dtype=object)
+    high = np.full(groups, None, dtype=object)
+    low[where] = reduced.column("v_min").to_pylist()
+    high[where] = reduced.column("v_max").to_pylist()
+    return [valid, np.zeros(groups, dtype=np.int64), low, high]
+
+
+def _text_fold(ours: np.ndarray, theirs, pick) -> np.ndarray:
+    """Per group `pick` (min or max) of two str-or-None sequences, None only where both are."""
+    out = np.empty(len(ours), dtype=object)
+    out[:] = [b if a is None else a if b is None else pick(a, b) for a, b in zip(ours.tolist(), theirs)]
+    return out
+
+
+def _extremes(values: np.ndarray) -> tuple:
+    if values.dtype.kind == "f":
+        return np.inf, -np.inf
+    return np.iinfo(np.int64).max, np.iinfo(np.int64).min
+
+
+def _reduce(parts: list[np.ndarray], bounds: np.ndarray) -> list[np.ndarray]:
+    """Partials ``[rows, (valid, sum, min, max) per column]`` of single rows (ordered so that
+    each group's rows are contiguous, groups starting at `bounds`) folded per group; min/max
+    are 0 where a group has no valid value."""
+    out = [np.add.reduceat(parts[0], bounds)]
+    for i in range(1, len(parts), 4):
+        valid, sums, mins, maxs = parts[i:i + 4]
+        if mins.dtype == object:       # a string column: already per group (_text_groups)
+            out += parts[i:i + 4]
+            continue
+        has = valid > 0
+        highest, lowest = _extremes(mins)
+        counts = np.add.reduceat(valid, bounds)
+        some = counts > 0
+        out += [counts, np.add.reduceat(sums, bounds),
+                np.where(some, np.minimum.reduceat(np.where(has, mins, highest), bounds), 0),
+                np.where(some, np.maximum.reduceat(np.where(has, maxs, lowest), bounds), 0)]
+    return out
+
+
+def _fold_stored(new: list[np.ndarray], existed: np.ndarray, old: list) -> list[np.ndarray]:
+    """The batch's per-group partials `new` (``[rows, (valid, sum, min, max)...]``) folded with
+    the stored ones `old` (the same fields, one sequence each) of the groups that `existed`."""
+    def put(target: np.ndarray, values: np.ndarray) -> np.ndarray:
+        out = target.astype(np.result_type(target, values), copy=True)
+        out[existed] = values
+        return out
+
+    out = [put(new[0], new[0][existed] + np.asarray(old[0]))]
+    for i in range(1, len(new), 4):
+        ours = [f[existed] for f in new[i:i + 4]]
+        if ours[2].dtype == object:    # a string column's min and max
+            out += [put(new[i], ours[0] + np.asarray(old[i])), put(new[i + 1], ours[1] + np.asarray(old[i + 1])),
+                    put(new[i + 2], _text_fold(ours[2], old[i + 2], min)),
+                    put(new[i + 3], _text_fold(ours[3], old[i + 3], max))]
+            continue
+        theirs = [np.asarray(f) for f in old[i:i + 4]]
+        valid = ours[0] + theirs[0]
+        has_ours, has_theirs = ours[0] > 0, theirs[0] > 0
+        low = np.where(has_ours, np.where(has_theirs, np.minimum(ours[2], theirs[2]), ours[2]),
+                       theirs[2])
+        high = np.where(has_ours, np.where(has_theirs, np.maximum(ours[3], theirs[3]), ours[3]),
+                        theirs[3])
+        out += [put(new[i], valid), put(new[i + 1], ours[1] + theirs[1]), put(new[i + 2], low),
+                put(new[i + 3], high)]
+    return out
+
+
+def _group_bounds(sorted_codes: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+
+
+class VectorizedWindowOperator(WindowOperator):
+    """Column aggregates per key and tumbling/sliding window, computed batch at a time.
+
+    A batch costs numpy over its rows plus one bulk read and write of its (key, window)
+    groups' state entries; advancing time costs one bulk read and write of the due windows'
+    entries (found by `AlignedWindowIndex`). See the module docstring for the state layout.
+    """
+
+    row_input = False
+
+    def __init__(self, ctx: OperatorContext, key: KeySelector, assigner: WindowAssigner,
+                 allowed_lateness: int, aggregates: tuple[ColumnAggregate, ...],
+                 late_tag: str | None = None, timestamps=None):
+        super().__init__(ctx, key, assigner, assigner.default_trigger(), allowed_lateness,
+                         contents=None, late_tag=late_tag, timestamps=timestamps)
+        self.aggregates = aggregates
+        self.columns = tuple(dict.fromkeys(a.column for a in aggregates if a.column is not None))
+        # Columns only taken by min/max, which may be strings (the others must be numeric).
+        self.extreme_only = frozenset(c for c in self.columns if all(
+            a.function in ("min", "max") for a in aggregates if a.column == c))
+        # Their stored min/max (positions in the merged partials): read back as object arrays,
+        # as numpy would make fixed-width unicode of str (dropping trailing NULs).
+        self.object_fields = frozenset(j for i, c in enumerate(self.columns) if c in self.extreme_only
+                                       for j in (1 + 4 * i + 2, 1 + 4 * i + 3))
+        self.size = assigner.size
+        self.windows = None
+        self.index = AlignedWindowIndex(self.size, self.allowed_lateness)
+        self._watermark = MIN_WATERMARK
+        self._processing_time = MIN_WATERMARK
+
+    # ------------------------------------------------------------------ state
+    def initialize_state(self) -> None:
+        ProcessOperator.initialize_state(self)
+        backend = self.keyed_backend
+        self.windows = backend.get_state(ValueStateDescriptor(WINDOWS, serializer=_Unchecked()))
+        # The restored windows imply their timers: index them (by start, then by key).
+        by_start: dict[int, tuple[list, list]] = {}
+        pending = set()
+        for key_group, name, value in backend.iter_entries(WINDOWS):
+            start = name[1]
+            chunk = by_start.setdefault(start, ([], []))
+            chunk[0].append(name)
+            chunk[1].append(key_group)
+            if value[0]:
+                pending.add(start)
+        for start in sorted(by_start):
+            self.index.add(start, *by_start[start])
+        self.index.mark_pending(pending)
+        self.timer_service = _TimerView(self)
+        if not self.event_time:
+            self._schedule_wakeup(self.index.next_time())
+
+    # ------------------------------------------------------------------ elements
+    def process(self, batch: Batch) -> None:
+        record_batch = to_record_batch(batch)
+        n = record_batch.num_rows
+        self.records_in += n
+        if not n:
+            return
+        try:
+            keys = self.key.batch_keys(record_batch, self.ctx.max_parallelism)
+        except Exception as exc:
+            raise user_error(self, record_batch.slice(0, 1).to_pylist()[0], exc) from None
+        if self.event_time:
+            times = batch_timestamps(record_batch, self.timestamps, self.ctx.name)
+        else:
+            times = np.full(n, current_millis(self.ctx.clock), dtype=np.int64)
+        rows, starts = self.assigner.assign_window_starts(times)
+        if self.event_time:
+            self._split_late(record_batch, times, rows, starts)
+            on_time = ~late_windows(starts + self.size, self.allowed_lateness, self._watermark)
+            rows, starts = rows[on_time], starts[on_time]
+        if len(rows):
+            try:
+                self._fold(record_batch, keys, rows, starts)
+            except Exception as exc:
+                raise user_error(self, f"<RecordBatch of {n} rows, first row "
+                                       f"{record_batch.slice(0, 1).to_pylist()}>", exc) from None
+        self._flush([])
+        if not self.event_time:
+            self._schedule_wakeup(self.index.next_time())
+
+    def _split_late(self, batch: pa.RecordBatch, times: np.ndarray, rows: np.ndarray,
+                    starts: np.ndarray) -> None:
+        """Rows whose every window is past its cleanup time and that are themselves late go to
+        the late side output, or are dropped and counted."""
+        watermark = self._watermark
+        late = late_windows(starts + self.size, self.allowed_lateness, watermark)
+        if not late.any():
+            return
+        has_window = np.zeros(len(times), dtype=bool)
+        has_window[rows[~late]] = True
+        skipped = ~has_window & (times + self.allowed_lateness <= watermark)
+        if not skipped.any():
+            return
+        if self.late_tag is None:
+            self.num_late_records_dropped += int(skipped.sum())
+        else:
+            self.output.emit_side(self.late_tag, batch.filter(pa.array(skipped)).to_pylist())
+
+    def _fold(self, batch: pa.RecordBatch, keys, rows: np.ndarray, starts: np.ndarray) -> None:
+        """Add the (row, window) pairs to their windows: numpy per row, then one state read
+        and one write per (key, window) of the batch."""
+        # The batch's partial aggregate per (key, window): sort + reduceat.
+        key_index = keys.index[rows]
+        window_starts, window_index = np.unique(starts, return_inverse=True)
+        codes = key_index * len(window_starts) + window_index.reshape(-1)
+        order = np.argsort(codes, kind="stable")
+        sorted_codes = codes[order]
+        bounds = _group_bounds(sorted_codes)
+        parts = [np.ones(len(rows), dtype=np.int64)]
+        for c in self.columns:
+            column = batch.column(batch.schema.get_field_index(c))
+            if c in self.extreme_only and is_text(column.type):
+                parts += _text_groups(column, rows[order], bounds)
+                continue
+            valid, values = _row_values(column)
+            valid, values = valid[rows][order], values[rows][order]
+            parts += [valid.astype(np.int64), np.where(valid, values, 0), values, values]
+        merged = _reduce(parts, bounds)
+        first = sorted_codes[bounds]
+        group_keys = (first // len(window_starts)).tolist()
+        group_starts = window_starts[first % len(window_starts)]
+        unique, groups = keys.unique, keys.key_groups
+        state_keys = _Keys(list(zip([unique[k] for k in group_keys], group_starts.tolist())),
+                           [groups[k] for k in group_keys])
+        # Fold in what the windows held before.
+        ends = group_starts + (self.size - 1)
+        pending = ends > self._watermark if self.event_time else np.ones(len(ends), dtype=bool)
+        stored = self.windows.get_many(state_keys)
+        existed = np.fromiter((v is not None for v in stored), dtype=bool, count=len(stored))
+        if existed.any():
+            old = list(zip(*(v for v in stored if v is not None)))
+            pending[existed] |= np.asarray(old[0], dtype=bool)
+            merged = _fold_stored(merged, existed, old[1:])
+        if self.event_time:
+            fire_now = ends <= self._watermark
+            if fire_now.any():   # late elements within the allowed lateness re-fire
+                self._output([state_keys.unique[g][0] for g in np.flatnonzero(fire_now).tolist()],
+                             group_starts[fire_now], [m[fire_now] for m in merged])
+        self.windows.put_many(state_keys, list(map(list, zip(
+            pending.tolist(), *(m.tolist() for m in merged)))))
+        # Index the new windows (their cleanup timer) and the pending ones (trigger timer).
+        fresh = np.flatnonzero(~existed)
+        if len(fresh):
+            by_start = fresh[np.argsort(group_starts[fresh], kind="stable")]
+            fresh_starts = group_starts[by_start]
+            cut = _group_bounds(fresh_starts).tolist() + [len(by_start)]
+            positions = by_start.tolist()
+            names, key_groups = state_keys.unique, state_keys.key_groups
+            for a, b in zip(cut[:-1], cut[1:]):
+                chunk = positions[a:b]
+                self.index.add(int(fresh_starts[a]), [names[g] for g in chunk],
+                               [key_groups[g] for g in chunk])
+        if pending.any():
+            self.index.mark_pending(np.unique(group_starts[pending]).tolist())
+
+    # ------------------------------------------------------------------ time
+    def _advance(self, time: int) -> None:
+        """Fire the windows whose trigger timer is due at `time` and drop those past cleanup."""
+        due = self.index.due(time)
+        if not due:
+            return
+        state_keys = _Keys(due.keys, due.key_groups)
+        stored = self.windows.get_many(state_keys)
+        present = [i for i, v in enumerate(stored) if v is not None] if None in stored \
+            else range(len(stored))            # (windows and index agree: all are there)
+        if present:
+            names = state_keys.unique
+            starts = np.asarray(due.starts, dtype=np.int64)
+            values = stored
+            if len(present) < len(stored):
+                values = [stored[i] for i in present]
+                starts = starts[present]
+                state_keys = _Keys([names[i] for i in present],
+                                   [state_keys.key_groups[i] for i in present])
+                names = state_keys.unique
+            old = list(zip(*values))
+            pending = np.asarray(old[0], dtype=bool)
+            limit = _clamp(time - (self.size - 1))
+            fire = pending & (starts <= limit)
+            clean = starts <= (limit if time == MAX_WATERMARK
+                               else _clamp(time - (self.size - 1) - self.allowed_lateness))
+            if fire.any():   # in time order, then in the order the windows were registered
+                chosen = np.flatnonzero(fire)
+                chosen = chosen[np.argsort(starts[chosen], kind="stable")]
+                self._output([names[i][0] for i in chosen.tolist()], starts[chosen],
+                             [(np.array(o, dtype=object) if j in self.object_fields else np.asarray(o))[chosen]
+                              for j, o in enumerate(old[1:])])
+            if clean.all():
+                updates = [None] * len(present)
+            else:
+                updates = [None if c else ([False] + v[1:] if f else v)
+                           for v, f, c in zip(values, fire.tolist(), clean.tolist())]
+            self.windows.put_many(state_keys, updates)
+        self.index.retire(due)
+        self._flush([])
+
+    def process_watermark(self, timestamp: int) -> None:
+        if timestamp > self._watermark:
+            self._watermark = timestamp
+            if self.event_time:
+                self._run_timers(timestamp)
+        self.output.emit_watermark(timestamp)
+
+    def _run_timers(self, time: int) -> None:
+        try:
+            self._advance(time)
+        except Exception as exc:
+            raise user_error(self, f"<windows due at {time}>", exc) from None
+
+    def _on_processing_time(self, scheduled: int) -> None:
+        if self._wakeup_at == scheduled:
+            self._wakeup_at = None
+        now = max(current_millis(self.ctx.clock), scheduled)
+        self._processing_time = max(self._processing_time, now)
+        if not self.event_time:
+            self._run_timers(self._processing_time)
+        self._schedule_wakeup(self.index.next_time())
+
+    # ------------------------------------------------------------------ output
+    def _output(self, keys: list, starts: np.ndarray, merged: list[np.ndarray]) -> None:
+        """Rows of fired windows: `merged` is ``[rows, (valid, sum, min, max) per column]``."""
+        columns: list[list] = []
+        if self.key.function is None and len(self.key.columns) > 1:
+            columns += [list(c) for c in zip(*keys)] if keys else \
+                [[] for _ in self.key.columns]
+        else:
+            columns.append(keys)
+        names = list(self.key.columns) if self.key.function is None else ["key"]
+        names += ["window_start", "window_end"]
+        columns += [starts.tolist(), (starts + self.size).tolist()]
+        position = {c: 1 + 4 * i for i, c in enumerate(self.columns)}
+        for aggregate in self.aggregates:
+            names.append(aggregate.output)
+            if aggregate.function == "count":
+                columns.append(merged[0].tolist())
+                continue
+            i = position[aggregate.column]
+            valid = merged[i]
+            some = valid > 0
+            if aggregate.function == "mean":
+                values = np.divide(merged[i + 1], valid, out=np.zeros(len(valid)), where=some)
+            else:
+                values = merged[i + {"sum": 1, "min": 2, "max": 3}[aggregate.function]]
+            values = values.tolist()
+            if not some.all():
+                values = [v if s else None for v, s in zip(values, some.tolist())]
+            columns.append(values)
+        self._out.extend(dict(zip(names, row)) for row in zip(*columns))
+
+
+def _clamp(value: int) -> int:
+    """A Python int threshold compared with int64 arrays."""
+    return max(min(value, MAX_WATERMARK), MIN_WATERMARK)
+
+
+class _TimerView:
+    """`timer_service` of the operator, read-only: the times and the windows' pending timers
+    (each registered window has a cleanup timer; pending ones also their trigger's)."""
+
+    def __init__(self, operator: VectorizedWindowOperator):
+        self._op = operator
+
+    @property
+    def current_watermark(self) -> int:
+        return self._op._watermark
+
+    @property
+    def current_processing_time(self) -> int:
+        return self._op._processing_time
+
+    def _timers(self) -> int:
+        index = self._op.index
+        if self._op.allowed_lateness == 0:
+            return len(index)      # trigger and cleanup timer coincide: one timer
+        return len(index) + index.num_pending()
+
+    def num_event_time_timers(self) -> int:
+        return self._timers() if self._op.event_time else 0
+
+    def num_processing_time_timers(self) -> int:
+        return 0 if self._op.event_time else self._timers()
+
+    def next_event_time(self) -> int | None:
+        return self._op.index.next_time() if self._op.event_time else None
+
+    def next_processing_time(self) -> int | None:
+        return None if self._op.event_time else self._op.index.next_time()
+
+
+@dataclass(frozen=True)
+class VectorizedWindowOperatorFactory(OperatorFactory):
+    key: KeySelector
+    assigner: WindowAssigner
+    allowed_lateness: int
+    aggregates: tuple[ColumnAggregate, ...]
+    late_tag: str | None = None
+    timestamps: object = None
+    keyed = True
+    input_format = "batch"
+
+    def create(self, ctx: OperatorContext) -> VectorizedWindowOperator:
+        return VectorizedWindowOperator(ctx, self.key, self.assigner, self.allowed_lateness,
+                                        self.aggregates, self.late_tag, self.timestamps)
+
+    def describe(self) -> str:
+        return f"window({type(self.assigner).__name__}).aggregate_columns"
+
+
+__all__ = ["AGGREGATES", "ColumnAggregate", "VectorizedWindowOperator",
+           "VectorizedWindowOperatorFactory"]
