@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from streamsnap.checkpoint import filesystem
+from streamsnap.checkpoint.restore_point import read_restore_point
 from streamsnap.errors import RestoreError
 
 logger = logging.getLogger(__name__)
@@ -234,8 +235,6 @@ def latest_restore_point(job_directory: str) -> str | None:
     """The directory a new run of the job in `job_directory` resumes from: the savepoint its
     `_restore_point` records if no completed `chk-<n>` is newer, else the newest `chk-<n>`;
     None if it has neither."""
-    from streamsnap.checkpoint.restore_point import read_restore_point
-
     url = filesystem.normalize(job_directory)
     completed = [(checkpoint_id_of(name), child) for name, child in subdirectories(url)
                  if checkpoint_id_of(name) is not None

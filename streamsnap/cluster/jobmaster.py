@@ -170,9 +170,9 @@ class JobMaster:
         self._spark_threads: dict[int, threading.Thread] = {}
         self._deploy_timer = None
         self._final_checkpoint_pending = False
-        # A completed stop-with-savepoint waiting for the job to finish: (savepoint path, future).
-        self._stopping: tuple[str, concurrent.futures.Future] | None = None
-        self._stop_drained = False      # ... and it drained: a failure then must not resume past it
+        # A completed stop-with-savepoint waiting for the job to finish: (savepoint path, future,
+        # drained). A drained one must not be resumed past after a failure.
+        self._stopping: tuple[str, concurrent.futures.Future, bool] | None = None
         # The current attempt restored a drained stop-with-savepoint: it commits and finishes at once.
         self._ends_at_restore = False
         self._started_at = time.monotonic()
@@ -677,8 +677,8 @@ class JobMaster:
             return
         self._failing = True
         self._failure, self._failure_reason = cause, reason
-        if self._stopping is not None and not self._stop_drained:
-            path, stop = self._stopping
+        if self._stopping is not None and not self._stopping[2]:
+            path, stop, _ = self._stopping
             self._stopping = None
             stop.set_exception(self._stop_interrupted(path))
         # A drained stop stays in `_stopping`: the restart restores its savepoint, commits and
@@ -831,11 +831,11 @@ class JobMaster:
                 elif not self._attempts.is_live(attempt) or self.status.is_terminal:
                     # The attempt failed after the savepoint completed: the restart restores it.
                     if drain:
-                        self._stopping, self._stop_drained = (path, result), True
+                        self._stopping = (path, result, True)
                     else:
                         result.set_exception(self._stop_interrupted(path))
                 else:  # resolved when the job has FINISHED (Flink's stop-with-savepoint)
-                    self._stopping, self._stop_drained = (path, result), drain
+                    self._stopping = (path, result, drain)
                     self.coordinator.stop_periodic_scheduler()
                     self._send_all({"type": "finish", "drain": drain})
             self._post(on_loop)
@@ -884,7 +884,7 @@ class JobMaster:
             stats = self.coordinator.stats.snapshot()
             self.coordinator.shutdown(status)
         if self._stopping is not None:
-            path, stop = self._stopping
+            path, stop, _ = self._stopping
             self._stopping = None
             if status is JobStatus.FINISHED:
                 stop.set_result(path)

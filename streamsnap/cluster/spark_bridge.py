@@ -28,6 +28,7 @@ CONNECT_TIMEOUT = 15.0   # seconds a Connect server may take to answer before ex
 
 # What each barrier task returns to the submitter: one row per subtask it ran.
 OUTCOME_COLUMNS = ("task_index", "vertex", "outcome")
+OUTCOME_SCHEMA = "task_index long, vertex string, outcome string"
 
 
 def is_connect(spark) -> bool:
@@ -137,13 +138,10 @@ class ConnectBridge:
 
     def run_barrier_stage(self, n: int, run_slot: Callable[[int, str], list[tuple]], tag: str,
                           description: str) -> list[tuple]:
-        import pyarrow as pa
-
-        schema = "task_index long, vertex string, outcome string"
         self.spark.addTag(tag)   # this thread's operations carry it: cancel(tag) interrupts them
         try:
             rows = (self.spark.range(0, n, 1, n)
-                    .mapInArrow(_arrow_partition(run_slot, pa), schema, barrier=True).collect())
+                    .mapInArrow(_arrow_partition(run_slot), OUTCOME_SCHEMA, barrier=True).collect())
         finally:
             self.spark.removeTag(tag)
         return [tuple(row) for row in rows]
@@ -187,8 +185,9 @@ def _rdd_partition(run_slot):
     return run
 
 
-def _arrow_partition(run_slot, pa):
+def _arrow_partition(run_slot):
     def run(batches: Iterator):
+        import pyarrow as pa
         from pyspark import BarrierTaskContext
 
         for _ in batches:   # the partition's one row: which slot it is comes from the context

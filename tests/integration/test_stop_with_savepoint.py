@@ -30,19 +30,12 @@ pytestmark = pytest.mark.spark
 
 
 class _FailsOnceWriter(FileSinkWriter):
-    def __init__(self, sink, ctx):
-        super().__init__(sink, ctx)
-        self._marker = sink.marker
-
     def prepare_commit(self, checkpoint_id: int) -> list:
-        if checkpoint_id == self._fail_at and self._ctx.subtask_index == 0 and not os.path.exists(self._marker):
-            open(self._marker, "w").close()
+        sink = self._sink
+        if checkpoint_id == sink.fail_at and self._ctx.subtask_index == 0 and not os.path.exists(sink.marker):
+            open(sink.marker, "w").close()
             raise OSError(f"pre-commit of checkpoint {checkpoint_id} failed (once, by the test)")
         return super().prepare_commit(checkpoint_id)
-
-    @property
-    def _fail_at(self) -> int:
-        return self._sink.fail_at
 
 
 class FailsOnceFileSink(ss.sinks.FileSink):
