@@ -92,8 +92,12 @@ class CheckpointCoordinator:
                  stats: CheckpointStatsTracker | None = None,
                  rng: random.Random | None = None,
                  max_queued_requests: int = DEFAULT_MAX_QUEUED,
-                 io: CheckpointIO | None = None):
+                 io: CheckpointIO | None = None, fence: Callable[[], None] | None = None):
         self.job_id = job_id
+        # Raises if a newer JobMaster leads the job (cluster/registry.py): checked on the I/O
+        # side right before `_metadata` is written, so a fenced leader completes nothing and
+        # never tells a sink to commit.
+        self._fence = fence
         self.config = config
         self.storage = storage
         self._scheduler = scheduler
@@ -515,6 +519,8 @@ class CheckpointCoordinator:
         deleted: a new run of the job must find it. Either write failing fails the savepoint."""
         metadata = pending.prepare_metadata(self._scheduler.wall())
         work = partial(write_metadata, pending.location.url, metadata)
+        if self._fence is not None:
+            work = partial(_write_both, self._fence, work)
         if pending.properties.is_terminating:
             point = RestorePoint(pending.checkpoint_id, pending.location.url, pending.properties.checkpoint_type,
                                  pending.properties.drain, metadata.completion_timestamp)
@@ -700,7 +706,12 @@ class CheckpointCoordinator:
             f"repeated output and restore the older checkpoint explicitly with "
             f"restore_from={filesystem.user_path(older.external_pointer)!r} (streamsnap run --from ...)")
 
-    def recover_completed_checkpoints(self) -> list[int]:
+    @property
+    def next_checkpoint_id(self) -> int:
+        """The id the next triggered checkpoint gets."""
+        return self._id_counter.current
+
+    def recover_completed_checkpoints(self, min_id: int = 0) -> list[int]:
         """Load the completed checkpoints an earlier run of this job left in its directory (its
         driver died, or it failed or was cancelled with retention) into the store, so the next
         restore resumes from the newest (Flink's CompletedCheckpointStore.recover). Returns
@@ -708,10 +719,14 @@ class CheckpointCoordinator:
 
         A `_metadata` that does not read back is skipped with a warning; `restore_latest_checkpoint`
         then decides as for any unreadable newest checkpoint (exactly-once refuses the fallback).
+        `min_id`: ignore older ids — a new JobMaster of a run that did not resume (a fresh start,
+        `restore_from`) recovers only what this run completed.
         """
         ids = []
         unreadable = []
         for checkpoint_id in self.storage.existing_checkpoint_ids():
+            if checkpoint_id < min_id:
+                continue
             location = CheckpointStorageLocation(self.storage.checkpoint_directory(checkpoint_id), checkpoint_id)
             if not filesystem.exists(location.metadata_url):
                 continue  # never completed: swept as abandoned
@@ -724,7 +739,7 @@ class CheckpointCoordinator:
                 continue
             self._store.add_checkpoint(CompletedCheckpoint(metadata, location, CheckpointProperties.for_checkpoint()))
             ids.append(checkpoint_id)
-        recorded = self._recover_restore_point(max((*ids, *(i for i, _, _ in unreadable)), default=-1))
+        recorded = self._recover_restore_point(max((*ids, *(i for i, _, _ in unreadable), min_id - 1), default=-1))
         if recorded is not None:
             ids.append(recorded)
         newest_readable = max(ids, default=-1)
