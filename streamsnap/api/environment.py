@@ -282,7 +282,7 @@ class StreamEnvironment:
         return "\n".join(lines)
 
     def _start(self, job_name: str, restore_from: str | None, allow_non_restored_state: bool,
-               job_id: str | None = None):
+               job_id: str | None = None, detached: bool = False):
         from streamsnap.cluster.jobmaster import JobMaster, JobSettings
         from streamsnap.cluster.spark_session import embedded_session, require_slots
 
@@ -335,8 +335,10 @@ class StreamEnvironment:
                                restore_from, allow_non_restored_state, self.log_level, hooks, job_id=job_id,
                                local_recovery=self.local_recovery,
                                local_recovery_dir=self.local_recovery_dir, slot_sharing=self.slot_sharing)
-        if self._job_master_in_cluster(spark):
-            return self._start_in_cluster(spark, execution_graph, settings), None
+        if detached:
+            self._check_detachable(spark)
+        if detached or self._job_master_in_cluster(spark):
+            return self._start_in_cluster(spark, execution_graph, settings, detached), None
         web = None
         if self.web is not None:
             from streamsnap.web.rest import WebServer
@@ -364,7 +366,20 @@ class StreamEnvironment:
             return self.job_master == "cluster"
         return is_connect(spark) and self.checkpointing is not None and self.web is None
 
-    def _start_in_cluster(self, spark, execution_graph, settings):
+    def _check_detachable(self, spark) -> None:
+        from streamsnap.cluster.spark_bridge import is_connect
+
+        if not is_connect(spark):
+            raise ConfigurationError(
+                "execute_async(detached=True) needs a Spark Connect session: a classic session's jobs run in its "
+                "driver, this process. To detach on a classic cluster submit the job file itself: "
+                "spark-submit --deploy-mode cluster --supervise $(which streamsnap) run job.py")
+        if self.job_master == "client" or self.checkpointing is None:
+            raise ConfigurationError(
+                "a detached job's JobMaster runs in the cluster: it needs checkpointing=CheckpointConfig(directory=...) "
+                "and job_master='cluster' (or None)")
+
+    def _start_in_cluster(self, spark, execution_graph, settings, detached: bool = False):
         """Submit the job with its JobMaster in task 0 of its barrier stage (cluster/in_cluster.py)."""
         import uuid
 
@@ -379,6 +394,10 @@ class StreamEnvironment:
                                   plan_slots(execution_graph, self.slot_sharing), local)
         job = ClusterJob(template, settings, self.checkpointing.directory, local)
         _refuse_running_twice(job.registry)
+        if detached:
+            from streamsnap.cluster.detached import launch
+
+            return launch(spark, job, settings.job_name)
         submitted = SubmittedJob(spark, job, settings.job_name)
         submitted.start()
         return submitted
@@ -405,6 +424,11 @@ class StreamEnvironment:
         job's directory under `CheckpointConfig.directory`, so running the same job again after
         its driver died resumes from its latest checkpoint (see `CheckpointConfig.resume`).
         """
+        if CLI_DEFAULTS.get("detached"):    # `streamsnap run --detach`: submit, report, do not wait
+            client = self.execute_async(job_name, restore_from=restore_from,
+                                        allow_non_restored_state=allow_non_restored_state, job_id=job_id, detached=True)
+            CLI_DEFAULTS.setdefault("detached_jobs", []).append(client)
+            return None
         master, _web = self._start(job_name, restore_from, allow_non_restored_state, job_id)
         try:
             result = master.wait()
@@ -417,9 +441,17 @@ class StreamEnvironment:
             raise
 
     def execute_async(self, job_name: str = "streamsnap job", *, restore_from: str | None = None,
-                      allow_non_restored_state: bool = False, job_id: str | None = None) -> JobClient:
-        """Start the job and return a JobClient to watch and control it (arguments as `execute`)."""
-        master, web = self._start(job_name, restore_from, allow_non_restored_state, job_id)
+                      allow_non_restored_state: bool = False, job_id: str | None = None,
+                      detached: bool = False) -> JobClient:
+        """Start the job and return a JobClient to watch and control it (arguments as `execute`).
+
+        detached: the job outlives this process (Spark Connect sessions only): a submitter in
+        the cluster owns its Spark job, and the call returns once the job is RUNNING. Find it
+        again with `ss.jobs.list(directory)` / `ss.jobs.attach(directory, job_id)` or the CLI
+        (`streamsnap list DIR`, `savepoint`, `stop`, `cancel`)."""
+        if not isinstance(detached, bool):
+            raise ConfigurationError(f"execute_async(detached=...) must be True or False, got {detached!r}")
+        master, web = self._start(job_name, restore_from, allow_non_restored_state, job_id, detached)
         return JobClient(master, web)
 
 

@@ -175,11 +175,10 @@ class SubmittedJob(RemoteJob):
         self._tag = f"streamsnap-{self.job_id}-{job.deployment.run_id}"
         self._thread = threading.Thread(target=self._run, name=f"submitter-{self.job_id[:8]}", daemon=True)
 
-    def start(self) -> None:
-        self.registry.write_secret(self._job.deployment.secret)
-        self.registry.write({"job_name": self._name, "status": JobStatus.CREATED.value, "run_id": self._job.deployment.run_id,
-                             "submitted_at": time.time(), "slots": len(self._job.deployment.slots), "ending": False,
-                             "job_master": "cluster", "session": self._bridge.kind})
+    def start(self, record: bool = True) -> None:
+        """Run the job; `record=False` when the record was written by a client that launched us."""
+        if record:
+            record_submission(self.registry, self._job, self._name, self._bridge.kind)
         self._thread.start()
 
     def _run(self) -> None:
@@ -260,4 +259,12 @@ class SubmittedJob(RemoteJob):
         return self._result
 
 
-__all__ = ["RemoteJob", "SubmittedJob"]
+def record_submission(registry: JobRegistry, job, job_name: str, session: str, detached: bool = False) -> None:
+    """The job's first record and its secret, before any Spark job: `list` shows it from now on."""
+    registry.write_secret(job.deployment.secret)
+    registry.write({"job_name": job_name, "status": JobStatus.CREATED.value, "run_id": job.deployment.run_id,
+                    "submitted_at": time.time(), "slots": len(job.deployment.slots), "ending": False,
+                    "job_master": "cluster", "session": session, "detached": detached})
+
+
+__all__ = ["RemoteJob", "SubmittedJob", "record_submission"]
