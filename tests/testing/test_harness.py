@@ -33,7 +33,8 @@ def readme_functions() -> dict:
     """The function classes of README.md's examples, as the README defines them (its code blocks
     are the source: a README edit is tested here)."""
     text = (Path(__file__).parents[2] / "README.md").read_text()
-    namespace = {"ss": ss, "np": np, "pa": pa}
+    # A module name no import finds: Spark's pickling ships the classes by value to its workers.
+    namespace = {"ss": ss, "np": np, "pa": pa, "__name__": "readme_examples"}
     for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
         for match in re.finditer(r"^class \w+\(ss\.\w+\):\n(?:(?: .*)?\n)+", block, flags=re.M):
             exec(match.group(0), namespace)
