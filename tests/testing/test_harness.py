@@ -264,13 +264,15 @@ def test_a_pipeline_subtask_keeps_only_the_rows_of_its_key_groups_after_a_key_by
 
 
 # ---------------------------------------------------------------------------- snapshots
-def test_a_snapshot_restores_state_and_timers_and_the_restored_harness_goes_on():
-    h = harness(BucketSums(), key_by="key")
+@pytest.mark.parametrize("backends", [("hashmap", "hashmap"), ("rocksdb", "rocksdb"), ("rocksdb", "hashmap")])
+def test_a_snapshot_restores_state_and_timers_and_the_restored_harness_goes_on(backends):
+    h = harness(BucketSums(), key_by="key", state_backend=backends[0])
     h.process({"key": "a", "value": 1}, timestamp=1_000)
     h.process({"key": "b", "value": 2}, timestamp=15_000)
     snapshot = h.snapshot()
     h.process({"key": "a", "value": 100}, timestamp=2_000)      # after the snapshot: not in it
-    restored = harness(BucketSums(), key_by="key", restore=snapshot)
+    h.close()
+    restored = harness(BucketSums(), key_by="key", restore=snapshot, state_backend=backends[1])
     assert restored.state("sums") == {"a": {0: 1}, "b": {10_000: 2}}
     assert restored.timers() == [RegisteredTimer("event_time", 9_999, "a"),
                                  RegisteredTimer("event_time", 19_999, "b")]
@@ -420,3 +422,11 @@ def test_a_harness_runs_in_milliseconds():
     h.snapshot()
     assert len(h.output) == 7 * 2
     assert time.perf_counter() - start < 0.5
+
+
+def test_the_example_of_docs_testing_md_runs():
+    text = (Path(__file__).parents[2] / "docs" / "testing.md").read_text()
+    example = re.search(r"```python\n(import streamsnap as ss\n.*?)```", text, flags=re.S).group(1)
+    namespace = {"__name__": "docs_testing_example"}
+    exec(example, namespace)
+    namespace["test_bucket_sums"]()
