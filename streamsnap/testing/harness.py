@@ -49,12 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from streamsnap.api.functions import (BroadcastProcessFunction, CoProcessFunction, Function,
-                                      KeyedBroadcastProcessFunction, KeyedCoProcessFunction,
+from streamsnap.api.functions import (Function, KeyedBroadcastProcessFunction, KeyedCoProcessFunction,
                                       KeyedProcessFunction, OutputTag)
-from streamsnap.api.windowing import AggregateFunction, ProcessWindowFunction
+from streamsnap.api.windowing import ProcessWindowFunction
 from streamsnap.checkpoint.handles import OperatorSubtaskState
-from streamsnap.errors import ConfigurationError
 from streamsnap.graph.partitioners import KeyGroupPartitioner
 from streamsnap.graph.stream_graph import NodeKind, StreamGraph, StreamNode
 from streamsnap.runtime.operators.base import OperatorContext, Output, StreamOperator
@@ -348,7 +346,6 @@ class Harness:
         self._nodes = nodes
 
     def _wire(self, nodes: list[StreamNode], result) -> None:
-        graph = self._graph
         inputs = {n.uid: _OperatorInputs(self.operators[n.uid], len(n.in_edges)) for n in nodes}
         by_id = {inp.node.id: inp for inp in self._inputs}
         targets: dict[tuple[int, str | None], list] = {}
@@ -374,7 +371,6 @@ class Harness:
             side = {tag: ts for (source, tag), ts in targets.items() if source == node.id and tag is not None}
             self.operators[node.uid].output = _HarnessOutput(targets.get((node.id, None), []), side,
                                                              self._unclaimed)
-        self._operator_inputs = inputs
 
     def _assign_restore(self, restore, uids: set[str]) -> tuple[dict, dict]:
         """Per uid, what this subtask restores from the snapshot(s) — the key groups it owns and

@@ -183,6 +183,24 @@ def test_processing_time_windows_fire_from_the_manual_clock():
                          "watermark": MIN_WATERMARK}]      # no event time: no watermark
 
 
+def test_state_time_to_live_counts_the_harness_clock():
+    class Remember(ss.KeyedProcessFunction):
+        def open(self, ctx):
+            self.last = ctx.get_state(ss.ValueStateDescriptor("last", ttl=ss.StateTtlConfig(10)))
+
+        def process_element(self, row, ctx):
+            yield {"key": ctx.current_key, "before": self.last.value()}
+            self.last.update(row["value"])
+
+    h = harness(Remember(), key_by="key")
+    h.process({"key": "a", "value": 1})
+    h.advance_processing_time(9.999)
+    h.process({"key": "a", "value": 2})          # written again: lives 10 s from now
+    h.advance_processing_time(10)
+    h.process({"key": "a", "value": 3})
+    assert [r["before"] for r in h.output] == [None, 1, None]
+
+
 # ---------------------------------------------------------------------------- two inputs
 def test_keyed_co_process_shares_state_and_waits_for_both_inputs_watermarks():
     h = harness(Expiring(), key_by=("user", "id"))
@@ -261,6 +279,37 @@ def test_a_pipeline_subtask_keeps_only_the_rows_of_its_key_groups_after_a_key_by
         assert all(h.owns_key(r["key"]) for r in h.output)
         seen += [r["key"] for r in h.output]
     assert sorted(seen) == list(range(20))
+
+
+def test_a_two_input_pipeline_joins_by_interval_and_cleans_up_on_the_watermark():
+    class Pair(ss.ProcessJoinFunction):
+        def process_element(self, left, right, ctx):
+            yield {"left": left["id"], "right": right["id"], "ts": ctx.timestamp()}
+
+    h = harness(lambda a, b: a.key_by("k").interval_join(b.key_by("k")).between(-1, 1).process(Pair()),
+                inputs=("left", "right"), timestamps="ts")
+    h.process({"k": 1, "id": "l1", "ts": 1_000}, input="left")
+    h.process({"k": 1, "id": "r1", "ts": 1_500}, input="right")
+    h.process({"k": 2, "id": "r2", "ts": 1_500}, input="right")
+    h.process({"k": 1, "id": "r3", "ts": 2_500}, input="right")
+    assert h.output == [{"left": "l1", "right": "r1", "ts": 1_500}]
+    assert len(h.timers()) == 4                    # each buffered row waits for its cleanup
+    h.advance_watermark(5_000, input="left")
+    assert len(h.timers()) == 4                    # the right input still holds event time back
+    h.advance_watermark(5_000, input="right")
+    assert h.timers() == [] and h.watermarks == [5_000]
+
+
+def test_the_observed_stream_can_be_a_side_output():
+    def late_rows(stream):
+        windowed = stream.key_by("key").window(W.TumblingEventTimeWindows.of(1)).side_output_late_data(LATE)
+        return windowed.reduce(add_values).get_side_output(LATE)
+
+    h = harness(late_rows)
+    h.advance_watermark(5_000)
+    h.process({"key": "x", "value": 1}, timestamp=10)
+    h.process({"key": "y", "value": 1}, timestamp=6_000)
+    assert h.output == [{"key": "x", "value": 1}] and h.side_output(LATE) == []
 
 
 # ---------------------------------------------------------------------------- snapshots
