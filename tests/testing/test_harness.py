@@ -479,3 +479,12 @@ def test_the_example_of_docs_testing_md_runs():
     namespace = {"__name__": "docs_testing_example"}
     exec(example, namespace)
     namespace["test_bucket_sums"]()
+
+
+def test_the_module_docstring_example_runs():
+    import sys
+    import textwrap
+
+    doc = sys.modules["streamsnap.testing.harnesses"].__doc__
+    example = doc[doc.index("    import streamsnap as ss"):doc.index("What it runs")]
+    exec(textwrap.dedent(example), {"__name__": "harness_docstring_example"})
