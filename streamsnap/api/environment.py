@@ -80,7 +80,7 @@ class StreamEnvironment:
       inside the job's own barrier stage, hosted by its task 0, so nothing in the cluster
       connects back to this process and Spark's stage retry restarts it if its process dies;
       "client": in this process. None (the default): "cluster" for Spark Connect sessions with
-      checkpointing, else "client" (docs/deployment-decision.md). "cluster" needs checkpointing:
+      checkpointing, else "client" (docs/architecture/deployment-decision.md). "cluster" needs checkpointing:
       the job's registry lives in its checkpoint directory.
     log_level: "DEBUG", "INFO", "WARNING" (default) or "ERROR": the tasks' log level; their
       records at it and above reach the driver's `logging` under `streamsnap.task.<task>.<subtask>`

@@ -1,7 +1,7 @@
 """Detached jobs: submitted from a Spark Connect client that may then exit (`flink run -d`).
 
 A Connect server cancels the executions of a client that went away (minutes later:
-docs/deployment-decision.md, finding 5), so the Spark job of a detached job must belong to a
+docs/architecture/deployment-decision.md, finding 5), so the Spark job of a detached job must belong to a
 process that stays: a submitter inside the cluster. The client runs a one-task launcher
 query whose task starts that submitter in a session of its own (`python -m
 streamsnap.cluster.detached FILE`); the submitter opens its own Connect session to the same

@@ -1,4 +1,4 @@
-"""The JobMaster inside the job's own barrier stage (docs/deployment-decision.md).
+"""The JobMaster inside the job's own barrier stage (docs/architecture/deployment-decision.md).
 
 Task 0 of the barrier stage forks the JobMaster into a process of its own (it dies with task 0:
 parent-death signal). The JobMaster takes the next epoch in the job's registry

@@ -1,6 +1,6 @@
 """The job registry: what a job says about itself in its checkpoint directory.
 
-A job whose JobMaster runs inside the cluster (docs/deployment-decision.md) has no process a
+A job whose JobMaster runs inside the cluster (docs/architecture/deployment-decision.md) has no process a
 client could ask where it is. Its directory in checkpoint storage is the one place every
 party can read, so it holds:
 

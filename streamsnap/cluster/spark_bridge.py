@@ -6,7 +6,7 @@ pre-flight checks talk to a `SparkBridge` instead, so the engine is one engine o
 
 * a barrier stage of n tasks running one function per slot — on classic the RDD barrier stage
   (`parallelize(...).barrier().mapPartitions`, the fastest to start: 0.33 s against 0.76 s for
-  the DataFrame form, docs/deployment-decision.md), on Connect the DataFrame form
+  the DataFrame form, docs/architecture/deployment-decision.md), on Connect the DataFrame form
   `range(0, n, 1, n).mapInArrow(fn, schema, barrier=True)`;
 * cancelling it: a job group on classic, a tag (`addTag` / `interruptTag`) on Connect;
 * the cluster's master URL and settings (`spark.conf` on Connect);

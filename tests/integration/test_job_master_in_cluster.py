@@ -1,4 +1,4 @@
-"""The JobMaster inside the job's barrier stage (issue 29, docs/deployment-decision.md): task 0
+"""The JobMaster inside the job's barrier stage (issue 29, docs/architecture/deployment-decision.md): task 0
 hosts it, Spark's stage retry restarts the stage — also when the JobMaster's own process is
 SIGKILLed — and the committed output stays exact. Classic session here; the Connect path is
 tests/integration/test_connect.py."""
