@@ -22,6 +22,12 @@ class JobExecutionError(StreamsnapError):
         self.reason = reason
 
 
+def describe_row(row) -> str:
+    """A row for an error message: its repr, cut at 500 characters."""
+    shown = repr(row)
+    return shown if len(shown) <= 500 else shown[:500] + "..."
+
+
 class UserFunctionError(StreamsnapError):
     """A user function raised while processing a record.
 
@@ -34,11 +40,8 @@ class UserFunctionError(StreamsnapError):
         self.subtask = subtask
         self.record = record
         self.traceback_text = traceback_text
-        shown = repr(record)
-        if len(shown) > 500:
-            shown = shown[:500] + "..."
         super().__init__(
-            f"user function of operator '{operator}' (subtask {subtask}) failed on record {shown}\n"
+            f"user function of operator '{operator}' (subtask {subtask}) failed on record {describe_row(record)}\n"
             f"{traceback_text.rstrip()}")
 
 
@@ -62,13 +65,20 @@ class AuthenticationError(StreamsnapError):
 
 
 class DataError(StreamsnapError):
-    """A row does not fit its stream: a schema mismatch or a null key.
+    """A row, a state value or a setting met at run time that the job cannot process: a schema
+    mismatch, a null key, a missing event timestamp, a value the state serializer cannot keep.
 
     Deterministic: a restart replays the same input from the last checkpoint and meets the same
     row again, so the JobMaster fails the job at once instead of spending the restart budget
     (Flink's non-recoverable errors). The message names the operator, the subtask, the field,
-    the row and the fix.
+    the row, its source position where the source knows it, and the fix; `located` adds what
+    the place raising it did not know (the subtask, the row, the source position).
     """
+
+    # The row's index in the batch being processed, where the raiser knew it: the source
+    # operator turns it into a source position (split, offset). Never shown to users.
+    batch_index: int | None = None
+    source_position: str | None = None
 
     def __init__(self, message: str, *, operator: str | None = None, subtask: str | None = None,
                  field: str | None = None, row=None):
@@ -77,6 +87,34 @@ class DataError(StreamsnapError):
         self.subtask = subtask
         self.field = field
         self.row = row
+
+    def located(self, *, operator: str | None = None, subtask: str | None = None, row=None,
+                source_position: str | None = None, user_frame: str | None = None) -> "DataError":
+        """This error (changed in place, same class) with the context its raiser lacked added
+        to the message: an operator and subtask in front, the row, source position and the
+        line of the user's code that raised it as lines of their own."""
+        message = str(self)
+        if operator and self.operator is None:
+            self.operator = operator
+            if f"operator '{operator}'" not in message:
+                where = f"operator '{operator}'" + (f" (subtask {subtask})" if subtask else "")
+                message = f"{where}: {message}"
+                if subtask:
+                    self.subtask = subtask
+        if subtask and self.subtask is None:
+            self.subtask = subtask
+            if subtask not in message:
+                message += f"\n  subtask: {subtask}"
+        if row is not None and self.row is None:
+            self.row = row
+            message += f"\n  row: {describe_row(row)}"
+        if source_position and self.source_position is None:
+            self.source_position = source_position
+            message += f"\n  source position: {source_position}"
+        if user_frame:
+            message += f"\n  raised by your code at {user_frame}"
+        self.args = (message,)
+        return self
 
     def __reduce__(self):
         return _rebuild_data_error, (type(self), str(self), self.operator, self.subtask, self.field, self.row)

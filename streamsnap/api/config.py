@@ -112,7 +112,9 @@ class CheckpointConfig:
 class RestartStrategy:
     """How the JobMaster reacts to a failure (Flink's restart strategies).
 
-    Build one with `RestartStrategy.fixed_delay(...)`, `.exponential_delay(...)` or `.none()`.
+    Build one with `RestartStrategy.fixed_delay(...)`, `.exponential_delay(...)`,
+    `.failure_rate(...)` or `.none()`. Whatever the strategy, a data or configuration error
+    (errors.DataError) fails the job at once: a restart would replay the same input into it.
     """
 
     kind: str = "none"
@@ -122,9 +124,10 @@ class RestartStrategy:
     max_delay: float = 60.0
     multiplier: float = 2.0
     reset_after: float = 3600.0
+    interval: float = 60.0
 
     def __post_init__(self):
-        _choice("RestartStrategy", "kind", self.kind, ("none", "fixed_delay", "exponential_delay"))
+        _choice("RestartStrategy", "kind", self.kind, ("none", "fixed_delay", "exponential_delay", "failure_rate"))
 
     @classmethod
     def none(cls) -> "RestartStrategy":
@@ -152,6 +155,28 @@ class RestartStrategy:
         return cls("exponential_delay", attempts=-1 if attempts is None else attempts,
                    initial=float(initial), max_delay=float(max), multiplier=float(multiplier),
                    reset_after=float(reset_after))
+
+    @classmethod
+    def failure_rate(cls, max_failures: int = 1, interval: float = 60.0, delay: float = 1.0) -> "RestartStrategy":
+        """Flink's failure-rate strategy: restart after `delay` seconds unless this failure is the
+        (max_failures + 1)-th within `interval` seconds — a job failing now and then keeps
+        running for good, one failing in a loop stops."""
+        owner = "RestartStrategy.failure_rate"
+        if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 1:
+            raise ConfigurationError(
+                f"{owner}.max_failures must be an integer >= 1 (the failures restarted per interval), got "
+                f"{max_failures!r}; to never restart use RestartStrategy.none()")
+        _positive_number(owner, "interval", interval)
+        if math.isinf(interval):
+            raise ConfigurationError(
+                f"{owner}.interval must be a finite number of seconds, got {interval!r}; to bound the "
+                f"restarts of the whole run use RestartStrategy.fixed_delay(attempts=...)")
+        _positive_number(owner, "delay", delay, allow_zero=True)
+        if delay >= interval:
+            raise ConfigurationError(
+                f"{owner}.delay ({delay:g} s) must be shorter than interval ({interval:g} s): otherwise "
+                f"no two failures can fall within one interval; lengthen interval or shorten delay")
+        return cls("failure_rate", attempts=max_failures, delay=float(delay), interval=float(interval))
 
 
 @dataclass(frozen=True)

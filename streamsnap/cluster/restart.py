@@ -3,6 +3,9 @@
 Sans-I/O: fed failure times, answers `can_restart()` and `backoff_time`. Fixed delay allows a
 number of restarts with a constant pause; exponential delay doubles (x multiplier) the pause up
 to a maximum and forgets the failure history after `reset_after` seconds without failure.
+Failure rate restarts after a constant pause unless the failure is the (n+1)-th within
+`interval` seconds; its only memory is the times of the last n failures, so the history is a
+count and a short list of timestamps that could be stored and reloaded as they are.
 """
 
 from __future__ import annotations
@@ -16,9 +19,16 @@ class RestartBackoff:
         self.restarts = 0
         self._current_delay = strategy.initial
         self._last_failure: float | None = None
+        # failure_rate: times of the failures within `interval` of the latest, oldest first
+        # (at most attempts + 1 of them).
+        self.failure_times: list[float] = []
 
     def notify_failure(self, now: float) -> None:
         s = self._strategy
+        if s.kind == "failure_rate":
+            self.failure_times = [t for t in self.failure_times if now - t < s.interval]
+            self.failure_times.append(now)
+            del self.failure_times[:-(s.attempts + 1)]
         if s.kind == "exponential_delay":
             if self._last_failure is not None and now - self._last_failure >= s.reset_after:
                 self._current_delay = s.initial
@@ -33,12 +43,14 @@ class RestartBackoff:
             return False
         if s.kind == "fixed_delay":
             return self.restarts < s.attempts
+        if s.kind == "failure_rate":
+            return len(self.failure_times) <= s.attempts
         return s.attempts < 0 or self.restarts < s.attempts
 
     @property
     def backoff_time(self) -> float:
         s = self._strategy
-        return s.delay if s.kind == "fixed_delay" else self._current_delay
+        return s.delay if s.kind in ("fixed_delay", "failure_rate") else self._current_delay
 
     def notify_restart(self) -> None:
         self.restarts += 1
@@ -49,5 +61,8 @@ class RestartBackoff:
             return "no restarts (RestartStrategy.none())"
         if s.kind == "fixed_delay":
             return f"fixed delay: {s.attempts} restarts, {s.delay:g} s apart"
+        if s.kind == "failure_rate":
+            return (f"failure rate: at most {s.attempts} failure(s) restarted per {s.interval:g} s, "
+                    f"{s.delay:g} s apart")
         limit = "unlimited" if s.attempts < 0 else str(s.attempts)
         return f"exponential delay: {limit} restarts, {s.initial:g}s .. {s.max_delay:g}s"

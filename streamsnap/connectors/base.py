@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from streamsnap.errors import DataError
 from streamsnap.runtime.batches import Batch, num_rows, to_record_batch
 from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, StreamOperator
 from streamsnap.runtime.schemas import RowSchema, StreamSchema
@@ -69,6 +70,12 @@ class SourceReader(ABC):
 
     def current_split(self) -> Any:
         """Id of the split the batch last returned by `poll` came from (None: not told)."""
+        return None
+
+    def position_of(self, index: int) -> str | None:
+        """Where row `index` of the batch `poll` last returned sits in the source, e.g.
+        "split 1, offset 523": what an error about the row names, since a position inside a
+        batch means nothing to a user (batches are cut anew on every run). None: not told."""
         return None
 
     def open(self) -> None:
@@ -225,12 +232,29 @@ class SourceOperator(StreamOperator):
             return False
         self.records_in += num_rows(batch)
         watermarks = self.watermarks
-        timestamps = watermarks.timestamps(batch)
-        self.output.emit(batch)
+        try:
+            timestamps = watermarks.timestamps(batch)
+            self.output.emit(batch)   # chained operators process the batch right here
+        except DataError as exc:
+            raise self._locate(exc, batch) from None
         if timestamps is not None:
             split = self.reader.current_split()
             watermarks.on_timestamps(_WHOLE_READER if split is None else split, timestamps)
         return True
+
+    def _locate(self, exc: DataError, batch: Batch) -> DataError:
+        """`exc` with the source position of its row: exact when the raiser knew the row's index
+        in this batch or the row is one of its rows unchanged (a filter passed it on), else the
+        range of the batch the row came from (a map made a new row of it)."""
+        index = exc.batch_index
+        if index is None and isinstance(batch, list) and exc.row is not None:
+            index = next((i for i, row in enumerate(batch) if row is exc.row), None)
+        position = self.reader.position_of(index) if index is not None else None
+        if position is None:
+            first, last = self.reader.position_of(0), self.reader.position_of(num_rows(batch) - 1)
+            if first is not None:
+                position = f"in the source batch from {first} to {last}"
+        return exc.located(operator=self.ctx.name, subtask=self.ctx.task_name, source_position=position)
 
     def advance_to_end_of_time(self) -> None:
         """The input ended (or a draining stop): every event-time timer downstream may fire."""

@@ -247,6 +247,7 @@ class FileSourceReader(SourceReader):
         self._taken: set[str] = set()
         self._next_listing: float | None = None  # None: list at the first poll
         self._current: str | None = None          # the file of the batch last returned
+        self._current_start = 0                   # the row of that file the batch starts at
 
     # ------------------------------------------------------------ assignment and restore
     def restore_global_state(self, elements: list) -> None:
@@ -299,8 +300,8 @@ class FileSourceReader(SourceReader):
                 self._cursor = None
                 self._queue.popleft()
                 continue
+            self._current, self._current_start = split[0], split[1]
             split[1] += batch.num_rows
-            self._current = split[0]
             return batch
         return None
 
@@ -333,6 +334,11 @@ class FileSourceReader(SourceReader):
 
     def current_split(self) -> str | None:
         return self._current
+
+    def position_of(self, index: int) -> str | None:
+        if self._current is None:
+            return None
+        return f"file {self._current!r}, row {self._current_start + index}"
 
     def next_available_in(self) -> float:
         if self._queue or self._source.bounded or self._next_listing is None:

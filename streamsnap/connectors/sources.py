@@ -115,6 +115,7 @@ class GeneratorReader(SourceReader):
         self._started = 0.0
         self._emitted_since_start = 0
         self._current: int | None = None
+        self._batch_start: list[int] | None = None   # [split, number of splits, offset] of the last batch
 
     def assign_splits(self, splits: list) -> None:
         self._splits = [[int(j), int(total), int(pos)] for j, total, pos in splits]
@@ -195,8 +196,16 @@ class GeneratorReader(SourceReader):
             split[2] = pos + n
             self._emitted_since_start += n
             self._current = j
+            self._batch_start = [j, total, pos]
             return batch
         return None
+
+    def position_of(self, index: int) -> str | None:
+        if self._batch_start is None:
+            return None
+        j, total, pos = self._batch_start
+        offset = pos + index
+        return f"split {j} of {total}, offset {offset} (index {j + total * offset} of the Generator)"
 
     def _generate(self, indices: np.ndarray):
         fn = self._source.fn

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from streamsnap.errors import ConfigurationError, SchemaError
+from streamsnap.errors import ConfigurationError, SchemaError, describe_row
 
 MODES = ("declared", "inferred", "widen")
 _NESTED = ("struct", "list", "map")
@@ -94,11 +94,6 @@ class StreamSchema:
     @property
     def declared(self) -> pa.Schema | None:
         return self.schema if self.mode == "declared" else None
-
-
-def describe_row(row) -> str:
-    shown = repr(row)
-    return shown if len(shown) <= 500 else shown[:500] + "..."
 
 
 def _describe_schema(schema: pa.Schema) -> str:

@@ -761,8 +761,10 @@ class StreamTask:
             self._log_relay.flush()
 
 
-def _describe_failure(exc: BaseException) -> tuple[str, bool]:
-    if isinstance(exc, (UserFunctionError, DataError)):
+def _describe_failure(exc: BaseException, task_name: str) -> tuple[str, bool]:
+    if isinstance(exc, DataError):
+        return str(exc.located(subtask=task_name)), True   # the subtask, if its raiser did not know it
+    if isinstance(exc, UserFunctionError):
         return str(exc), True
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), False
 
@@ -795,7 +797,7 @@ def run_task(deployment: Deployment, task_index: int, host: str | None = None) -
         _close_quietly(task)
     except BaseException as exc:
         status = "FAILED"
-        text, user = _describe_failure(exc)
+        text, user = _describe_failure(exc, task.name)
         # The report goes first: the log records relayed before it would delay it at the driver,
         # where a downstream task's report of the channel this one is about to close could win.
         try:

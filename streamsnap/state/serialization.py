@@ -2,17 +2,28 @@
 
 msgpack is the default: compact, fast, language-neutral, and decoding it cannot run code, so a
 checkpoint directory that someone else can write to cannot take over the job on restore.
-Values msgpack cannot encode (sets, datetimes, user classes, ints beyond 64 bits) fail with
-an error naming the state and the type. `PickleSerializer` handles any picklable value but
-unpickling runs arbitrary code: opt into it per state, and only with checkpoint storage that
-only trusted parties can write.
+`PickleSerializer` handles any picklable value but unpickling runs arbitrary code: opt into it
+per state, and only with checkpoint storage that only trusted parties can write.
 
-Values keep their Python types through a checkpoint as far as msgpack allows: tuples are
-packed as a msgpack extension type so they come back as tuples (a value that was a tuple
-before a failure must not be a list after recovery), subclasses (IntEnum, OrderedDict,
-namedtuple) come back as their base type, numpy scalars as Python numbers. Keys are packed as
-plain msgpack arrays in bulk (fast) and decoded with arrays as tuples, so composite keys come
-back hashable.
+Values keep their Python types through a checkpoint: a value that was a tuple before a failure
+must not be a list after recovery, nor a datetime a string. What msgpack lacks is packed as
+msgpack extension types whose payload is itself packed the same way (so they nest):
+
+* tuple, set, frozenset: their elements (a bytearray is packed as bytes and comes back as bytes);
+* datetime, date, time: their fields, and the time zone when there is one — a fixed offset
+  (`datetime.timezone`, with its name if it has its own) or a `zoneinfo.ZoneInfo` by key, so
+  naive stays naive and aware stays in its zone; timedelta: days, seconds, microseconds;
+* Decimal: its string, which restores it exactly (precision, exponent, sign of zero, NaN);
+* dataclass instances: the class's import path and every field; restoring imports that module
+  and fills a new instance field by field without calling `__init__` (as unpickling does), so
+  decoding still runs no code but the module's import. The class must be importable where
+  the job runs: a class of `__main__` or one defined inside a function is not.
+
+Subclasses of the msgpack types (IntEnum, OrderedDict, namedtuple) come back as their base
+type, numpy scalars as Python numbers. Anything else — a plain class, a datetime subclass such
+as pandas.Timestamp, a pytz time zone, an int beyond 64 bits — has no faithful encoding and
+fails with an error naming the state, the type and the fix. Keys are packed as plain msgpack
+arrays in bulk (fast) and decoded with arrays as tuples, so composite keys come back hashable.
 
 A serializer is *native* when its encoded form is a msgpack object: the backends then embed
 values in their msgpack files directly instead of nesting one byte string per value, which
@@ -21,8 +32,13 @@ keeps snapshots of many small values fast.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import importlib
 import pickle
+import zoneinfo
 from abc import ABC, abstractmethod
+from decimal import Decimal
 from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any, ClassVar
@@ -32,7 +48,8 @@ import numpy as np
 
 from streamsnap.state.errors import StateSerializationError
 
-_MSGPACK_TYPES_HINT = "None, bool, int (64-bit), float, str, bytes, list, tuple, dict"
+_MSGPACK_TYPES_HINT = ("None, bool, int (64-bit), float, str, bytes, list, tuple, dict, set, frozenset, "
+                       "datetime, date, time, timedelta, Decimal, or dataclasses of those")
 
 
 class Serializer(ABC):
@@ -115,13 +132,83 @@ DEFAULT_SERIALIZER = MsgpackSerializer()
 # ---------------------------------------------------------------------------------------------
 # msgpack helpers shared by the backends
 
-TUPLE_EXT = 1   # msgpack extension type code of a tuple (its elements packed as an array)
+# msgpack extension type codes of the values msgpack lacks (the payload: a packed array).
+TUPLE_EXT = 1
+SET_EXT = 2
+FROZENSET_EXT = 3
+DATETIME_EXT = 4
+DATE_EXT = 5
+TIME_EXT = 6
+TIMEDELTA_EXT = 7
+DECIMAL_EXT = 8
+DATACLASS_EXT = 9
+
+
+def _ext(code: int, fields: list) -> msgpack.ExtType:
+    return msgpack.ExtType(code, pack_value(fields))
+
+
+def _zone(tz: dt.tzinfo | None) -> list | None:
+    """A time zone as data: None, ["offset", seconds, microseconds, name or None], ["key", key]."""
+    if tz is None:
+        return None
+    if type(tz) is dt.timezone:
+        offset = tz.utcoffset(None)
+        own_name = tz.tzname(None)
+        name = None if own_name == dt.timezone(offset).tzname(None) else own_name
+        return ["offset", offset.days * 86400 + offset.seconds, offset.microseconds, name]
+    if type(tz) is zoneinfo.ZoneInfo and tz.key is not None:
+        return ["key", tz.key]
+    raise TypeError(f"the time zone {tz!r} ({_type_name(tz)}) has no faithful encoding: use "
+                    f"datetime.timezone or zoneinfo.ZoneInfo (e.g. ZoneInfo('Europe/Berlin'))")
+
+
+def _unzone(data: list | None) -> dt.tzinfo | None:
+    if data is None:
+        return None
+    if data[0] == "offset":
+        offset = dt.timedelta(seconds=data[1], microseconds=data[2])
+        return dt.timezone(offset) if data[3] is None else dt.timezone(offset, data[3])
+    return zoneinfo.ZoneInfo(data[1])
+
+
+def _type_name(obj: Any) -> str:
+    cls = type(obj)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _dataclass_path(cls: type) -> str:
+    """`module:qualname` of a dataclass, if a restore elsewhere can import it (TypeError if not)."""
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        where = "the main script" if cls.__module__ == "__main__" else "a function"
+        raise TypeError(f"the dataclass '{cls.__module__}.{cls.__qualname__}' is defined in {where}, so a "
+                        f"restore cannot import it: define it at the top level of a module the job imports")
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def value_default(obj: Any) -> Any:
-    """msgpack `default` for values: tuples as an extension type, subclasses as their base."""
+    """msgpack `default` for values: what msgpack lacks as extension types, subclasses as their base."""
+    cls = type(obj)
     if isinstance(obj, tuple):
-        return msgpack.ExtType(TUPLE_EXT, pack_value(list(obj)))
+        return _ext(TUPLE_EXT, list(obj))
+    if cls is dt.datetime:
+        return _ext(DATETIME_EXT, [obj.year, obj.month, obj.day, obj.hour, obj.minute, obj.second,
+                                   obj.microsecond, obj.fold, _zone(obj.tzinfo)])
+    if cls is dt.date:
+        return _ext(DATE_EXT, [obj.toordinal()])
+    if cls is dt.time:
+        return _ext(TIME_EXT, [obj.hour, obj.minute, obj.second, obj.microsecond, obj.fold, _zone(obj.tzinfo)])
+    if cls is dt.timedelta:
+        return _ext(TIMEDELTA_EXT, [obj.days, obj.seconds, obj.microseconds])
+    if cls is Decimal:
+        return _ext(DECIMAL_EXT, [str(obj)])
+    if cls is set:
+        return _ext(SET_EXT, list(obj))
+    if cls is frozenset:
+        return _ext(FROZENSET_EXT, list(obj))
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        return _ext(DATACLASS_EXT, [_dataclass_path(cls), fields])
     if isinstance(obj, bool):
         return bool(obj)
     if isinstance(obj, int):
@@ -138,7 +225,7 @@ def value_default(obj: Any) -> Any:
         return list(obj)
     if isinstance(obj, np.generic) and obj.dtype.kind in "biuf":
         return obj.item()
-    raise TypeError(f"can not serialize {type(obj).__qualname__!r} object")
+    raise TypeError(f"can not serialize {cls.__qualname__!r} object")
 
 
 def pack_value(obj: Any, default: Callable[[Any], Any] = value_default) -> bytes:
@@ -146,10 +233,52 @@ def pack_value(obj: Any, default: Callable[[Any], Any] = value_default) -> bytes
     return msgpack.packb(obj, use_bin_type=True, strict_types=True, default=default)
 
 
+def _restore_dataclass(path: str, fields: dict) -> Any:
+    module, _, qualname = path.partition(":")
+    try:
+        cls = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+    except (ImportError, AttributeError) as exc:
+        raise StateSerializationError(
+            f"state holds an instance of the dataclass '{module}.{qualname}', which cannot be imported here "
+            f"({exc}): make that module importable where the job runs (ship it with the job's code)") from None
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise StateSerializationError(f"state names '{module}.{qualname}' as a dataclass, but it is "
+                                      f"{'a class' if isinstance(cls, type) else 'not a class'} without "
+                                      f"@dataclass: was the class changed? Restore with the code that wrote it")
+    instance = cls.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(instance, name, value)   # frozen dataclasses too; __init__ is not run
+    return instance
+
+
+def _unpack_datetime(fields: list) -> dt.datetime:
+    *parts, fold, zone = fields
+    return dt.datetime(*parts, tzinfo=_unzone(zone), fold=fold)
+
+
+def _unpack_time(fields: list) -> dt.time:
+    *parts, fold, zone = fields
+    return dt.time(*parts, tzinfo=_unzone(zone), fold=fold)
+
+
+_DECODERS: dict[int, Callable[[list], Any]] = {
+    TUPLE_EXT: tuple,
+    SET_EXT: set,
+    FROZENSET_EXT: frozenset,
+    DATETIME_EXT: _unpack_datetime,
+    DATE_EXT: lambda fields: dt.date.fromordinal(fields[0]),
+    TIME_EXT: _unpack_time,
+    TIMEDELTA_EXT: lambda fields: dt.timedelta(*fields),
+    DECIMAL_EXT: lambda fields: Decimal(fields[0]),
+    DATACLASS_EXT: lambda fields: _restore_dataclass(*fields),
+}
+
+
 def _ext_hook(code: int, data: bytes) -> Any:
-    if code == TUPLE_EXT:
-        return tuple(unpack_value(data))
-    return msgpack.ExtType(code, data)
+    decode = _DECODERS.get(code)
+    return msgpack.ExtType(code, data) if decode is None else decode(unpack_value(data))
 
 
 def unpack_value(data: bytes | memoryview) -> Any:
@@ -216,7 +345,8 @@ def unpack_keys(data: bytes | memoryview) -> tuple:
 
 
 def find_unencodable(value: Any, _depth: int = 0, keys: bool = False) -> str | None:
-    """Name of the first part of `value` msgpack cannot encode, or None if it can.
+    """Name of the first part of `value` the state encoding cannot keep faithfully, or None if
+    it can: a type name, or a sentence saying what is wrong and what to do.
 
     With `keys`, checks a key: only None, bool, int, float, str, bytes and tuples of those.
     """
@@ -226,35 +356,41 @@ def find_unencodable(value: Any, _depth: int = 0, keys: bool = False) -> str | N
         return None
     if isinstance(value, np.generic) and value.dtype.kind in "biuf":
         return None
-    if keys:
-        if isinstance(value, int):
-            return None if -(1 << 63) <= value < (1 << 64) else "an int outside the 64-bit range"
-        if isinstance(value, tuple):
-            for item in value:
-                found = find_unencodable(item, _depth + 1, keys=True)
-                if found:
-                    return found
-            return None
-        cls = type(value)
-        return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    if isinstance(value, (bytearray, memoryview)):
-        return None
     if isinstance(value, int):
         return None if -(1 << 63) <= value < (1 << 64) else "an int outside the 64-bit range"
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            found = find_unencodable(item, _depth + 1)
-            if found:
-                return found
-        return None
-    if isinstance(value, dict):
-        for k, v in value.items():
-            found = find_unencodable(k, _depth + 1) or find_unencodable(v, _depth + 1)
-            if found:
-                return found
-        return None
+    if keys:
+        if isinstance(value, tuple):
+            return _first_unencodable(value, _depth, keys=True)
+        return _type_name(value)
     cls = type(value)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    if isinstance(value, (bytearray, memoryview)) or cls in (dt.date, dt.timedelta, Decimal):
+        return None
+    if isinstance(value, (list, tuple)) or cls in (set, frozenset):
+        return _first_unencodable(value, _depth)
+    if isinstance(value, dict):
+        return _first_unencodable((part for item in value.items() for part in item), _depth)
+    try:
+        if cls in (dt.datetime, dt.time):
+            _zone(value.tzinfo)
+            return None
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            _dataclass_path(cls)
+            return _first_unencodable((getattr(value, f.name) for f in dataclasses.fields(value)), _depth)
+    except TypeError as exc:
+        return str(exc)
+    if isinstance(value, (dt.date, dt.time, dt.timedelta)):
+        base = next(b for b in (dt.datetime, dt.date, dt.time, dt.timedelta) if isinstance(value, b))
+        return (f"a {_type_name(value)} (a subclass of {base.__name__}, which would come back as a plain "
+                f"{base.__name__} and lose what the subclass adds): convert it, e.g. with .to_pydatetime()")
+    return _type_name(value)
+
+
+def _first_unencodable(items: Iterable, depth: int, keys: bool = False) -> str | None:
+    for item in items:
+        found = find_unencodable(item, depth + 1, keys=keys)
+        if found:
+            return found
+    return None
 
 
 def describe(culprit: str, what: str = "value") -> str:
@@ -266,9 +402,10 @@ def value_error(state_name: str, value: Any, serializer: Serializer) -> StateSer
     culprit = find_unencodable(value) or type(value).__qualname__
     return StateSerializationError(
         f"state '{state_name}': cannot serialize {describe(culprit)} with "
-        f"{type(serializer).__name__}; store msgpack-compatible values ({_MSGPACK_TYPES_HINT}) "
+        f"{type(serializer).__name__}; store values it keeps faithfully ({_MSGPACK_TYPES_HINT}; "
+        f"e.g. make your class a @dataclass in an importable module, or convert it to a dict) "
         f"or pass serializer=PickleSerializer() to the state's descriptor (pickle is only "
-        f"safe with checkpoint storage that only trusted parties can write)")
+        f"safe with checkpoint storage that only trusted parties can write)", field=state_name)
 
 
 def key_error(state_name: str, key: Any) -> StateSerializationError:
@@ -276,4 +413,4 @@ def key_error(state_name: str, key: Any) -> StateSerializationError:
     return StateSerializationError(
         f"state '{state_name}': cannot serialize {describe(culprit, 'key')} as a key; keys "
         f"must be "
-        f"None, bool, int (64-bit), float, str, bytes or tuples of those")
+        f"None, bool, int (64-bit), float, str, bytes or tuples of those", field=state_name)

@@ -16,7 +16,7 @@ from numbers import Integral
 import numpy as np
 import pyarrow as pa
 
-from streamsnap.errors import StreamsnapError
+from streamsnap.errors import DataError, describe_row
 
 _UNIT_DIVISOR = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}   # None: multiply by 1000
 _INT64_MAX = 2 ** 63 - 1
@@ -24,12 +24,29 @@ _INT64_MAX = 2 ** 63 - 1
 Batch = pa.RecordBatch | pa.Table
 
 
-class TimestampError(StreamsnapError, ValueError):
-    """A record's event timestamp is missing or not an integer number of milliseconds."""
+class TimestampError(DataError, ValueError):
+    """A record's event timestamp is missing or not an integer number of milliseconds.
+
+    A DataError: the replay after a restart meets the same record again. The message names
+    the record itself, not its index in a batch (batches are cut anew on every run); the source
+    operator adds the record's source position (split, offset)."""
 
 
 def _where(operator: str | None) -> str:
     return f"operator '{operator}': " if operator else ""
+
+
+def _error(operator: str | None, field: str | None, record, index: int | None, problem: str,
+           fix: str) -> TimestampError:
+    row = "" if record is None else f"\n  row: {describe_row(record)}"
+    error = TimestampError(f"{_where(operator)}{problem}{row}\n  fix: {fix}", operator=operator,
+                           field=field, row=record)
+    error.batch_index = index
+    return error
+
+
+def _row(batch: Batch, index: int) -> dict:
+    return batch.slice(index, 1).to_pylist()[0]
 
 
 def extract_timestamps(batch: Batch, assigner: str | Callable[[dict], int],
@@ -44,16 +61,17 @@ def extract_timestamps(batch: Batch, assigner: str | Callable[[dict], int],
         return _from_column(batch, assigner, operator)
     if callable(assigner):
         return _from_function(batch, assigner, operator)
-    raise TypeError(f"{_where(operator)}timestamp assigner must be a column name or a function "
-                    f"of the row, got {assigner!r}")
+    raise TimestampError(f"{_where(operator)}timestamp assigner must be a column name or a function "
+                         f"of the row, got {assigner!r}: fix the argument of with_timestamp_assigner",
+                         operator=operator)
 
 
 def _from_column(batch: Batch, field: str, operator: str | None) -> np.ndarray:
     names = batch.schema.names
     if field not in names:
-        raise TimestampError(
-            f"{_where(operator)}the timestamp column '{field}' is missing; the records have "
-            f"columns {names}; fix the name given to with_timestamp_assigner or add the column")
+        raise _error(operator, field, _row(batch, 0) if batch.num_rows else None, 0,
+                     f"the timestamp column '{field}' is missing; the records have columns {names}",
+                     "fix the name given to with_timestamp_assigner or add the column")
     column = batch.column(names.index(field))
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
@@ -61,10 +79,9 @@ def _from_column(batch: Batch, field: str, operator: str | None) -> np.ndarray:
         column = column.dictionary_decode()
     if column.null_count:
         row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
-        raise TimestampError(
-            f"{_where(operator)}timestamp column '{field}' is null in row {row}; every record "
-            f"needs an event timestamp: fill the nulls or drop those rows before assigning "
-            f"timestamps")
+        raise _error(operator, field, _row(batch, row), row,
+                     f"timestamp column '{field}' is null; every record needs an event timestamp",
+                     "fill the nulls or drop those rows (e.g. with filter) before assigning timestamps")
     kind = column.type
     if pa.types.is_timestamp(kind):
         raw = column.cast(pa.int64()).to_numpy()
@@ -74,16 +91,15 @@ def _from_column(batch: Batch, field: str, operator: str | None) -> np.ndarray:
         values = column.to_numpy()
         if values.dtype == np.uint64 and len(values) and values.max() > _INT64_MAX:
             row = int(np.flatnonzero(values > _INT64_MAX)[0])
-            raise TimestampError(
-                f"{_where(operator)}timestamp column '{field}' row {row} holds "
-                f"{int(values[row])}, beyond int64 milliseconds; timestamps must be epoch "
-                f"milliseconds")
+            raise _error(operator, field, _row(batch, row), row,
+                         f"timestamp column '{field}' holds {int(values[row])}, beyond int64 milliseconds",
+                         "give timestamps as int64 epoch milliseconds")
         return values.astype(np.int64, copy=False)
     row, value = _first_non_integer(column)
-    raise TimestampError(
-        f"{_where(operator)}timestamp column '{field}' has type {kind}, not integer "
-        f"milliseconds (first offending row {row}: {value!r}); cast it to int64 epoch "
-        f"milliseconds or to an Arrow timestamp, e.g. pc.cast(column, pa.int64())")
+    raise _error(operator, field, _row(batch, row) if len(column) else None, row,
+                 f"timestamp column '{field}' has type {kind}, not integer milliseconds (first "
+                 f"offending value: {value!r})",
+                 "cast it to int64 epoch milliseconds or to an Arrow timestamp, e.g. pc.cast(column, pa.int64())")
 
 
 def _first_non_integer(column: pa.Array) -> tuple[int, object]:
@@ -114,26 +130,25 @@ def _from_function(batch: Batch, assigner: Callable[[dict], int],
 
 def assign_timestamp(assigner: str | Callable[[dict], int], record: dict,
                      operator: str | None = None, row: int | None = None) -> int:
-    """The timestamp of one record (the per-row path), validated like `extract_timestamps`."""
-    at = f"row {row} " if row is not None else "record "
+    """The timestamp of one record (the per-row path), validated like `extract_timestamps`.
+    `row`: the record's index in its batch, for the source operator to locate it."""
     if isinstance(assigner, str):
         if assigner not in record:
-            raise TimestampError(
-                f"{_where(operator)}the timestamp field '{assigner}' is missing from {at}"
-                f"{record!r}; fix the name given to with_timestamp_assigner or add the field")
+            raise _error(operator, assigner, record, row, f"the timestamp field '{assigner}' is missing",
+                         "fix the name given to with_timestamp_assigner, or give every row the field")
         value = record[assigner]
         ts = _millis(value)
         if ts is None:
-            raise TimestampError(
-                f"{_where(operator)}timestamp field '{assigner}' of {at}{record!r} is "
-                f"{value!r} ({type(value).__name__}), not an int of epoch milliseconds; "
-                f"convert it before assigning timestamps")
+            what = "None" if value is None else f"{value!r} ({type(value).__name__})"
+            raise _error(operator, assigner, record, row,
+                         f"timestamp field '{assigner}' is {what}, not an int of epoch milliseconds",
+                         "give every row an int timestamp (e.g. int(dt.timestamp() * 1000)), or drop rows "
+                         "without one (filter) before assigning timestamps")
         return ts
     value = assigner(record)
     ts = _millis(value)
     if ts is None:
-        raise TimestampError(
-            f"{_where(operator)}the timestamp assigner {assigner!r} returned {value!r} "
-            f"({type(value).__name__}) for {at}{record!r}; it must return an int of epoch "
-            f"milliseconds (e.g. int(dt.timestamp() * 1000))")
+        raise _error(operator, None, record, row,
+                     f"the timestamp assigner {assigner!r} returned {value!r} ({type(value).__name__})",
+                     "make it return an int of epoch milliseconds (e.g. int(dt.timestamp() * 1000))")
     return ts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pyarrow.parquet as pq
@@ -37,6 +38,34 @@ def failing_job(spark, build, name, parallelism=2, **settings):
     with pytest.raises(ss.JobExecutionError) as info:
         env.execute(name)
     return info.value, time.monotonic() - started
+
+
+class _StatusTimes(logging.Handler):
+    """When the JobMaster logged each status change of a job ("job 'x' A -> B")."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.times: dict[str, float] = {}
+
+    def emit(self, record):
+        message = record.getMessage()
+        if " -> " in message:
+            self.times.setdefault(message.rsplit(" -> ", 1)[1], record.created)
+
+
+def fails_at_once(spark, build, name):
+    """Runs a job that must fail with a data error: (error, seconds from RUNNING to FAILED,
+    seconds of the whole execute() — which adds the checks of a user's session before the run)."""
+    jobmaster = logging.getLogger("streamsnap.cluster.jobmaster")
+    handler, level = _StatusTimes(), jobmaster.level
+    jobmaster.addHandler(handler)
+    jobmaster.setLevel(logging.INFO)
+    try:
+        error, total = failing_job(spark, build, name)
+    finally:
+        jobmaster.removeHandler(handler)
+        jobmaster.setLevel(level)
+    return error, handler.times["FAILED"] - handler.times["RUNNING"], total
 
 
 @pytest.mark.parametrize("sink", ["collect", "parquet"])
@@ -154,3 +183,68 @@ def test_savepoint_target_checked_at_call_time_and_a_resumed_job_continues_its_f
     rows = ds.dataset(str(out), format="parquet").to_table().to_pylist()
     assert final_by_key(rows, "key", "total") == {k: sum(i for i in range(n) if i % 7 == k) for k in range(7)}
     assert len(rows) == n   # each row once across the two runs
+
+
+def timed(i):
+    """Event `i`, its timestamp None at i = 1_001 (split 1 of 2, offset 500 at parallelism 2)."""
+    return {"key": i % 7, "value": i, "ts": None if i == 1_001 else i * 10}
+
+
+@pytest.mark.parametrize("where", ["source", "downstream"])
+def test_a_missing_event_timestamp_fails_at_once_naming_the_row_and_its_source_position(spark, where):
+    strategy = ss.WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts")
+
+    def build(env):
+        source = ss.sources.Generator(timed, count=N, batch_size=200)
+        if where == "source":
+            stream = env.from_source(source, name="events", watermark_strategy=strategy)
+        else:   # assigned after a rebalance: the row no longer knows where it came from
+            stream = (env.from_source(source, name="events").rebalance()
+                      .assign_timestamps_and_watermarks(strategy))
+        stream.key_by("key").process(RunningSum(), name="sum").sink_to(ss.sinks.Collect())
+
+    error, seconds, total = fails_at_once(spark, build, f"None timestamp at the {where}")
+    text = str(error)
+    assert error.reason == "DATA_ERROR" and "without a restart (0 earlier restart(s))" in text
+    assert "'value': 1001, 'ts': None" in text and "filter" in text   # the row, the fix
+    assert "row 1 " not in text and "row 100" not in text     # no position inside a batch
+    if where == "source":   # rows as the Generator made them: checked one by one
+        assert "operator 'Source: events'" in text and "subtask: Source: events (2/2)" in text
+        assert "timestamp field 'ts' is None" in text and "int(dt.timestamp() * 1000)" in text
+        assert "source position: split 1 of 2, offset 500 (index 1001 of the Generator)" in text
+    else:   # an Arrow batch off the network: checked column-wise
+        assert "operator 'Timestamps/Watermarks'" in text and "subtask: Timestamps/Watermarks (" in text
+        assert "timestamp column 'ts' is null" in text and "source position" not in text
+    assert seconds < 5, f"{seconds:.1f} s running ({total:.1f} s in execute())"
+
+
+class Opaque:
+    """A value the state serializer has no faithful encoding for."""
+
+    def __init__(self, n):
+        self.n = n
+
+
+class KeepsOpaque(ss.KeyedProcessFunction):
+    def open(self, ctx):
+        self.last = ctx.get_state(ss.ValueStateDescriptor("last_seen"))
+
+    def process_element(self, row, ctx):
+        self.last.update(Opaque(row["value"]) if row["value"] == 1234 else row["value"])
+        yield {"key": ctx.current_key, "value": row["value"]}
+
+
+def test_a_state_value_the_serializer_cannot_keep_fails_at_once_naming_state_type_row_and_fix(spark):
+    def build(env):
+        (env.from_source(ss.sources.Generator(event, count=N), name="events")
+            .key_by("key").process(KeepsOpaque(), name="remember").sink_to(ss.sinks.Collect()))
+
+    error, seconds, total = fails_at_once(spark, build, "opaque state value")
+    text = str(error)
+    assert error.reason == "DATA_ERROR" and "without a restart (0 earlier restart(s))" in text
+    assert "operator 'remember' (subtask " in text and "state 'last_seen'" in text        # operator, subtask, state
+    assert "'tests.integration.test_data_errors.Opaque'" in text                           # the type
+    assert "row: {'key': 2, 'value': 1234}" in text                                        # the row
+    assert "@dataclass" in text and "PickleSerializer()" in text                           # the fixes
+    assert "test_data_errors.py" in text and "in process_element" in text                  # the user's line
+    assert seconds < 5, f"{seconds:.1f} s running ({total:.1f} s in execute())"

@@ -142,7 +142,8 @@ def test_row_timestamps_are_vectorized_when_clean_and_name_the_row_when_not():
     assert batch_timestamps(rows, "ts", "op").tolist() == [5, 7]
     assert batch_timestamps(pa.RecordBatch.from_pylist(rows), "ts", "op").tolist() == [5, 7]
     assert batch_timestamps(rows, lambda r: r["ts"] * 2, "op").tolist() == [10, 14]
-    with pytest.raises(TimestampError, match=r"operator 'op'.*'ts'.*row 1"):
+    with pytest.raises(TimestampError, match=r"operator 'op'.*'ts'.*\n  row: \{'ts': 7.5\}") as err:
         batch_timestamps([{"ts": 5}, {"ts": 7.5}], "ts", "op")
-    with pytest.raises(TimestampError, match=r"operator 'op'.*'ts' is missing from row 1"):
+    assert err.value.batch_index == 1
+    with pytest.raises(TimestampError, match=r"operator 'op'.*'ts' is missing\n  row: \{'x': 1\}"):
         batch_timestamps([{"ts": 5}, {"x": 1}], "ts", "op")

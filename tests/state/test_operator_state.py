@@ -115,8 +115,8 @@ def test_changes_after_snapshot_are_not_in_it(location):
 
 def test_serialization_errors_and_pickle(location):
     backend = OperatorStateBackend("src")
-    with pytest.raises(StateSerializationError, match=r"'offsets'.*datetime.*PickleSerializer"):
-        backend.get_list_state("offsets").add(datetime.datetime(2024, 1, 1))
+    with pytest.raises(StateSerializationError, match=r"'offsets'.*'object'.*PickleSerializer"):
+        backend.get_list_state("offsets").add([datetime.datetime(2024, 1, 1), object()])
     pickled = backend.get_list_state("pickled", serializer=PickleSerializer())
     pickled.add({1, 2})
     handle = backend.snapshot(1, location).run()

@@ -4,6 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from streamsnap.errors import DataError
 from streamsnap.time import TimestampError, assign_timestamp, extract_timestamps
 
 
@@ -47,12 +48,15 @@ def test_missing_column_names_field_columns_and_fix():
     message = str(err.value)
     assert "operator 'windows'" in message and "'ts' is missing" in message
     assert "['time', 'v']" in message and "with_timestamp_assigner" in message
+    assert err.value.field == "ts" and isinstance(err.value, DataError)   # no restart replays past it
 
 
 def test_null_names_first_null_row():
     with pytest.raises(TimestampError) as err:
-        extract_timestamps(batch(ts=[1, 2, None, None]), "ts")
-    assert "'ts' is null in row 2" in str(err.value) and "fill the nulls" in str(err.value)
+        extract_timestamps(batch(ts=[1, 2, None, None], v=[0, 1, 2, 3]), "ts")
+    message = str(err.value)
+    assert "'ts' is null" in message and "row: {'ts': None, 'v': 2}" in message and "fill the nulls" in message
+    assert "row 2" not in message and err.value.batch_index == 2   # located by the source, not shown
 
 
 def test_float_column_names_first_non_integer_row():
@@ -60,17 +64,17 @@ def test_float_column_names_first_non_integer_row():
         extract_timestamps(batch(ts=[1.0, 2.0, 2.5, 3.7]), "ts", operator="src")
     message = str(err.value)
     assert "operator 'src'" in message and "type double" in message
-    assert "first offending row 2: 2.5" in message and "pa.int64()" in message
+    assert "first offending value: 2.5" in message and "row: {'ts': 2.5}" in message and "pa.int64()" in message
 
 
 def test_string_column_is_rejected():
-    with pytest.raises(TimestampError, match=r"type string.*row 0: '2024-01-01'.*cast it"):
+    with pytest.raises(TimestampError, match=r"(?s)type string.*'2024-01-01'.*cast it"):
         extract_timestamps(batch(ts=["2024-01-01"]), "ts")
 
 
 def test_uint64_beyond_int64_names_row():
     column = pa.array([1, 2 ** 64 - 1], type=pa.uint64())
-    with pytest.raises(TimestampError, match="row 1 holds 18446744073709551615"):
+    with pytest.raises(TimestampError, match=r"holds 18446744073709551615.*\n  row: \{'ts': 18446744073709551615\}"):
         extract_timestamps(batch(ts=column), "ts")
 
 
@@ -86,14 +90,16 @@ def test_function_assigner_bad_result_names_row_and_fix(bad):
     with pytest.raises(TimestampError) as err:
         extract_timestamps(batch(a=[1, 2]), lambda row: 1 if row["a"] == 1 else bad, "op")
     message = str(err.value)
-    assert "operator 'op'" in message and "for row 1 {'a': 2}" in message
+    assert "operator 'op'" in message and "row: {'a': 2}" in message and err.value.batch_index == 1
     assert "int of epoch milliseconds" in message
 
 
 def test_assign_timestamp_for_one_record():
     assert assign_timestamp("ts", {"ts": 12}) == 12
     assert assign_timestamp(lambda r: r["x"] + 1, {"x": 1}) == 2
-    with pytest.raises(TimestampError, match="'ts' is missing from record"):
+    with pytest.raises(TimestampError, match=r"'ts' is missing\n  row: \{'t': 1\}"):
         assign_timestamp("ts", {"t": 1})
-    with pytest.raises(TimestampError, match=r"'ts' of record \{'ts': 1.5\} is 1.5 \(float\)"):
+    with pytest.raises(TimestampError, match=r"'ts' is 1.5 \(float\), not an int.*\n  row: \{'ts': 1.5\}"):
         assign_timestamp("ts", {"ts": 1.5})
+    with pytest.raises(TimestampError, match=r"'ts' is None, not an int.*\n  row: \{'ts': None\}\n  fix: .*filter"):
+        assign_timestamp("ts", {"ts": None})

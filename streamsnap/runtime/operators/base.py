@@ -26,7 +26,7 @@ from typing import Any
 
 from streamsnap.api.functions import FunctionInitializationContext, FunctionSnapshotContext, RuntimeContext
 from streamsnap.checkpoint.handles import OperatorSubtaskState
-from streamsnap.errors import UserFunctionError
+from streamsnap.errors import DataError, UserFunctionError
 from streamsnap.runtime.batches import Batch, num_rows
 from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
 from streamsnap.state.key_groups import KeyGroupRange, key_group_range_for_subtask
@@ -127,11 +127,24 @@ class Output:
                 target.process(batch)
 
 
-def user_error(operator: "StreamOperator", record, exc: BaseException) -> UserFunctionError:
-    """A UserFunctionError with the user's traceback, without our own frames in front."""
+def user_error(operator: "StreamOperator", record, exc: BaseException) -> UserFunctionError | DataError:
+    """A UserFunctionError with the user's traceback, without our own frames in front.
+
+    A DataError raised through the user's function (a state value the serializer cannot keep,
+    a missing timestamp) stays one — a restart would replay it — located at this operator,
+    its subtask, the record and the line of the user's code that raised it."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_globals.get("__name__", "").startswith("streamsnap."):
         tb = tb.tb_next
+    if isinstance(exc, DataError):
+        frame = None
+        while tb is not None:
+            if not tb.tb_frame.f_globals.get("__name__", "").startswith("streamsnap."):
+                code = tb.tb_frame.f_code
+                frame = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+            tb = tb.tb_next
+        return exc.located(operator=operator.ctx.name, subtask=operator.ctx.task_name, row=record,
+                           user_frame=frame)
     text = "".join(traceback.format_exception(type(exc), exc, tb))
     return UserFunctionError(operator.ctx.name, operator.ctx.task_name, record, text)
 
