@@ -29,15 +29,20 @@ LATE = ss.OutputTag("late")
 
 
 # ---------------------------------------------------------------------------- README functions
+# The README and the docs pages that define the functions a newcomer starts from.
+DOCUMENTED = ("README.md", "docs/concepts/streams-and-operators.md", "docs/concepts/event-time.md")
+
+
 def readme_functions() -> dict:
-    """The function classes of README.md's examples, as the README defines them (its code blocks
-    are the source: a README edit is tested here)."""
-    text = (Path(__file__).parents[2] / "README.md").read_text()
+    """The function classes of the README's and the docs' examples, as those pages define them
+    (their code blocks are the source: an edit of a page is tested here)."""
+    root = Path(__file__).parents[2]
     # A module name no import finds: Spark's pickling ships the classes by value to its workers.
     namespace = {"ss": ss, "np": np, "pa": pa, "__name__": "readme_examples"}
-    for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
-        for match in re.finditer(r"^class \w+\(ss\.\w+\):\n(?:(?: .*)?\n)+", block, flags=re.M):
-            exec(match.group(0), namespace)
+    for page in DOCUMENTED:
+        for block in re.findall(r"```python\n(.*?)```", (root / page).read_text(), flags=re.S):
+            for match in re.finditer(r"^class \w+\(ss\.\w+\):\n(?:(?: .*)?\n)+", block, flags=re.M):
+                exec(match.group(0), namespace)
     return namespace
 
 
