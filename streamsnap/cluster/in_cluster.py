@@ -133,17 +133,15 @@ class ClusterJobMaster(JobMaster):
             self._post(self._deploy)
 
     def _restore_backoff(self, saved: dict | None) -> None:
-        if not saved:
-            return
-        self._backoff.restarts = int(saved["restarts"])
-        self._backoff._current_delay = float(saved["current_delay"])
-        if saved.get("last_failure") is not None:    # wall clock on the wire, monotonic here
-            self._backoff._last_failure = float(saved["last_failure"]) - time.time() + self._clock.monotonic()
+        if saved:
+            self._backoff.load_history(saved, self._to_wall())
 
     def _saved_backoff(self) -> dict:
-        last = self._backoff._last_failure
-        return {"restarts": self._backoff.restarts, "current_delay": self._backoff._current_delay,
-                "last_failure": None if last is None else last - self._clock.monotonic() + time.time()}
+        return self._backoff.history(self._to_wall())
+
+    def _to_wall(self) -> float:
+        """This process's monotonic clock -> wall clock (the record is read on other hosts)."""
+        return time.time() - self._clock.monotonic()
 
     # ------------------------------------------------------------------ the registry
     @property
@@ -163,6 +161,8 @@ class ClusterJobMaster(JobMaster):
         changed = status is not self.status
         super()._set_status(status)
         if changed and not status.is_terminal and self.epoch >= 0:
+            if status is JobStatus.RUNNING:
+                self._record["running_since"] = time.time()
             self._publish()
 
     def _leadership_check(self):
