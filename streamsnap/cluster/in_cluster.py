@@ -68,7 +68,8 @@ class ClusterJobMaster(JobMaster):
 
     def __init__(self, job: ClusterJob, task0_tid: int, host: str):
         d = job.deployment
-        bind = "127.0.0.1" if job.local else (job.settings.network.bind_host or "")
+        # The address the other executors know task 0's executor by (Spark's), or the user's choice.
+        bind = "127.0.0.1" if job.local else (job.settings.network.bind_host or host)
         super().__init__(None, d.execution_graph, job.settings, secret=d.secret, run_id=d.run_id,
                          control_bind=bind, local=job.local)
         self.registry = job.registry

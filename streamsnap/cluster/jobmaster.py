@@ -203,7 +203,7 @@ class JobMaster:
                     self._sink_names[node.uid] = node.name
         self.coordinator = None
         self._checkpoint_io = None
-        self._server = ControlServer(control_bind or control_host(spark), self._secret, lambda conn: None,
+        self._server = ControlServer(control_host(spark) if control_bind is None else control_bind, self._secret, lambda conn: None,
                                      self._on_control_message, self._on_control_close)
 
     @property
