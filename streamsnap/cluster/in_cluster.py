@@ -124,6 +124,13 @@ class ClusterJobMaster(JobMaster):
                 return
         elif not first:
             delay = max(0.0, float(record.get("not_before", 0.0)) - time.time())
+        try:
+            self._serve_web()
+        except Exception as exc:   # deterministic (a taken port...): every epoch would fail the same way
+            message = f"the JobMaster of job '{self.settings.job_name}' could not start: {exc}"
+            self._finalize(JobStatus.FAILED, JobExecutionError(message, job_name=self.settings.job_name,
+                                                                cause=message, reason="CONFIGURATION"))
+            return
         self._server.start()
         self._loop_thread.start()
         self._attempts.request_deploy()
@@ -132,6 +139,16 @@ class ClusterJobMaster(JobMaster):
             self._post(lambda: self._timers.call_later(delay, self._deploy))
         else:
             self._post(self._deploy)
+
+    def _serve_web(self) -> None:
+        """`StreamEnvironment(web=...)`: the REST API and web UI, from this process (rest.py)."""
+        if self.settings.web is None:
+            return
+        from streamsnap.web.rest import WebServer
+
+        self._web = WebServer(self.settings.web)
+        self._web.serve(self)
+        self._record["web_url"] = self._web.url
 
     def _restore_backoff(self, saved: dict | None) -> None:
         if saved:

@@ -74,6 +74,7 @@ class JobSettings:
     local_recovery: bool = False
     local_recovery_dir: str | None = None  # None: the executors' scratch directory
     slot_sharing: bool = True  # one Spark task slot per subtask index, not per subtask
+    web: Any = None            # WebConfig a JobMaster in the cluster serves (a client's serves its own)
 
 
 def _failure_reason(message: dict) -> str:
