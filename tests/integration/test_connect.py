@@ -206,3 +206,53 @@ def test_event_time_windows_and_a_savepoint_rescale_resume_through_connect_on_a_
     assert out["windows"] == {"fired_once": True, "windows": out["windows"]["windows"], "exact": True}, out
     assert out["windows"]["windows"] >= 5 * 10
     assert 0 < out["rescale"]["before"] < 12_000 and out["rescale"]["every_row_once"] and out["rescale"]["finals"], out
+
+
+KAFKA = textwrap.dedent('''
+    import json, os, signal, sys, time
+    from pyspark.sql import SparkSession
+    import streamsnap as ss
+    from streamsnap.cluster.registry import JobRegistry
+
+    url, bootstrap, source, sink, ckpt = sys.argv[1:6]
+    spark = SparkSession.builder.remote(url).getOrCreate()
+''') + SCRIPT_EVENT_AND_SUM + textwrap.dedent('''
+    env = ss.StreamEnvironment(parallelism=2, spark=spark,
+                               checkpointing=ss.CheckpointConfig(interval=0.3, directory=ckpt),
+                               restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.0),
+                               network=ss.NetworkConfig(batch_size=256, credits=2, output_queue_frames=2))
+    (env.from_source(ss.sources.Kafka(bootstrap, [source], stop_at="latest", batch_size=256), name="events",
+                     uid="events")
+        .key_by("key").process(RunningSum(), name="sum", uid="sum")
+        .sink_to(ss.sinks.Kafka(bootstrap, sink, key="key", semantic="exactly_once"), name="kafka", uid="kafka"))
+    client = env.execute_async("connect kafka")
+    deadline = time.monotonic() + 120
+    while client.status() != "RUNNING" or client.checkpoint_stats().counts.completed < 1:
+        assert time.monotonic() < deadline, f"no checkpoint: {client.status()}"
+        time.sleep(0.01)
+    os.kill(JobRegistry(ckpt, client.job_id).read()["pid"], signal.SIGKILL)     # the JobMaster's own process
+    result = client.wait(300)
+    print("RESULT", json.dumps({"restarts": result.restarts, "status": result.status,
+                                "causes": [r["cause"] for r in result.recoveries]}), flush=True)
+    os._exit(0)
+''')
+
+
+def test_kafka_exactly_once_through_connect_survives_a_sigkill_of_the_job_master(connect_server, kafka_broker,
+                                                                                  tmp_path):
+    from tests.integration.test_kafka import N, output_rows, topics
+    from tests.integration.test_failover import expected_rows
+
+    source, sink = topics(kafka_broker)
+    script = tmp_path / "driver.py"
+    script.write_text(KAFKA)
+    done = subprocess.run([sys.executable, str(script), connect_server, kafka_broker, source, sink,
+                           str(tmp_path / "ckpt")], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert "RESULT" in done.stdout, done.stdout[-5000:] + done.stderr[-5000:]
+    result = json.loads(done.stdout.split("RESULT", 1)[1])
+    assert result["status"] == "FINISHED" and result["restarts"] == 1, result
+    assert "JobMaster of epoch 0" in result["causes"][0], result
+    rows = output_rows(kafka_broker, sink)
+    assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} duplicates for read_committed"
+    assert set(rows) == expected_rows(N)
