@@ -79,18 +79,35 @@ def kafka_broker(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory):
-    """A Spark Connect server on 127.0.0.1 for the session (scripts/spark-connect, in front of
-    local[8]), started on first use; yields its sc:// URL. A classic and a Connect session cannot
-    share one Python process, so tests drive it from a driver subprocess."""
+    """A Spark Connect server on 127.0.0.1 in front of a Spark standalone cluster (scripts/
+    spark-connect and scripts/spark-standalone: a Master and 2 Workers x 4 cores, each its own
+    JVM, executors in JVMs of their own), started once on first use; yields its sc:// URL. A
+    classic and a Connect session cannot share one Python process, so tests drive it from a
+    driver subprocess."""
+    import json
     import os
     import subprocess
     import sys
 
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "spark-connect")
+    scripts = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+    cluster_dir = str(tmp_path_factory.mktemp("spark-standalone-for-connect"))
     directory = str(tmp_path_factory.mktemp("spark-connect"))
-    out = subprocess.run([sys.executable, script, "start", directory, "--master", "local[8]"],
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run([sys.executable, os.path.join(scripts, "spark-standalone"), "start", cluster_dir,
+                          "--workers", "2", "--cores", "4", "--memory", "2g"], capture_output=True, text=True, timeout=180)
     if out.returncode != 0:
-        raise RuntimeError(f"scripts/spark-connect start failed: {out.stderr or out.stdout}")
-    yield out.stdout.strip().splitlines()[-1]
-    subprocess.run([sys.executable, script, "stop", directory], check=True, timeout=60)
+        raise RuntimeError(f"scripts/spark-standalone start failed: {out.stderr or out.stdout}")
+    with open(os.path.join(cluster_dir, "cluster.json")) as f:
+        master = json.load(f)["master_url"]
+    try:
+        # spark.cores.max states the slots a Connect client may count on (it cannot ask the scheduler).
+        out = subprocess.run([sys.executable, os.path.join(scripts, "spark-connect"), "start", directory, "--master",
+                              master, "--conf", "spark.cores.max=8", "--conf", "spark.executor.memory=1g"],
+                             capture_output=True, text=True, timeout=180)
+        if out.returncode != 0:
+            raise RuntimeError(f"scripts/spark-connect start failed: {out.stderr or out.stdout}")
+        yield out.stdout.strip().splitlines()[-1]
+        subprocess.run([sys.executable, os.path.join(scripts, "spark-connect"), "stop", directory], check=True,
+                       timeout=60)
+    finally:
+        subprocess.run([sys.executable, os.path.join(scripts, "spark-standalone"), "stop", cluster_dir], check=True,
+                       timeout=60)

@@ -149,10 +149,6 @@ class StreamEnvironment:
             raise ConfigurationError(
                 "StreamEnvironment(job_master='cluster') needs checkpointing=CheckpointConfig(directory=...): the "
                 "job's registry and its restarts live in the checkpoint directory (use job_master='client' without)")
-        if job_master == "cluster" and web is not None:
-            raise ConfigurationError(
-                "StreamEnvironment(web=...) is served by a JobMaster in this process only: with job_master='cluster' "
-                "watch the job with ss.jobs.list / attach or `streamsnap list DIR` (or use job_master='client')")
         self.job_master = job_master
         from streamsnap.time.durations import to_millis
 
@@ -364,7 +360,7 @@ class StreamEnvironment:
 
         if self.job_master is not None:
             return self.job_master == "cluster"
-        return is_connect(spark) and self.checkpointing is not None and self.web is None
+        return is_connect(spark) and self.checkpointing is not None
 
     def _check_detachable(self, spark) -> None:
         from streamsnap.cluster.spark_bridge import is_connect
@@ -381,6 +377,7 @@ class StreamEnvironment:
 
     def _start_in_cluster(self, spark, execution_graph, settings, detached: bool = False):
         """Submit the job with its JobMaster in task 0 of its barrier stage (cluster/in_cluster.py)."""
+        import dataclasses
         import uuid
 
         from streamsnap.cluster.in_cluster import ClusterJob
@@ -390,6 +387,7 @@ class StreamEnvironment:
         from streamsnap.network import auth
 
         local = is_local(spark)
+        settings = dataclasses.replace(settings, web=self.web)   # served by the JobMaster, in the cluster
         template = new_deployment(settings.job_id, uuid.uuid4().hex[:12], settings, execution_graph, auth.new_secret(),
                                   plan_slots(execution_graph, self.slot_sharing), local)
         job = ClusterJob(template, settings, self.checkpointing.directory, local)

@@ -176,7 +176,7 @@ def _probe_functions():
 def probe_executors(bridge) -> list[tuple]:
     """(status, error, python executable, python version) from two tasks: executors share one
     setup as a rule, and every task more is a Python worker to start (seconds on a busy host)."""
-    n = max(1, min(bridge.default_parallelism(), 2))
+    n = max(1, min(bridge.default_parallelism() or 2, 2))
     return bridge.run_probe(*_probe_functions(), n)
 
 

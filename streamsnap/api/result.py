@@ -111,7 +111,10 @@ class JobClient:
     def web_url(self) -> str | None:
         """Where the job's REST API, `/metrics` and web UI are served while it runs (None without
         `StreamEnvironment(web=ss.WebConfig(...))`)."""
-        return self._web.url if self._web is not None else None
+        if self._web is not None:
+            return self._web.url
+        record = getattr(self._master, "record", None)   # a JobMaster in the cluster serves it there
+        return record().get("web_url") if record is not None else None
 
     @property
     def job_id(self) -> str:

@@ -68,7 +68,8 @@ class ClusterJobMaster(JobMaster):
 
     def __init__(self, job: ClusterJob, task0_tid: int, host: str):
         d = job.deployment
-        bind = "127.0.0.1" if job.local else (job.settings.network.bind_host or "")
+        # The address the other executors know task 0's executor by (Spark's), or the user's choice.
+        bind = "127.0.0.1" if job.local else (job.settings.network.bind_host or host)
         super().__init__(None, d.execution_graph, job.settings, secret=d.secret, run_id=d.run_id,
                          control_bind=bind, local=job.local)
         self.registry = job.registry
@@ -123,6 +124,13 @@ class ClusterJobMaster(JobMaster):
                 return
         elif not first:
             delay = max(0.0, float(record.get("not_before", 0.0)) - time.time())
+        try:
+            self._serve_web()
+        except Exception as exc:   # deterministic (a taken port...): every epoch would fail the same way
+            message = f"the JobMaster of job '{self.settings.job_name}' could not start: {exc}"
+            self._finalize(JobStatus.FAILED, JobExecutionError(message, job_name=self.settings.job_name,
+                                                                cause=message, reason="CONFIGURATION"))
+            return
         self._server.start()
         self._loop_thread.start()
         self._attempts.request_deploy()
@@ -132,18 +140,26 @@ class ClusterJobMaster(JobMaster):
         else:
             self._post(self._deploy)
 
-    def _restore_backoff(self, saved: dict | None) -> None:
-        if not saved:
+    def _serve_web(self) -> None:
+        """`StreamEnvironment(web=...)`: the REST API and web UI, from this process (rest.py)."""
+        if self.settings.web is None:
             return
-        self._backoff.restarts = int(saved["restarts"])
-        self._backoff._current_delay = float(saved["current_delay"])
-        if saved.get("last_failure") is not None:    # wall clock on the wire, monotonic here
-            self._backoff._last_failure = float(saved["last_failure"]) - time.time() + self._clock.monotonic()
+        from streamsnap.web.rest import WebServer
+
+        self._web = WebServer(self.settings.web)
+        self._web.serve(self)
+        self._record["web_url"] = self._web.url
+
+    def _restore_backoff(self, saved: dict | None) -> None:
+        if saved:
+            self._backoff.load_history(saved, self._to_wall())
 
     def _saved_backoff(self) -> dict:
-        last = self._backoff._last_failure
-        return {"restarts": self._backoff.restarts, "current_delay": self._backoff._current_delay,
-                "last_failure": None if last is None else last - self._clock.monotonic() + time.time()}
+        return self._backoff.history(self._to_wall())
+
+    def _to_wall(self) -> float:
+        """This process's monotonic clock -> wall clock (the record is read on other hosts)."""
+        return time.time() - self._clock.monotonic()
 
     # ------------------------------------------------------------------ the registry
     @property
@@ -163,6 +179,8 @@ class ClusterJobMaster(JobMaster):
         changed = status is not self.status
         super()._set_status(status)
         if changed and not status.is_terminal and self.epoch >= 0:
+            if status is JobStatus.RUNNING:
+                self._record["running_since"] = time.time()
             self._publish()
 
     def _leadership_check(self):

@@ -74,6 +74,7 @@ class JobSettings:
     local_recovery: bool = False
     local_recovery_dir: str | None = None  # None: the executors' scratch directory
     slot_sharing: bool = True  # one Spark task slot per subtask index, not per subtask
+    web: Any = None            # WebConfig a JobMaster in the cluster serves (a client's serves its own)
 
 
 def _failure_reason(message: dict) -> str:
@@ -203,7 +204,7 @@ class JobMaster:
                     self._sink_names[node.uid] = node.name
         self.coordinator = None
         self._checkpoint_io = None
-        self._server = ControlServer(control_bind or control_host(spark), self._secret, lambda conn: None,
+        self._server = ControlServer(control_host(spark) if control_bind is None else control_bind, self._secret, lambda conn: None,
                                      self._on_control_message, self._on_control_close)
 
     @property

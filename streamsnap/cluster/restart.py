@@ -55,6 +55,22 @@ class RestartBackoff:
     def notify_restart(self) -> None:
         self.restarts += 1
 
+    def history(self, to_wall: float) -> dict:
+        """The failure history as plain values, for the next JobMaster of the job (in_cluster.py).
+        Failure times are this process's clock plus `to_wall` (its offset to the wall clock),
+        because the next JobMaster may run on another host."""
+        return {"restarts": self.restarts, "current_delay": self._current_delay,
+                "last_failure": None if self._last_failure is None else self._last_failure + to_wall,
+                "failure_times": [t + to_wall for t in self.failure_times]}
+
+    def load_history(self, history: dict, to_wall: float) -> None:
+        """Continue from `history()` of an earlier JobMaster (`to_wall`: this process's offset)."""
+        self.restarts = int(history["restarts"])
+        self._current_delay = float(history["current_delay"])
+        last = history.get("last_failure")
+        self._last_failure = None if last is None else float(last) - to_wall
+        self.failure_times = [float(t) - to_wall for t in history.get("failure_times", [])]
+
     def describe(self) -> str:
         s = self._strategy
         if s.kind == "none":

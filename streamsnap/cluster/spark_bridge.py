@@ -142,9 +142,16 @@ class ConnectBridge:
     def identity(self) -> str:
         return f"connect:{self.spark.session_id}"
 
-    def default_parallelism(self) -> int:
-        value = self.conf("spark.default.parallelism", None)
-        return int(value) if value else 2
+    def default_parallelism(self) -> int | None:
+        """Task slots of the cluster behind the server, as its settings state them (a Connect
+        client cannot ask the scheduler): spark.default.parallelism, else spark.cores.max, else
+        spark.executor.instances x spark.executor.cores; None when none of them is set."""
+        for key in ("spark.default.parallelism", "spark.cores.max"):
+            value = self.conf(key, None)
+            if value:
+                return int(value)
+        instances, cores = self.conf("spark.executor.instances", None), self.conf("spark.executor.cores", None)
+        return int(instances) * int(cores) if instances and cores else None
 
     def run_barrier_stage(self, n: int, run_slot: Callable[[int, str], list[tuple]], tag: str,
                           description: str) -> list[tuple]:

@@ -77,7 +77,7 @@ def is_local(spark) -> bool:
     return bridge_for(spark).master.startswith("local")
 
 
-def available_slots(spark) -> int:
+def available_slots(spark) -> int | None:
     """Task slots a barrier stage can use at once."""
     bridge = bridge_for(spark)
     master = bridge.master
@@ -92,11 +92,20 @@ def available_slots(spark) -> int:
 def require_slots(spark, needed: int, subtasks: int) -> None:
     """The job's barrier stage of `needed` slots (running `subtasks` subtasks) fits the session."""
     slots = available_slots(spark)
+    if slots is None:
+        log.warning("cannot tell how many task slots the cluster behind the Spark Connect server has (none of "
+                    "spark.default.parallelism, spark.cores.max, spark.executor.instances x spark.executor.cores "
+                    "is set on the server); this job needs %d. With fewer, Spark waits for more before it fails "
+                    "the job", needed)
+        return
     if needed > slots:
+        master = bridge_for(spark).master
+        more = (f"use local[{needed}] or more" if master.startswith("local") else
+                f"give the application {needed} or more executor cores (spark.cores.max, or "
+                f"spark.executor.instances x spark.executor.cores)")
         raise ConfigurationError(
             f"this job runs {subtasks} subtasks in {needed} task slots of one Spark barrier stage, but "
-            f"the Spark session has only {slots} task slots ({bridge_for(spark).master}); use "
-            f"local[{needed}] or more, or more executor cores, or lower the parallelism")
+            f"the Spark session has only {slots} task slots ({master}); {more}, or lower the parallelism")
 
 
 def control_host(spark) -> str:

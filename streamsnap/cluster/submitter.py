@@ -10,6 +10,7 @@ Spark's own stage retries are spent while the job goes on; task 0's last row is 
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import logging
 import threading
@@ -22,6 +23,16 @@ from streamsnap.cluster.status import JobStatus
 from streamsnap.errors import JobExecutionError, StreamsnapError
 
 log = logging.getLogger(__name__)
+
+_exiting = False
+
+
+def _at_exit() -> None:
+    global _exiting
+    _exiting = True
+
+
+atexit.register(_at_exit)
 
 RETRY = 0.2              # seconds between attempts to reach a leader that is failing over
 STALLED_SUBMISSIONS = 3  # Spark jobs in a row that ended without any JobMaster taking an epoch
@@ -194,6 +205,9 @@ class SubmittedJob(RemoteJob):
                     len(self._job.deployment.slots), cluster_slot_runner(self._job), self._tag,
                     f"streamsnap job '{self._name}' (Spark job {submissions})")
             except BaseException as exc:
+                if _exiting:      # this process is going away: its Spark client with it
+                    log.debug("job '%s': the submitting process exits; not resubmitting (%s)", self._name, exc)
+                    return
                 if self.ended():
                     self._finish_from_record()
                     return

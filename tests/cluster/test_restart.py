@@ -1,6 +1,7 @@
 import pytest
 
 import streamsnap as ss
+from streamsnap.api.config import RestartStrategy
 from streamsnap.cluster.restart import RestartBackoff
 
 
@@ -112,3 +113,25 @@ def test_failure_rate_at_the_interval_boundary_counts_the_old_failure_out():
 def test_failure_rate_rejects_bad_parameters_naming_them(kwargs, names):
     with pytest.raises(ss.ConfigurationError, match=f"RestartStrategy.failure_rate.{names}"):
         ss.RestartStrategy.failure_rate(**kwargs)
+
+
+@pytest.mark.parametrize("strategy", [RestartStrategy.fixed_delay(2, 0.5),
+                                      RestartStrategy.exponential_delay(initial=1, max=8, attempts=5),
+                                      RestartStrategy.failure_rate(max_failures=2, interval=60, delay=0.5)])
+def test_the_history_carries_over_to_the_next_job_master_as_if_it_had_never_stopped(strategy):
+    """A JobMaster in the cluster leads one attempt; the next one continues its restart budget
+    from the history it left (in another process, with another monotonic clock)."""
+    one, history, wall = RestartBackoff(strategy), None, 100.0
+    for k in range(4):
+        offset = 1000.0 * (k + 1)                     # JobMaster k: monotonic = wall - offset
+        carried = RestartBackoff(strategy)
+        if history is not None:
+            carried.load_history(history, to_wall=offset)
+        for backoff, now in ((one, wall), (carried, wall - offset)):
+            backoff.notify_failure(now)
+            if backoff.can_restart():
+                backoff.notify_restart()
+        assert (carried.restarts, carried.can_restart(), carried.backoff_time) == \
+            (one.restarts, one.can_restart(), one.backoff_time)
+        history = carried.history(to_wall=offset)
+        wall += 1.0

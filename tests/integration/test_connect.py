@@ -8,6 +8,7 @@ so each test's driver is a subprocess, as a user's program would be."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import textwrap
 
 import pytest
 
+from tests.integration import test_windows
 from tests.integration.support import SCRIPT_EVENT_AND_SUM
 from tests.integration.test_failover import expected_rows, read_output
 
@@ -44,7 +46,8 @@ CHAOS = textwrap.dedent('''
             time.sleep(0.01)
         done = client.checkpoint_stats().counts.completed
         while client.checkpoint_stats().counts.completed == done:   # a checkpoint of this attempt
-            assert time.monotonic() < deadline and client.status() == "RUNNING", "no checkpoint completed"
+            assert time.monotonic() < deadline and client.status() == "RUNNING", \
+                f"no checkpoint completed before kill {k}: {client.status()}, recoveries {client.recoveries()}"
             time.sleep(0.01)
         victim = [s for s in client.subtasks() if s.state == "RUNNING" and s.pid][k % 2]
         os.kill(victim.pid, signal.SIGKILL)
@@ -99,3 +102,157 @@ def test_a_connect_server_that_does_not_answer_fails_execute_naming_it(tmp_path)
     seconds, message = done.stdout.split("ERROR", 1)[1].strip().split(" ", 1)
     assert "the Spark Connect server at 127.0.0.1:" in message and "did not answer" in message, message
     assert float(seconds) < 60
+
+
+# The window job's functions, as tests/integration/test_windows.py defines them (the script
+# must hold them: the cluster's executors cannot import the test modules).
+WINDOW_FUNCTIONS = "\n".join(textwrap.dedent(inspect.getsource(f)) for f in (
+    test_windows.event, test_windows.CountSum, test_windows.WithWindow))
+
+SCENARIOS = textwrap.dedent('''
+    import json, os, sys, time
+    from collections import defaultdict
+    from pyspark.sql import SparkSession
+    import streamsnap as ss
+
+    url, work = sys.argv[1], sys.argv[2]
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    out = {}
+
+    # Bad input: more slots than the cluster behind the server has (spark.cores.max = 8).
+    env = ss.StreamEnvironment(parallelism=9, spark=spark)
+    env.from_collection([{"x": 1}]).sink_to(ss.sinks.Collect())
+    started = time.monotonic()
+    try:
+        env.execute("too wide")
+        out["too_few_slots"] = "no error"
+    except ss.ConfigurationError as exc:
+        out["too_few_slots"] = [round(time.monotonic() - started, 1), str(exc)]
+
+    # Event-time tumbling windows over out-of-order input (tests/integration/test_windows.py's), against a reference.
+    SIZE, KEYS, SPLITS = 10_000, 5, 4
+''') + WINDOW_FUNCTIONS + textwrap.dedent('''
+    n = 4000
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, auto_watermark_interval=0.05,
+                               checkpointing=ss.CheckpointConfig(interval=0.5, directory=work + "/ckpt-windows"))
+    strategy = ss.WatermarkStrategy.for_bounded_out_of_orderness(2.0).with_timestamp_assigner("ts")
+    (env.from_source(ss.sources.Generator(event, count=n, rate=2500, splits=SPLITS, batch_size=40), name="events",
+                     uid="events", watermark_strategy=strategy)
+        .key_by("key").window(ss.windows.TumblingEventTimeWindows.of(SIZE / 1000))
+        .aggregate(CountSum(), WithWindow(), name="windows", uid="windows")
+        .sink_to(ss.sinks.Collect(), name="out", uid="out"))
+    rows = env.execute("connect windows").rows("out")
+    reference = defaultdict(lambda: [0, 0])
+    for i in range(n):
+        e = event(i)
+        reference[(e["key"], e["ts"] // SIZE * SIZE)][0] += 1
+        reference[(e["key"], e["ts"] // SIZE * SIZE)][1] += e["value"]
+    fired = [(r["key"], r["start"]) for r in rows]
+    out["windows"] = {"fired_once": len(fired) == len(set(fired)), "windows": len(rows),
+                      "exact": {(r["key"], r["start"]): [r["count"], r["sum"]] for r in rows} == dict(reference)}
+
+    # Savepoint -> rescale 2 -> 3 (onto RocksDB) -> resume: every row once, every key's state carried.
+    N = 12_000
+
+    def numbered(i):
+        return {"key": i % 40, "value": i + 1, "i": i}
+
+    class RunningSum(ss.KeyedProcessFunction):
+        def open(self, ctx):
+            self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
+
+        def process_element(self, row, ctx):
+            self.total.update(self.total.value() + row["value"])
+            yield {"key": ctx.current_key, "total": self.total.value(), "i": row["i"]}
+
+    def build(parallelism, rate, backend="hashmap"):
+        env = ss.StreamEnvironment(parallelism=parallelism, spark=spark, state_backend=backend,
+                                   checkpointing=ss.CheckpointConfig(interval=0.3, directory=work + "/ckpt-rescale"))
+        (env.from_source(ss.sources.Generator(numbered, count=N, rate=rate, splits=4), name="events", uid="events")
+            .key_by("key").process(RunningSum(), name="sum", uid="sum").sink_to(ss.sinks.Collect(), name="out"))
+        return env
+
+    first = build(2, 1000).execute_async("connect p2")
+    deadline = time.monotonic() + 120
+    while first.status() != "RUNNING" or first.checkpoint_stats().counts.completed < 1:
+        assert time.monotonic() < deadline, "the p2 job never checkpointed"
+        time.sleep(0.05)
+    savepoint = first.stop_with_savepoint(work + "/savepoints")
+    before = first.wait(60).rows()
+    after = build(3, None, "rocksdb").execute("connect p3", restore_from=savepoint).rows()
+    finals = defaultdict(int)
+    for i in range(N):
+        finals[i % 40] += i + 1
+    last = {}
+    for r in before + after:
+        last[r["key"]] = max(last.get(r["key"], 0), r["total"])
+    out["rescale"] = {"before": len(before), "every_row_once": sorted(r["i"] for r in before + after) == list(range(N)),
+                      "finals": last == dict(finals)}
+    print("RESULT", json.dumps(out), flush=True)
+    os._exit(0)
+''')
+
+
+def test_event_time_windows_and_a_savepoint_rescale_resume_through_connect_on_a_standalone_cluster(
+        connect_server, tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(SCENARIOS)
+    done = subprocess.run([sys.executable, str(script), connect_server, str(tmp_path)], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert "RESULT" in done.stdout, done.stdout[-5000:] + done.stderr[-5000:]
+    out = json.loads(done.stdout.split("RESULT", 1)[1])
+    seconds, message = out["too_few_slots"]
+    assert seconds < 5 and "only 8 task slots" in message and "9 or more executor cores (spark.cores.max" in message, message
+    assert out["windows"] == {"fired_once": True, "windows": out["windows"]["windows"], "exact": True}, out
+    assert out["windows"]["windows"] >= 5 * 10
+    assert 0 < out["rescale"]["before"] < 12_000 and out["rescale"]["every_row_once"] and out["rescale"]["finals"], out
+
+
+KAFKA = textwrap.dedent('''
+    import json, os, signal, sys, time
+    from pyspark.sql import SparkSession
+    import streamsnap as ss
+    from streamsnap.cluster.registry import JobRegistry
+
+    url, bootstrap, source, sink, ckpt = sys.argv[1:6]
+    spark = SparkSession.builder.remote(url).getOrCreate()
+''') + SCRIPT_EVENT_AND_SUM + textwrap.dedent('''
+    env = ss.StreamEnvironment(parallelism=2, spark=spark,
+                               checkpointing=ss.CheckpointConfig(interval=0.3, directory=ckpt),
+                               restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.0),
+                               network=ss.NetworkConfig(batch_size=256, credits=2, output_queue_frames=2))
+    (env.from_source(ss.sources.Kafka(bootstrap, [source], stop_at="latest", batch_size=256), name="events",
+                     uid="events")
+        .key_by("key").process(RunningSum(), name="sum", uid="sum")
+        .sink_to(ss.sinks.Kafka(bootstrap, sink, key="key", semantic="exactly_once"), name="kafka", uid="kafka"))
+    client = env.execute_async("connect kafka")
+    deadline = time.monotonic() + 120
+    while client.status() != "RUNNING" or client.checkpoint_stats().counts.completed < 1:
+        assert time.monotonic() < deadline, f"no checkpoint: {client.status()}"
+        time.sleep(0.01)
+    os.kill(JobRegistry(ckpt, client.job_id).read()["pid"], signal.SIGKILL)     # the JobMaster's own process
+    result = client.wait(300)
+    print("RESULT", json.dumps({"restarts": result.restarts, "status": result.status,
+                                "causes": [r["cause"] for r in result.recoveries]}), flush=True)
+    os._exit(0)
+''')
+
+
+def test_kafka_exactly_once_through_connect_survives_a_sigkill_of_the_job_master(connect_server, kafka_broker,
+                                                                                  tmp_path):
+    from tests.integration.test_kafka import N, output_rows, topics
+    from tests.integration.test_failover import expected_rows
+
+    source, sink = topics(kafka_broker)
+    script = tmp_path / "driver.py"
+    script.write_text(KAFKA)
+    done = subprocess.run([sys.executable, str(script), connect_server, kafka_broker, source, sink,
+                           str(tmp_path / "ckpt")], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert "RESULT" in done.stdout, done.stdout[-5000:] + done.stderr[-5000:]
+    result = json.loads(done.stdout.split("RESULT", 1)[1])
+    assert result["status"] == "FINISHED" and result["restarts"] == 1, result
+    assert "JobMaster of epoch 0" in result["causes"][0], result
+    rows = output_rows(kafka_broker, sink)
+    assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} duplicates for read_committed"
+    assert set(rows) == expected_rows(N)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.request
 
 import pytest
 
@@ -19,8 +20,8 @@ from tests.integration.test_failover import RunningSum, event, expected_rows, re
 pytestmark = pytest.mark.spark
 
 
-def _job(spark, tmp_path, n: int, rate: int, attempts: int, out=None):
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, job_master="cluster",
+def _job(spark, tmp_path, n: int, rate: int, attempts: int, out=None, web=None):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, job_master="cluster", web=web,
                                checkpointing=ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt")),
                                restart=ss.RestartStrategy.fixed_delay(attempts=attempts, delay=0.0))
     (env.from_source(ss.sources.Generator(event, count=n, rate=rate), name="events", uid="events")
@@ -58,10 +59,14 @@ def test_a_job_with_its_job_master_in_task_0_survives_sigkills_of_the_job_master
     assert set(rows) == expected_rows(n)
 
 
-def test_a_second_submission_of_a_running_job_is_refused(spark, tmp_path):
-    client = _job(spark, tmp_path, 10 ** 9, rate=500, attempts=0).execute_async("only once")
+def test_a_second_submission_of_a_running_job_is_refused_and_its_web_ui_runs_with_its_job_master(spark, tmp_path):
+    client = _job(spark, tmp_path, 10 ** 9, rate=500, attempts=0, web=ss.WebConfig(port=0)).execute_async("only once")
     try:
         _await(lambda: client.status() == "RUNNING", "RUNNING")
+        url = client.web_url
+        assert url is not None and [j.web_url for j in ss.jobs.list(str(tmp_path / "ckpt"))] == [url]
+        with urllib.request.urlopen(f"{url}/jobs", timeout=10) as response:
+            assert client.job_id in response.read().decode()
         with pytest.raises(ConfigurationError, match="already running .*cancel it first"):
             _job(spark, tmp_path, 10, rate=500, attempts=0, out=tmp_path / "out2").execute_async("only once")
     finally:
