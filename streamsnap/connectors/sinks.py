@@ -391,6 +391,12 @@ def _commit_file(committable: dict) -> None:
             f"(was the output directory modified outside the job?)")
 
 
-__all__ = ["Collect", "Print", "FileSink", "Discard", "Collector", "Printer", "FORMATS", "Kafka"]
+# `ss.sinks`: what a job writes to. Custom sinks subclass streamsnap.connectors.base.Sink.
+__all__ = ["Collect", "Print", "FileSink", "Discard", "Kafka"]
 
 from streamsnap.connectors.kafka import KafkaSink as Kafka  # noqa: E402  (ss.sinks.Kafka)
+
+
+def __dir__() -> list[str]:
+    """`dir()` lists the public names (`__all__`), not the module's imports and submodules."""
+    return sorted(__all__)

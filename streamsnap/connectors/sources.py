@@ -243,3 +243,11 @@ class CollectionSource(Generator):
 
 from streamsnap.connectors.files import FileSource  # noqa: E402, F401  (re-export: ss.sources.FileSource)
 from streamsnap.connectors.kafka import KafkaSource as Kafka  # noqa: E402, F401  (ss.sources.Kafka)
+
+# `ss.sources`: what a job reads from. Custom sources subclass streamsnap.connectors.base.Source.
+__all__ = ["Generator", "FileSource", "Kafka"]
+
+
+def __dir__() -> list[str]:
+    """`dir()` lists the public names (`__all__`), not the module's imports and submodules."""
+    return sorted(__all__)
