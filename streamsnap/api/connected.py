@@ -72,6 +72,7 @@ class ConnectedStreams:
 
     @property
     def keyed(self) -> bool:
+        """Whether both inputs are keyed streams (then `process` takes a KeyedCoProcessFunction)."""
         from streamsnap.api.datastream import KeyedStream
 
         return isinstance(self.first, KeyedStream) and isinstance(self.second, KeyedStream)

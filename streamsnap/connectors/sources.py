@@ -37,8 +37,8 @@ class Generator(Source):
     splits: number of splits (default: the source's parallelism at first start).
     batch_size: rows per emitted batch.
     schema: the output pyarrow.Schema (declared: rows are checked against it); "widen" or None
-      (default): inferred at run time from the first batch, "widen" letting it grow (README
-      "Schemas"). Row 0 is also sampled at build time, to check key_by column names.
+      (default): inferred at run time from the first batch, "widen" letting it grow (docs: Concepts ›
+      Streams and operators › Schemas). Row 0 is also sampled at build time, to check key_by column names.
     """
 
     def __init__(self, fn: Callable, *, count: int | None = None, rate: float | None = None,

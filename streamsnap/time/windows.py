@@ -369,6 +369,7 @@ class GlobalWindows(WindowAssigner):
 
     @classmethod
     def create(cls) -> GlobalWindows:
+        """The assigner of the one global window (Flink's `GlobalWindows.create()`); add a trigger."""
         return cls()
 
     def assign_windows(self, timestamp: int | None, processing_time: int | None = None
