@@ -371,7 +371,8 @@ class KeyedStream(DataStream):
                          KeyGroupPartitioner(key, self._env.max_parallelism))
         return DataStream(self._env, (node,))
 
-    def key_by(self, key) -> "KeyedStream":
+    def key_by(self, key, *, allow_null_keys: bool = False) -> "KeyedStream":
+        """Not on a keyed stream: raises ConfigurationError (key once, on the unkeyed stream)."""
         raise ConfigurationError("the stream is already keyed; call key_by once, on the unkeyed stream")
 
     def reduce(self, fn: Callable[[dict, dict], dict], *, name: str | None = None, uid: str | None = None,
