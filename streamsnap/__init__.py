@@ -30,7 +30,7 @@ from streamsnap.errors import (
     ConfigurationError, DataError, FileReadError, JobExecutionError, NullKeyError, PreflightError, RestoreError,
     SchemaError, StreamsnapError, UserFunctionError,
 )
-from streamsnap import windows
+from streamsnap import errors, state, windows
 from streamsnap.api.windowing import AggregateFunction, ProcessWindowFunction, WindowedStream
 from streamsnap.time.timers import TimeDomain
 from streamsnap.time.watermarks import WatermarkGenerator, WatermarkStrategy
@@ -42,7 +42,7 @@ from streamsnap.state.ttl import StateTtlConfig, TtlStateVisibility, TtlUpdateTy
 __version__ = "0.1.0"
 
 __all__ = [
-    "jobs",
+    "jobs", "state", "errors",
     "StreamEnvironment", "DataStream", "KeyedStream", "CheckpointConfig", "RestartStrategy", "NetworkConfig", "RocksDBConfig", "ChangelogConfig",
     "KeyedProcessFunction", "KeyedBatchFunction", "BatchKeys", "group_cumsum", "Function", "Context", "RuntimeContext", "CheckpointedFunction",
     "CheckpointListener", "FunctionInitializationContext", "FunctionSnapshotContext",
@@ -55,3 +55,8 @@ __all__ = [
     "CoProcessFunction", "KeyedCoProcessFunction", "ProcessJoinFunction", "ConnectedStreams",
     "BroadcastProcessFunction", "KeyedBroadcastProcessFunction", "BroadcastStream",
 ]
+
+
+def __dir__() -> list[str]:
+    """`dir(ss)` lists the public names (`__all__`), not the internal subpackages."""
+    return sorted(__all__)

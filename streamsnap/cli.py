@@ -277,11 +277,15 @@ def _savepoint_inspect(path: str) -> None:
     metadata = read_metadata(metadata_url)
     console.print(f"{metadata.checkpoint_type.value} {metadata.checkpoint_id} of job {metadata.job_id}, "
                   f"{_size(metadata.state_size)} of state")
+    # Operator names as the job graph recorded them: the names the summary, subtasks() and the
+    # REST API show next to the same uids ("-" for files of versions that did not record it).
+    names = {op["uid"]: op["name"] for vertex in (metadata.job_graph or {}).get("vertices", [])
+             for op in vertex.get("operators", [])}
     table = Table()
-    for column in ("operator uid", "parallelism", "max parallelism", "state size"):
-        table.add_column(column)
+    for column in ("operator uid", "operator name", "parallelism", "max parallelism", "state size"):
+        table.add_column(column, overflow="fold")
     for uid, op in sorted(metadata.operators.items()):
-        table.add_row(uid, str(op.parallelism), str(op.max_parallelism), _size(op.state_size))
+        table.add_row(uid, names.get(uid, "-"), str(op.parallelism), str(op.max_parallelism), _size(op.state_size))
     console.print(table)
 
 

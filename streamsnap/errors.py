@@ -134,3 +134,12 @@ class NullKeyError(DataError):
 
 class PreflightError(ConfigurationError):
     """A check run by `execute()` before any Spark job failed: a path, a pickle, the executors."""
+
+
+__all__ = ["StreamsnapError", "ConfigurationError", "PreflightError", "JobExecutionError", "UserFunctionError",
+           "RestoreError", "FileReadError", "AuthenticationError", "DataError", "SchemaError", "NullKeyError"]
+
+
+def __dir__() -> list[str]:
+    """`dir()` lists the public names (`__all__`), not the module's imports and submodules."""
+    return sorted(__all__)

@@ -105,6 +105,7 @@ class CheckpointConfig:
 
     @property
     def exactly_once(self) -> bool:
+        """Whether `mode` is "exactly_once" (barriers aligned, or unaligned with `unaligned=True`)."""
         return self.mode == "exactly_once"
 
 
@@ -131,10 +132,15 @@ class RestartStrategy:
 
     @classmethod
     def none(cls) -> "RestartStrategy":
+        """Never restart: the first failure fails the job."""
         return cls("none")
 
     @classmethod
     def fixed_delay(cls, attempts: int = 3, delay: float = 1.0) -> "RestartStrategy":
+        """Restart up to `attempts` times (int >= 0), `delay` seconds apart (int/float >= 0).
+
+            env = ss.StreamEnvironment(restart_strategy=ss.RestartStrategy.fixed_delay(attempts=5, delay=2))
+        """
         _int_at_least("RestartStrategy.fixed_delay", "attempts", attempts, 0)
         _positive_number("RestartStrategy.fixed_delay", "delay", delay, allow_zero=True)
         return cls("fixed_delay", attempts=attempts, delay=float(delay))
@@ -142,6 +148,9 @@ class RestartStrategy:
     @classmethod
     def exponential_delay(cls, initial: float = 1.0, max: float = 60.0, multiplier: float = 2.0,
                           reset_after: float = 3600.0, attempts: int | None = None) -> "RestartStrategy":
+        """Restart with delays growing from `initial` by `multiplier` up to `max` (seconds), the
+        remaining arguments as the signature says (attempts < 0: unlimited restarts).
+        """
         owner = "RestartStrategy.exponential_delay"
         _positive_number(owner, "initial", initial, allow_zero=True)
         _positive_number(owner, "max", max, allow_zero=True)

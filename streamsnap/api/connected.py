@@ -9,7 +9,7 @@ lets both sides share the state of a key.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from streamsnap.errors import ConfigurationError
 from streamsnap.graph.partitioners import KeyGroupPartitioner
@@ -72,6 +72,7 @@ class ConnectedStreams:
 
     @property
     def keyed(self) -> bool:
+        """Whether both inputs are keyed streams (then `process` takes a KeyedCoProcessFunction)."""
         from streamsnap.api.datastream import KeyedStream
 
         return isinstance(self.first, KeyedStream) and isinstance(self.second, KeyedStream)
@@ -108,10 +109,11 @@ class ConnectedStreams:
             node = add_two_input_node(first, second, name, uid, factory, parallelism,
                                       _row_schema(schema, None, "process"), timestamps=_same_assigner(*ts))
             return DataStream(first._env, (node,))
-        keys = (first.key.for_operator(name), second.key.for_operator(name))
+        keyed_first, keyed_second = cast("KeyedStream", first), cast("KeyedStream", second)   # self.keyed
+        keys = (keyed_first.key.for_operator(name), keyed_second.key.for_operator(name))
         max_parallelism = first._env.max_parallelism
-        factory = KeyedCoProcessOperatorFactory(function, keys, ts)
-        node = add_two_input_node(first, second, name, uid, factory, parallelism,
+        keyed_factory = KeyedCoProcessOperatorFactory(function, keys, ts)
+        node = add_two_input_node(first, second, name, uid, keyed_factory, parallelism,
                                   _row_schema(schema, None, "process"),
                                   tuple(KeyGroupPartitioner(k, max_parallelism) for k in keys),
                                   timestamps=_same_assigner(*ts))
@@ -146,8 +148,8 @@ class IntervalJoined:
         self._late_tags = late_tags
 
     def _with(self, **changes) -> "IntervalJoined":
-        settings = dict(lower_inclusive=self._lower_inclusive, upper_inclusive=self._upper_inclusive,
-                        late_tags=self._late_tags)
+        settings: dict[str, Any] = dict(lower_inclusive=self._lower_inclusive,
+                                        upper_inclusive=self._upper_inclusive, late_tags=self._late_tags)
         settings.update(changes)
         return IntervalJoined(self.left, self.right, self.lower, self.upper, **settings)
 
@@ -287,7 +289,7 @@ class BroadcastConnectedStreams:
                 f"{first._describe()}: keyed state and timers need a keyed stream; use "
                 f"stream.key_by(k).connect(rules.broadcast(descriptor)), or a BroadcastProcessFunction")
         ts = (first.timestamp_assigner, second.timestamp_assigner)
-        key = first.key.for_operator(name) if keyed else None
+        key = cast("KeyedStream", first).key.for_operator(name) if keyed else None
         factory = BroadcastProcessOperatorFactory(function, self.broadcast.descriptors, ts, key)
         node = add_two_input_node(first, second, name, uid, factory, parallelism,
                                   _row_schema(schema, None, "process"), timestamps=ts[0])

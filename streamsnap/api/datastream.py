@@ -150,7 +150,7 @@ class DataStream:
         """One row in, one row out.
 
         schema: the output rows' pyarrow.Schema; "widen" to let an inferred schema grow; None
-        (default) to infer it from the first batch. See README "Schemas".
+        (default) to infer it from the first batch. See the docs' Concepts › Streams and operators page (schemas).
         """
         return self._transform("map", fn, name or "Map", uid, parallelism, _row_schema(schema, output_schema, "map"))
 
@@ -203,7 +203,7 @@ class DataStream:
 
     def connect(self, other: "DataStream"):
         """Process this stream and `other` together: `.process(CoProcessFunction)`, or with both
-        keyed (`a.key_by(k1).connect(b.key_by(k2))`) a KeyedCoProcessFunction. See api/connected.py."""
+        keyed (`a.key_by(k1).connect(b.key_by(k2))`) a KeyedCoProcessFunction (see `ss.ConnectedStreams`)."""
         from streamsnap.api.connected import connect
 
         return connect(self, other)
@@ -277,6 +277,7 @@ class DataStream:
         return DataStream(self._env, (node,))
 
     def window(self, assigner) -> "WindowedStream":
+        """Windows need a keyed stream: raises ConfigurationError saying to call `.key_by(...)` first."""
         raise ConfigurationError(
             f"window() on the non-keyed stream {self._describe()}: windows are per key; call "
             f".key_by(...) first, e.g. stream.key_by('user').window(assigner)")
@@ -305,6 +306,11 @@ class DataStream:
 
     def sink_to(self, sink, *, name: str | None = None, uid: str | None = None,
                 parallelism: int | None = None) -> "DataStreamSink":
+        """Write the stream to `sink` (an `ss.sinks` object, e.g. `ss.sinks.Collect()`); `name` and
+        `uid` name the sink operator (uid: its stable id across runs), `parallelism` its subtasks.
+
+            stream.sink_to(ss.sinks.FileSink("/tmp/out", format="parquet"), name="files")
+        """
         from streamsnap.connectors.base import Sink, SinkOperatorFactory
 
         if not isinstance(sink, Sink):
@@ -317,6 +323,7 @@ class DataStream:
         return DataStreamSink(node)
 
     def print(self, prefix: str = "") -> "DataStreamSink":
+        """Print each row on the driver, after `prefix` (`ss.sinks.Print`, at-least-once)."""
         from streamsnap.connectors.sinks import Print
 
         return self.sink_to(Print(prefix), name="Print")
@@ -364,7 +371,8 @@ class KeyedStream(DataStream):
                          KeyGroupPartitioner(key, self._env.max_parallelism))
         return DataStream(self._env, (node,))
 
-    def key_by(self, key) -> "KeyedStream":
+    def key_by(self, key, *, allow_null_keys: bool = False) -> "KeyedStream":
+        """Not on a keyed stream: raises ConfigurationError (key once, on the unkeyed stream)."""
         raise ConfigurationError("the stream is already keyed; call key_by once, on the unkeyed stream")
 
     def reduce(self, fn: Callable[[dict, dict], dict], *, name: str | None = None, uid: str | None = None,
@@ -416,7 +424,7 @@ class KeyedStream(DataStream):
 
     def window(self, assigner) -> "WindowedStream":
         """Windows per key (`ss.windows.TumblingEventTimeWindows.of(60)`, ...); finish with
-        `.reduce`, `.aggregate` or `.process`. See api/windowing.py."""
+        `.reduce`, `.aggregate` or `.process` (see `ss.windows.WindowedStream`)."""
         from streamsnap.api.windowing import WindowedStream
 
         return WindowedStream(self, assigner)

@@ -75,6 +75,9 @@ class RuntimeContext:
 
 @dataclass(frozen=True)
 class FunctionSnapshotContext:
+    """Given to `CheckpointedFunction.snapshot_state`: the checkpoint's id and its trigger time
+    (`checkpoint_timestamp`, epoch seconds).
+    """
     checkpoint_id: int
     checkpoint_timestamp: float
 
@@ -88,12 +91,15 @@ class FunctionInitializationContext:
         self._runtime = runtime
 
     def get_list_state(self, name: str, serializer=None):
+        """Operator list state `name`: on rescale its elements are split evenly over the subtasks."""
         return self._runtime.get_list_state(name, serializer)
 
     def get_union_list_state(self, name: str, serializer=None):
+        """Operator list state `name` that every subtask receives whole on restore."""
         return self._runtime.get_union_list_state(name, serializer)
 
     def get_state(self, descriptor):
+        """Keyed state for `descriptor` (keyed operators only), as `RuntimeContext.get_state`."""
         return self._runtime.get_state(descriptor)
 
 
@@ -142,9 +148,11 @@ class TimerService:
         self._on_processing_timer(int(timestamp))
 
     def delete_event_time_timer(self, timestamp: int) -> None:
+        """Delete the current key's event-time timer at `timestamp` (epoch ms), if registered."""
         self._internal.delete_event_time_timer(timestamp)
 
     def delete_processing_time_timer(self, timestamp: int) -> None:
+        """Delete the current key's processing-time timer at `timestamp` (epoch ms), if registered."""
         self._internal.delete_processing_time_timer(timestamp)
 
 
@@ -171,9 +179,11 @@ class Context:
         self._side: dict[str, list] = {}
 
     def get_state(self, descriptor):
+        """Keyed state for `descriptor`, scoped to the current key (as `RuntimeContext.get_state`)."""
         return self._runtime.get_state(descriptor)
 
     def timer_service(self) -> TimerService:
+        """The current key's timers (keyed streams only): register and delete event- and processing-time timers."""
         if self._timers is None:
             raise RuntimeError(
                 f"operator '{self._runtime.operator_name}' is not keyed, and timers are keyed "
@@ -181,6 +191,9 @@ class Context:
         return self._timers
 
     def timestamp(self) -> int | None:
+        """The row's event timestamp (int epoch ms) from the stream's timestamp assigner, or the
+        firing timer's time in `on_timer`; None when the stream has no timestamps.
+        """
         if self._timer is not None:
             return self._timer.timestamp
         assigner, row = self._assigner, self._row
@@ -198,6 +211,7 @@ class Context:
         return assign_timestamp(assigner, row, self._runtime.operator_name)
 
     def time_domain(self):
+        """In `on_timer`: the firing timer's `ss.TimeDomain` (EVENT_TIME or PROCESSING_TIME); None in `process_element`."""
         return self._timer.domain if self._timer is not None else None
 
     def output(self, tag: OutputTag, row: dict) -> None:
@@ -227,6 +241,7 @@ class ProcessFunction(Function):
     """
 
     def process_element(self, row: dict, ctx: Context) -> Iterable[dict] | dict | None:
+        """Process one `row`; return None, a row (dict) or an iterable of rows (e.g. `yield`)."""
         raise NotImplementedError(
             f"{type(self).__name__} must implement process_element(self, row, ctx)")
 
@@ -255,6 +270,9 @@ class KeyedBatchFunction(Function):
     """
 
     def process_batch(self, batch, keys):
+        """Process a `pyarrow.RecordBatch` with its factorized keys (`ss.BatchKeys`); return a
+        RecordBatch, Table, dict of columns or None.
+        """
         raise NotImplementedError(
             f"{type(self).__name__} must implement process_batch(self, batch, keys)")
 
@@ -263,9 +281,13 @@ class CheckpointedFunction:
     """Flink's CheckpointedFunction: a function that keeps its own operator state."""
 
     def initialize_state(self, ctx: FunctionInitializationContext) -> None:
+        """Called before the first record: get operator state from `ctx` (`ctx.get_list_state(name)`)
+        and, when `ctx.is_restored`, read what the checkpoint held.
+        """
         raise NotImplementedError
 
     def snapshot_state(self, ctx: FunctionSnapshotContext) -> None:
+        """Called at each checkpoint (`ctx.checkpoint_id`): put what must survive a failure into the state."""
         raise NotImplementedError
 
 
@@ -273,9 +295,11 @@ class CheckpointListener:
     """Flink's CheckpointListener: hear when checkpoints complete or are aborted."""
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` completed: effects staged for it may be made visible."""
         raise NotImplementedError
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` was aborted: what was staged for it stays pending."""
         raise NotImplementedError
 
 
@@ -288,9 +312,11 @@ class CoProcessFunction(Function):
     """
 
     def process_element1(self, row: dict, ctx: Context) -> Iterable[dict] | dict | None:
+        """Process a row of the first input; return or yield rows."""
         raise NotImplementedError(f"{type(self).__name__} must implement process_element1(self, row, ctx)")
 
     def process_element2(self, row: dict, ctx: Context) -> Iterable[dict] | dict | None:
+        """Process a row of the second input; return or yield rows."""
         raise NotImplementedError(f"{type(self).__name__} must implement process_element2(self, row, ctx)")
 
 
@@ -308,6 +334,7 @@ class ProcessJoinFunction(Function):
     """
 
     def process_element(self, left: dict, right: dict, ctx) -> Iterable[dict] | dict | None:
+        """Called for each matched (`left`, `right`) pair; return or yield joined rows."""
         raise NotImplementedError(
             f"{type(self).__name__} must implement process_element(self, left, right, ctx)")
 
@@ -322,9 +349,11 @@ class BroadcastProcessFunction(Function):
     """
 
     def process_element(self, row: dict, ctx) -> Iterable[dict] | dict | None:
+        """Process a row of the non-broadcast input (broadcast state read-only); return or yield rows."""
         raise NotImplementedError(f"{type(self).__name__} must implement process_element(self, row, ctx)")
 
     def process_broadcast_element(self, row: dict, ctx) -> Iterable[dict] | dict | None:
+        """Process a broadcast row on every subtask; may update the broadcast state (identically everywhere)."""
         raise NotImplementedError(
             f"{type(self).__name__} must implement process_broadcast_element(self, row, ctx)")
 

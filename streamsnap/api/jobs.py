@@ -24,9 +24,17 @@ from streamsnap.errors import ConfigurationError
 
 @dataclass(frozen=True)
 class JobInfo:
-    """One job's record: `status` as the JobMaster last wrote it; `live` whether a JobMaster
-    answers right now (False for an ended job, or one whose JobMaster was lost and not yet
-    replaced — a killed process leaves "RUNNING" behind)."""
+    """One job's record, as `ss.jobs.list(directory)` returns it.
+
+    job_id, job_name: the job (`ss.jobs.attach(directory, job_id)` controls it); status: as the
+    JobMaster last wrote it ("RUNNING", "FINISHED", ...); submitted_at: epoch seconds; epoch:
+    how many JobMasters led it, minus one; restarts: failovers so far; live: whether a
+    JobMaster answers right now (False for an ended job, or one whose JobMaster was lost and not
+    yet replaced — a killed process leaves "RUNNING" behind); job_master: its control address
+    (host, port); last_failure: the last failure's message; web_url: its REST API / web UI.
+
+    `repr(info)` is one line: id, name, status, live, restarts.
+    """
 
     job_id: str
     job_name: str
@@ -39,9 +47,23 @@ class JobInfo:
     last_failure: str | None
     web_url: str | None = None
 
+    def __repr__(self) -> str:
+        live = "live" if self.live else "not answering"
+        text = f"<JobInfo {self.job_id} '{self.job_name}' {self.status}, {live}, {self.restarts} restart(s)"
+        if self.last_failure:
+            failure = self.last_failure.splitlines()[0]
+            text += f", last failure: {failure[:80]}{'...' if len(failure) > 80 else ''}"
+        return text + ">"
+
 
 def list(directory: str, probe_timeout: float = 2.0) -> builtins.list[JobInfo]:
-    """The jobs recorded under `directory`, newest first (each JobMaster asked, `probe_timeout` s)."""
+    """The jobs recorded under `directory` (the jobs' `CheckpointConfig.directory`, a path or
+    fsspec URL), newest first; each job's JobMaster is asked whether it is live, waiting at
+    most `probe_timeout` seconds.
+
+        for job in ss.jobs.list("/tmp/ckpt"):
+            print(job)          # <JobInfo clicks-1a2b3c4d 'clicks' RUNNING, live, 0 restart(s)>
+    """
     from streamsnap.cluster.registry import TERMINAL, JobRegistry, list_jobs
     from streamsnap.cluster.submitter import RemoteJob
 
@@ -66,7 +88,13 @@ def list(directory: str, probe_timeout: float = 2.0) -> builtins.list[JobInfo]:
 
 
 def attach(directory: str, job_id: str) -> JobClient:
-    """A JobClient for the job `job_id` running under `directory` (any process that can read it)."""
+    """A `JobClient` for the job `job_id` (see `list`) running under `directory` — from any
+    process that can read that directory; raises ConfigurationError naming the jobs there when
+    there is no such job.
+
+        client = ss.jobs.attach("/tmp/ckpt", "clicks-1a2b3c4d")
+        client.stop_with_savepoint("/tmp/savepoints")
+    """
     from streamsnap.cluster.registry import JobRegistry
     from streamsnap.cluster.submitter import RemoteJob
 
@@ -87,3 +115,7 @@ def _check_directory(directory, call: str) -> None:
 
 
 __all__ = ["JobInfo", "list", "attach"]
+
+
+def __dir__() -> builtins.list[str]:
+    return sorted(__all__)

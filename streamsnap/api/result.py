@@ -1,13 +1,31 @@
-"""What a job returns (`JobResult`) and how a running job is controlled (`JobClient`)."""
+"""What a job returns (`JobResult`) and how a running job is controlled (`JobClient`).
+
+Names agree everywhere a job is shown: an operator is its `name` ("Source: events") and its
+`uid` ("source__events-0", the id its state is stored under); a vertex (a chain of operators
+run in one task) is the uid of its first operator and the names of its operators joined by
+" -> ". `JobResult.summary()`, `JobClient.subtasks()` (`SubtaskInfo.vertex` / `.vertex_name`),
+the REST API (`/jobs/:id`: vertices' `id` / `name`, operators' `uid` / `name`) and the CLI
+(`streamsnap savepoint inspect`: operator uids) all use these strings.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamsnap.checkpoint.stats import CheckpointStatsSnapshot
 
 
 @dataclass(frozen=True)
 class OperatorMetrics:
+    """One operator's record counts in a `JobResult` (over all its subtasks, last attempt).
+
+    name: the operator's name, e.g. "Source: events"; uid: its stable id, e.g.
+    "source__events-0" (the key of `JobResult.operators`); parallelism: its subtask count;
+    records_in / records_out: rows read and written.
+    """
+
     name: str
     uid: str
     parallelism: int
@@ -17,7 +35,16 @@ class OperatorMetrics:
 
 @dataclass(frozen=True)
 class SubtaskInfo:
-    """One running subtask, so that operators can be watched (and tests can kill them)."""
+    """One running subtask, so that operators can be watched (and tests can kill them).
+
+    vertex: the vertex id — the uid of the chain's first operator, e.g. "source__events-0"
+      (the uid the summary shows in brackets, the REST API's vertex `id`);
+    vertex_name: the chain's operator names, e.g. "Source: events -> Map" (the REST API's
+      vertex `name`); index: the subtask index, 0-based; attempt: the deployment attempt, 0 =
+      the first; host, pid: where it runs; state: "DEPLOYING", "RUNNING", "FINISHED", ...;
+      task_index: its position in the job's barrier stage; data_address: where upstream
+      subtasks connect (None: a source).
+    """
 
     vertex: str
     index: int
@@ -27,17 +54,39 @@ class SubtaskInfo:
     state: str
     task_index: int
     data_address: tuple[str, int] | None = None  # where upstream subtasks connect (None: a source)
+    vertex_name: str = ""
+
+    def __str__(self) -> str:
+        name = f" {self.vertex_name!r}" if self.vertex_name else ""
+        return (f"{self.vertex}[{self.index}]{name} {self.state} (attempt {self.attempt}, "
+                f"{self.host or '?'} pid {self.pid or '?'})")
 
 
 @dataclass(frozen=True)
 class JobResult:
+    """What `env.execute(...)` / `JobClient.wait()` return when a job ends.
+
+    job_id, job_name: the job; status: "FINISHED", "CANCELED" or "FAILED"; duration: seconds
+    from submission to the end; operators: `OperatorMetrics` by operator uid; collected: the
+    rows of each `ss.sinks.Collect`, by sink name (read them with `rows()`); checkpoints: a
+    `CheckpointStatsSnapshot` (None without checkpointing; `.counts.completed` is the number of
+    completed checkpoints); restarts: failovers; recoveries: one dict per failover (below);
+    attempt / restored_checkpoint: which attempt the record counts are of (below).
+
+    `print(result)` prints `summary()`; `repr(result)` is one line.
+
+        result = env.execute("word count")
+        print(result.summary())
+        counts = {r["word"]: r["count"] for r in result.rows()}
+    """
+
     job_id: str
     job_name: str
     status: str
     duration: float                      # seconds from submission to the end
     operators: dict[str, OperatorMetrics]  # by uid
     collected: dict[str, list[dict]]     # rows of each Collect sink, by sink name
-    checkpoints: Any = None              # checkpoint.stats snapshot, None without checkpointing
+    checkpoints: CheckpointStatsSnapshot | None = None   # None without checkpointing
     restarts: int = 0
     network: dict = field(default_factory=dict)
     # One entry per failover: failed_at (noticed), running_at (all subtasks running again),
@@ -85,27 +134,61 @@ class JobResult:
         return sum(m.records_in for m in self.operators.values() if m.name.startswith("Source"))
 
     def summary(self) -> str:
+        """A few lines: the job's end, then per operator its name, [uid], parallelism and
+        record counts, then the checkpoint counts — e.g.
+
+            job 'word count' FINISHED in 2.31 s
+              Source: words [source__words-0]     parallelism 2   in       1,000  out       1,000
+              checkpoints: 3 completed, 0 failed
+        """
         lines = [f"job '{self.job_name}' {self.status} in {self.duration:.2f} s"
                  + (f" after {self.restarts} restart(s)" if self.restarts else "")]
         if self.restored_checkpoint is not None:
-            lines.append(f"  record counts below: attempt {self.attempt + 1} only, since checkpoint "
-                         f"{self.restored_checkpoint} it restored — rows before that checkpoint were processed "
+            lines.append(f"  record counts below: attempt {self.attempt + 1} only, since it restored checkpoint "
+                         f"{self.restored_checkpoint} — rows before that checkpoint were processed "
                          f"{'by earlier attempts' if self.restarts else 'by the job that took it'} and are in "
                          f"the output, not in these counts")
-        for m in self.operators.values():
-            lines.append(f"  {m.name:<28} parallelism {m.parallelism:<3} in {m.records_in:>12,}  out {m.records_out:>12,}")
+        labels = {uid: f"{m.name} [{uid}]" for uid, m in self.operators.items()}
+        width = max((len(label) for label in labels.values()), default=0)
+        for uid, m in self.operators.items():
+            lines.append(f"  {labels[uid]:<{width}}  parallelism {m.parallelism:<3} in {m.records_in:>12,}  "
+                         f"out {m.records_out:>12,}")
         if self.checkpoints is not None:
             c = self.checkpoints.counts
             lines.append(f"  checkpoints: {c.completed} completed, {c.failed} failed")
         return "\n".join(lines)
 
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        """One line: the job, its end, and how much it did (`summary()` has the details)."""
+        rows = sum(len(r) for r in self.collected.values())
+        text = (f"<JobResult '{self.job_name}' ({self.job_id}) {self.status} in {self.duration:.2f} s, "
+                f"{len(self.operators)} operator(s), {len(self.collected)} collect sink(s) with {rows:,} row(s)")
+        if self.checkpoints is not None:
+            text += f", {self.checkpoints.counts.completed} checkpoint(s)"
+        if self.restarts:
+            text += f", {self.restarts} restart(s)"
+        return text + ">"
+
 
 class JobClient:
-    """Handle on a job started with `execute_async` (Flink's JobClient)."""
+    """Handle on a running job (Flink's JobClient): from `env.execute_async(...)`, or
+    `ss.jobs.attach(directory, job_id)` for a job started elsewhere.
+
+        client = env.execute_async("clicks")
+        client.trigger_checkpoint()
+        print(client.status(), client.checkpoint_stats())
+        path = client.stop_with_savepoint("/tmp/savepoints")
+    """
 
     def __init__(self, job_master, web=None):
         self._master = job_master
         self._web = web
+
+    def __repr__(self) -> str:
+        return f"<JobClient {self.job_id}>"
 
     @property
     def web_url(self) -> str | None:
@@ -118,6 +201,7 @@ class JobClient:
 
     @property
     def job_id(self) -> str:
+        """The job's id: its directory under the checkpoint directory (`ss.jobs.list` shows it)."""
         return self._master.job_id
 
     @property
@@ -126,6 +210,7 @@ class JobClient:
         return len(self._master.slots)
 
     def status(self) -> str:
+        """The job's status now: "CREATED", "RUNNING", "RESTARTING", "FINISHED", "CANCELED", "FAILED", ..."""
         return self._master.status.value
 
     def wait(self, timeout: float | None = None) -> JobResult:
@@ -133,10 +218,20 @@ class JobClient:
         return self._master.wait(timeout)
 
     def cancel(self, timeout: float | None = 60.0) -> None:
+        """Cancel the job without a savepoint and wait up to `timeout` seconds (None: no limit)
+        for it to end; output not covered by a completed checkpoint is not committed."""
         self._master.cancel()
         self._master.wait_terminal(timeout)
 
-    def checkpoint_stats(self):
+    def checkpoint_stats(self) -> CheckpointStatsSnapshot | None:
+        """The job's checkpoint statistics now (None without checkpointing).
+
+        `.counts` (triggered, in_progress, completed, failed, restored), `.latest_completed`,
+        `.latest_savepoint`, `.latest_failed` (each a CheckpointStats: id, duration in seconds,
+        sizes in bytes, per-subtask figures), `.summary` (min/avg/max), `.history` (newest
+        first); `print(stats)` shows them in a few lines, e.g.
+        `client.checkpoint_stats().counts.completed`.
+        """
         return self._master.checkpoint_stats()
 
     def recoveries(self) -> list[dict]:
@@ -144,7 +239,15 @@ class JobClient:
         return [dict(r) for r in self._master.recovery_log]
 
     def subtasks(self) -> list[SubtaskInfo]:
-        return self._master.subtasks()
+        """The job's subtasks now, in task order: vertex id and name, index, attempt, host,
+        pid and state each (see `SubtaskInfo`)."""
+        infos = self._master.subtasks()
+        graph = getattr(self._master, "job_graph", None)
+        if graph is None:
+            return infos
+        names = {vertex_id: vertex.name for vertex_id, vertex in graph.vertices.items()}
+        return [info if info.vertex_name else replace(info, vertex_name=names.get(info.vertex, ""))
+                for info in infos]
 
     def trigger_checkpoint(self, timeout: float | None = 60.0):
         """Take a checkpoint now; returns the completed checkpoint."""

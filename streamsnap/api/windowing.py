@@ -33,15 +33,19 @@ class AggregateFunction(Function):
     """
 
     def create_accumulator(self) -> Any:
+        """A new, empty accumulator for a window (any value the state serializer keeps)."""
         raise NotImplementedError(f"{type(self).__name__} must implement create_accumulator(self)")
 
     def add(self, row: dict, accumulator: Any) -> Any:
+        """Fold `row` into `accumulator`; return the new accumulator."""
         raise NotImplementedError(f"{type(self).__name__} must implement add(self, row, accumulator)")
 
     def get_result(self, accumulator: Any) -> Any:
+        """The window's result from its accumulator: a row (dict), or a value for a ProcessWindowFunction."""
         raise NotImplementedError(f"{type(self).__name__} must implement get_result(self, accumulator)")
 
     def merge(self, a: Any, b: Any) -> Any:
+        """Combine two accumulators into one (needed by session windows, whose windows merge)."""
         raise NotImplementedError(f"{type(self).__name__} must implement merge(self, a, b) to be "
                                   f"used with session (merging) windows")
 
@@ -56,6 +60,9 @@ class ProcessWindowFunction(Function):
     """
 
     def process(self, key: Any, context, elements: list) -> Iterable[dict] | dict | None:
+        """Called when a window of `key` fires, with `elements` (its rows, or the aggregate's result);
+        `context.window.start` / `.end` are epoch ms. Return or yield rows.
+        """
         raise NotImplementedError(
             f"{type(self).__name__} must implement process(self, key, context, elements)")
 
@@ -218,12 +225,15 @@ class WindowedStream:
         return self.aggregate_columns({column: ("sum", column)}, **options)
 
     def min(self, column: str, **options) -> "DataStream":
+        """Vectorized minimum of `column` per key and window (output column `min_<column>`); see `aggregate_columns`."""
         return self.aggregate_columns({column: ("min", column)}, **options)
 
     def max(self, column: str, **options) -> "DataStream":
+        """Vectorized maximum of `column` per key and window (output column `max_<column>`); see `aggregate_columns`."""
         return self.aggregate_columns({column: ("max", column)}, **options)
 
     def mean(self, column: str, **options) -> "DataStream":
+        """Vectorized mean of `column` per key and window (output column `mean_<column>`); see `aggregate_columns`."""
         return self.aggregate_columns({column: ("mean", column)}, **options)
 
     def count(self, **options) -> "DataStream":

@@ -66,7 +66,12 @@ class CheckpointStats:
 
     @property
     def latest_ack_timestamp(self) -> float | None:
+        """When the last subtask acknowledged (wall-clock epoch seconds), None before any did."""
         return max((s.ack_timestamp for s in self.subtasks), default=None)
+
+    def __repr__(self) -> str:
+        """One line (the per-subtask figures are in `.subtasks`)."""
+        return f"<CheckpointStats {_describe(self)}>"
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,22 @@ class CheckpointStatsSnapshot:
 
     def __post_init__(self):
         object.__setattr__(self, "failures_by_reason", MappingProxyType(dict(self.failures_by_reason)))
+
+    def __repr__(self) -> str:
+        """One line of counts and the latest checkpoint; `describe()` (or `str()`) has more."""
+        c = self.counts
+        latest = self.latest_completed
+        text = (f"<CheckpointStatsSnapshot {c.completed} completed, {c.failed} failed, "
+                f"{c.in_progress} in progress, {c.restored} restored")
+        if latest is not None:
+            text += f"; latest completed: {latest.checkpoint_id}"
+            if latest.end_to_end_duration is not None:
+                text += f" in {latest.end_to_end_duration:.3f} s"
+            text += f", {latest.state_size} bytes"
+        return text + ">"
+
+    def __str__(self) -> str:
+        return self.describe()
 
     def describe(self) -> str:
         """A few human-readable lines (the CLI and logs print this)."""

@@ -9,7 +9,8 @@ Layout of one job::
         _checkpoint_id        the persisted id counter (ids never go backwards across restarts)
         _restore_point        the completed stop-with-savepoint the job last committed on, if no
                               chk-<n> is newer (checkpoint/restore_point.py)
-    <target>/savepoint-<job id prefix>-<n>-<random>/   self-contained, relocatable
+    <target>/savepoint-<job id>-<n>-<random>/   self-contained, relocatable; the whole job id,
+                                                so the name says which job took it
 
 The presence of `chk-<n>/_metadata` is what makes a checkpoint *completed*; a directory without
 it is a checkpoint that was in flight or torn when the job stopped.
@@ -126,12 +127,15 @@ class CheckpointStorage:
 
     def initialize_savepoint_location(self, target_directory: str, checkpoint_id: int,
                                       rng: random.Random | None = None) -> CheckpointStorageLocation:
-        """Create a fresh `savepoint-<job id prefix>-<n>-<random>/` under `target_directory`.
+        """Create a fresh `savepoint-<job id>-<n>-<random>/` under `target_directory`.
 
-        The random suffix keeps two savepoints of the same id (e.g. of two runs) apart.
+        The whole job id (not a prefix: "word-count-1a2b3c4d", not "word-c") says which job
+        took it, so savepoints of jobs with similar names never look alike; `<n>` is the
+        checkpoint id and the random suffix keeps two savepoints of the same id (e.g. of two
+        runs) apart. Job ids contain no "/", so `name.rsplit("-", 2)` splits it back.
         """
         rng = rng or random.Random()
-        name = f"{SAVEPOINT_DIR_PREFIX}{self.job_id[:6]}-{checkpoint_id}-{rng.getrandbits(48):012x}"
+        name = f"{SAVEPOINT_DIR_PREFIX}{self.job_id}-{checkpoint_id}-{rng.getrandbits(48):012x}"
         url = filesystem.join(filesystem.normalize(target_directory), name)
         filesystem.makedirs(url)
         return CheckpointStorageLocation(url, checkpoint_id, is_savepoint=True)
@@ -147,7 +151,7 @@ class CheckpointStorage:
         if url == filesystem.normalize(self.checkpoint_directory(checkpoint_id)).rstrip("/"):
             return True
         name = url.rsplit("/", 1)[-1]
-        return re.fullmatch(rf"{SAVEPOINT_DIR_PREFIX}{re.escape(self.job_id[:6])}-{checkpoint_id}-[0-9a-f]{{12}}",
+        return re.fullmatch(rf"{SAVEPOINT_DIR_PREFIX}{re.escape(self.job_id)}-{checkpoint_id}-[0-9a-f]{{12}}",
                             name) is not None
 
     def abandoned_locations(self, keep_ids: set[int]) -> list[str]:

@@ -119,7 +119,8 @@ class Source(ABC):
         """All splits of this source (msgpack-able), dealt round robin to the subtasks."""
 
     @abstractmethod
-    def create_reader(self, ctx: OperatorContext) -> SourceReader: ...
+    def create_reader(self, ctx: OperatorContext) -> SourceReader:
+        """The reader of one subtask (the runtime calls it in the task; `ctx` names the operator and subtask)."""
 
     def validate(self) -> None:
         """Raise ConfigurationError for settings that cannot work (called at build time)."""
@@ -166,7 +167,8 @@ class Sink(ABC):
     checks_schema: bool = True
 
     @abstractmethod
-    def create_writer(self, ctx: OperatorContext) -> SinkWriter: ...
+    def create_writer(self, ctx: OperatorContext) -> SinkWriter:
+        """The writer of one subtask (the runtime calls it in the task; `ctx` names the operator and subtask)."""
 
     def create_driver_component(self) -> Any:
         """An object on the driver receiving this sink's messages (collect, print), or None."""

@@ -22,6 +22,8 @@ import posixpath
 import sys
 import threading
 import uuid
+from typing import IO
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -282,7 +284,7 @@ class FileSinkWriter(SinkWriter):
         # Identifies this writer's files, so recovery can tell them from older attempts'.
         self._token = f"{ctx.run_id or ctx.job_id[:12]}-a{ctx.attempt}-s{ctx.subtask_index}"
         self._counter = 0
-        self._file = None
+        self._file: IO[bytes] | None = None
         self._writer: pq.ParquetWriter | None = None
         self._current: dict | None = None
         self._pending: list[dict] = []  # pre-committed, not yet committed
@@ -306,14 +308,16 @@ class FileSinkWriter(SinkWriter):
             # Batches arrive checked against the stream's schema (connectors.base); it changes only
             # when a widening stream grew, and then a new part file starts with the wider schema.
             record_batch = to_record_batch(batch)
-            if self._file is not None and not self._writer.schema.equals(record_batch.schema):
+            if self._writer is not None and not self._writer.schema.equals(record_batch.schema):
                 self._close_file(roll=True)
-            if self._file is None:
+            if self._writer is None:
                 self._start_file(record_batch.schema)
+            assert self._writer is not None      # _start_file opened one
             self._writer.write_batch(record_batch)
         else:
             if self._file is None:
                 self._start_file(None)
+            assert self._file is not None        # _start_file opened one
             lines = "".join(json.dumps(row, default=str) + "\n" for row in to_rows(batch))
             self._file.write(lines.encode())
 
@@ -327,6 +331,7 @@ class FileSinkWriter(SinkWriter):
         self._file.close()
         self._file = None
         committable = self._current
+        assert committable is not None           # set with the file
         self._current = None
         if roll:
             self._pending.append(dict(committable, checkpoint_id=None))
@@ -391,6 +396,12 @@ def _commit_file(committable: dict) -> None:
             f"(was the output directory modified outside the job?)")
 
 
-__all__ = ["Collect", "Print", "FileSink", "Discard", "Collector", "Printer", "FORMATS", "Kafka"]
+# `ss.sinks`: what a job writes to. Custom sinks subclass streamsnap.connectors.base.Sink.
+__all__ = ["Collect", "Print", "FileSink", "Discard", "Kafka"]
 
 from streamsnap.connectors.kafka import KafkaSink as Kafka  # noqa: E402  (ss.sinks.Kafka)
+
+
+def __dir__() -> list[str]:
+    """`dir()` lists the public names (`__all__`), not the module's imports and submodules."""
+    return sorted(__all__)

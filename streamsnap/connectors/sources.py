@@ -37,8 +37,8 @@ class Generator(Source):
     splits: number of splits (default: the source's parallelism at first start).
     batch_size: rows per emitted batch.
     schema: the output pyarrow.Schema (declared: rows are checked against it); "widen" or None
-      (default): inferred at run time from the first batch, "widen" letting it grow (README
-      "Schemas"). Row 0 is also sampled at build time, to check key_by column names.
+      (default): inferred at run time from the first batch, "widen" letting it grow (docs: Concepts ›
+      Streams and operators › Schemas). Row 0 is also sampled at build time, to check key_by column names.
     """
 
     def __init__(self, fn: Callable, *, count: int | None = None, rate: float | None = None,
@@ -137,18 +137,22 @@ class GeneratorReader(SourceReader):
     def _step_rows(self) -> int:
         """Rows a rate-limited subtask waits for before it emits: PACE seconds of its rate, at
         most a batch, and no more than what is left to read."""
-        step = max(1, min(self._source.batch_size, int(self._rate * PACE)))
+        rate = self._rate
+        assert rate is not None                  # only a rate-limited reader paces
+        step = max(1, min(self._source.batch_size, int(rate * PACE)))
         if self._source.count is not None:
-            step = min(step, max(1, sum(self._remaining(s) for s in self._splits)))
+            step = min(step, max(1, sum(self._remaining(s) or 0 for s in self._splits)))
         return step
 
     def _behind(self) -> float:
         """Rows the subtask is behind its rate, at most MAX_BURST seconds of them: arrears beyond
         that are forgiven (the pacing clock moves forward)."""
-        behind = (time.monotonic() - self._started) * self._rate - self._emitted_since_start
-        burst = max(self._rate * MAX_BURST, self._step_rows())
+        rate = self._rate
+        assert rate is not None                  # only a rate-limited reader paces
+        behind = (time.monotonic() - self._started) * rate - self._emitted_since_start
+        burst = max(rate * MAX_BURST, self._step_rows())
         if behind > burst:
-            self._started += (behind - burst) / self._rate
+            self._started += (behind - burst) / rate
             behind = burst
         return behind
 
@@ -166,13 +170,13 @@ class GeneratorReader(SourceReader):
         return max(0.0005, (self._step_rows() - self._behind()) / self._rate)
 
     def is_finished(self) -> bool:
-        return self._source.count is not None and all(self._remaining(s) <= 0 for s in self._splits)
+        return self._source.count is not None and all((self._remaining(s) or 0) <= 0 for s in self._splits)
 
     def active_splits(self) -> list:
         """All unfinished splits: they are read round robin, so each holds the watermark back."""
         if self._source.count is None:
             return [s[0] for s in self._splits]
-        return [s[0] for s in self._splits if self._remaining(s) > 0]
+        return [s[0] for s in self._splits if (self._remaining(s) or 0) > 0]
 
     def current_split(self) -> int | None:
         return self._current
@@ -243,3 +247,11 @@ class CollectionSource(Generator):
 
 from streamsnap.connectors.files import FileSource  # noqa: E402, F401  (re-export: ss.sources.FileSource)
 from streamsnap.connectors.kafka import KafkaSource as Kafka  # noqa: E402, F401  (ss.sources.Kafka)
+
+# `ss.sources`: what a job reads from. Custom sources subclass streamsnap.connectors.base.Source.
+__all__ = ["Generator", "FileSource", "Kafka"]
+
+
+def __dir__() -> list[str]:
+    """`dir()` lists the public names (`__all__`), not the module's imports and submodules."""
+    return sorted(__all__)

@@ -1,8 +1,14 @@
-"""State: keyed state (by key group) and operator state, their backends, and redistribution.
+"""`ss.state`: state a job's functions declare, and the State Processor API.
 
-See ARCHITECTURE.md: keyed state (Value/List/Map/Reducing) scoped to the current key, key groups
-as the unit of rescaling, operator list state dealt out by element, and asynchronous
-copy-on-write snapshots written to checkpoint storage.
+Keyed state (`ValueState`, `ListState`, `MapState`, `ReducingState`, declared with their
+descriptors and optional `StateTtlConfig`) is scoped to the current key; operator state
+(`OperatorListState`, `BroadcastState`) to a subtask. `read`, `metadata`, `bootstrap` and
+`SavepointWriter` read a checkpoint's or savepoint's state as Spark DataFrames and write
+savepoints from DataFrames (they need Spark and are imported on first use):
+
+    df = ss.state.read(spark, "/tmp/savepoints/savepoint-clicks-1a2b3c4d-3-...", uid="counts")
+
+How state is kept, snapshotted and redistributed is in the docs' Architecture section.
 """
 
 from streamsnap.state.assignment import (OperatorStateRestore, StateElementRef,
@@ -24,17 +30,16 @@ from streamsnap.state.serialization import MsgpackSerializer, PickleSerializer, 
 from streamsnap.state.snapshot import SnapshotDiscardedError, StateSnapshot
 from streamsnap.state.ttl import StateTtlConfig, TtlStateVisibility, TtlUpdateType
 
+# The public names: what a job's functions declare and use, and the State Processor API
+# (`read`, `metadata`, `bootstrap`, `SavepointWriter`, imported on first use). The other names
+# imported above (backends, key groups, snapshots, restore plans) are the runtime's: importable
+# from here for its own code and tests, but not part of the API and not listed by dir().
 __all__ = [
-    "BroadcastState", "HashMapKeyedStateBackend", "KeyGroupRange", "KeyedState",
-    "KeyedStateSnapshot", "ListState", "ListStateDescriptor", "MapState", "MapStateDescriptor",
-    "MsgpackSerializer", "OperatorListState", "OperatorStateBackend", "OperatorStateRestore",
-    "OperatorStateSnapshot", "PickleSerializer", "ReducingState", "ReducingStateDescriptor",
-    "Serializer", "SnapshotDiscardedError", "StateDescriptor", "StateElementRef", "StateError",
-    "StateSerializationError", "StateSnapshot", "StateTtlConfig", "TtlStateVisibility",
-    "TtlUpdateType", "SubtaskRestoreState", "ValueState",
-    "ValueStateDescriptor", "assign_key_groups", "assign_operator_state", "assign_to_key_group",
-    "default_max_parallelism", "hash_key", "hash_keys", "hash_keys_columns",
-    "key_group_range_for_subtask", "subtask_for_key_group", "subtasks_for_key_groups",
+    "ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
+    "StateDescriptor", "ValueState", "ListState", "MapState", "ReducingState", "KeyedState",
+    "OperatorListState", "BroadcastState", "StateTtlConfig", "TtlStateVisibility", "TtlUpdateType",
+    "Serializer", "MsgpackSerializer", "PickleSerializer", "StateError", "StateSerializationError",
+    "read", "metadata", "bootstrap", "SavepointWriter",
 ]
 
 
@@ -49,3 +54,8 @@ def __getattr__(name: str):
 
         return getattr(state_processor, name)
     raise AttributeError(f"module 'streamsnap.state' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """`dir()` lists the public names (`__all__`), state_processor's included, not the internals."""
+    return sorted(__all__)

@@ -224,6 +224,7 @@ class KeyedState:
 
     @property
     def descriptor(self) -> StateDescriptor:
+        """The descriptor the state was declared with (name, kind, serializer, TTL)."""
         return self._table.descriptor
 
     def _read_map(self) -> dict:
@@ -435,15 +436,18 @@ class MapState(KeyedState):
         return entry.data
 
     def get(self, key: Any, default: Any = None) -> Any:
+        """The value of `key` in the current key's map, or `default`."""
         entry = self._entry()
         return default if entry is None else entry.data.get(key, default)
 
     def put(self, key: Any, value: Any) -> None:
+        """Set `key` to `value` in the current key's map."""
         check_map_key(self.name, key)
         self._check(value)
         self._writable_data()[key] = value
 
     def put_all(self, mapping: Mapping[Any, Any]) -> None:
+        """Set every key of `mapping` in the current key's map."""
         items = dict(mapping)
         if not items:
             return
@@ -453,6 +457,7 @@ class MapState(KeyedState):
         self._writable_data().update(items)
 
     def remove(self, key: Any) -> None:
+        """Remove `key` from the current key's map (nothing happens when it is absent)."""
         entry = self._entry()
         if entry is None or key not in entry.data:
             return
@@ -462,22 +467,27 @@ class MapState(KeyedState):
             self.clear()
 
     def contains(self, key: Any) -> bool:
+        """Whether the current key's map holds `key`."""
         entry = self._entry()
         return entry is not None and key in entry.data
 
     def keys(self) -> list:
+        """The keys of the current key's map (a list)."""
         entry = self._entry()
         return [] if entry is None else list(entry.data.keys())
 
     def values(self) -> list:
+        """The values of the current key's map (a list)."""
         entry = self._entry()
         return [] if entry is None else list(entry.data.values())
 
     def items(self) -> list[tuple[Any, Any]]:
+        """The (key, value) pairs of the current key's map (a list)."""
         entry = self._entry()
         return [] if entry is None else list(entry.data.items())
 
     def is_empty(self) -> bool:
+        """Whether the current key's map is empty."""
         return self._entry() is None
 
 
@@ -499,6 +509,7 @@ class ReducingState(KeyedState):
         return None if v is _MISSING else v
 
     def add(self, value: Any) -> None:
+        """Fold `value` into the current key's value with the descriptor's reduce function."""
         current = self.get() if self._backend._current_key in self._read_map() else _MISSING
         result = value if current is _MISSING else self._reduce(current, value)
         backend = self._backend

@@ -77,22 +77,26 @@ class OperatorListState(_OperatorState):
         return list(self._items)
 
     def add(self, value: Any) -> None:
+        """Append one element."""
         self._check(value)
         self._items.append(value)
 
     def add_all(self, values: Iterable[Any]) -> None:
+        """Append several elements."""
         items = list(values)
         for v in items:
             self._check(v)
         self._items.extend(items)
 
     def update(self, values: Iterable[Any]) -> None:
+        """Replace the elements by `values`."""
         items = list(values)
         for v in items:
             self._check(v)
         self._items = items
 
     def clear(self) -> None:
+        """Remove every element."""
         self._items = []
 
     def _elements(self) -> list:
@@ -112,14 +116,17 @@ class BroadcastState(_OperatorState):
         self._data: dict = {}
 
     def get(self, key: Any, default: Any = None) -> Any:
+        """The value of `key`, or `default`."""
         return self._data.get(key, default)
 
     def put(self, key: Any, value: Any) -> None:
+        """Set `key` to `value` (in `process_broadcast_element` only, identically on every subtask)."""
         check_map_key(self.name, key)
         self._check(value)
         self._data[key] = value
 
     def put_all(self, mapping: Mapping[Any, Any]) -> None:
+        """Set every key of `mapping` (as `put`)."""
         items = dict(mapping)
         for k, v in items.items():
             check_map_key(self.name, k)
@@ -127,24 +134,31 @@ class BroadcastState(_OperatorState):
         self._data.update(items)
 
     def remove(self, key: Any) -> None:
+        """Remove `key` (nothing happens when it is absent)."""
         self._data.pop(key, None)
 
     def contains(self, key: Any) -> bool:
+        """Whether `key` is present."""
         return key in self._data
 
     def keys(self) -> list:
+        """The keys (a list)."""
         return list(self._data.keys())
 
     def values(self) -> list:
+        """The values (a list)."""
         return list(self._data.values())
 
     def items(self) -> list[tuple[Any, Any]]:
+        """The (key, value) pairs (a list)."""
         return list(self._data.items())
 
     def is_empty(self) -> bool:
+        """Whether there are no entries."""
         return not self._data
 
     def clear(self) -> None:
+        """Remove every entry."""
         self._data = {}
 
     def _elements(self) -> list:

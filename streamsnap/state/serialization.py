@@ -63,6 +63,7 @@ class Serializer(ABC):
 
     @property
     def tag(self) -> str:
+        """The serializer's identity in checkpoints (the class's import path unless overridden); a restore checks it."""
         cls = type(self)
         return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -94,6 +95,7 @@ class MsgpackSerializer(Serializer):
 
     @property
     def tag(self) -> str:
+        """"msgpack": what checkpoints record for this serializer."""
         return "msgpack"
 
     def dumps(self, value: Any) -> bytes:
@@ -117,6 +119,7 @@ class PickleSerializer(Serializer):
 
     @property
     def tag(self) -> str:
+        """"pickle": what checkpoints record for this serializer."""
         return "pickle"
 
     def dumps(self, value: Any) -> bytes:

@@ -96,10 +96,12 @@ class StateTtlConfig:
 
     @property
     def update_on_read(self) -> bool:
+        """Whether reading a value also refreshes its time to live (`update_type` ON_READ_AND_WRITE)."""
         return self.update_type is TtlUpdateType.ON_READ_AND_WRITE
 
     @property
     def return_expired(self) -> bool:
+        """Whether an expired value not yet cleaned up is still returned (RETURN_EXPIRED_IF_NOT_CLEANED_UP)."""
         return self.state_visibility is TtlStateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP
 
 

@@ -7,3 +7,8 @@ from streamsnap.testing.harnesses import Harness, HarnessError, RegisteredTimer,
 from streamsnap.testing.jobs import run_to_completion
 
 __all__ = ["harness", "Harness", "HarnessError", "RegisteredTimer", "Snapshot", "run_to_completion"]
+
+
+def __dir__() -> list[str]:
+    """`dir()` lists the public names (`__all__`), not the module's imports and submodules."""
+    return sorted(__all__)

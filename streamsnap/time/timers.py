@@ -36,6 +36,7 @@ _COMPACT_MIN_STALE = 64
 
 
 class TimeDomain(enum.Enum):
+    """Which clock a timer follows: EVENT_TIME (watermarks) or PROCESSING_TIME (the wall clock)."""
     EVENT_TIME = "event_time"
     PROCESSING_TIME = "processing_time"
 

@@ -44,12 +44,23 @@ class TriggerResult(enum.Enum):
 class TriggerContext(Protocol):
     """What the window operator offers a trigger, for the current key and window."""
 
-    def current_watermark(self) -> int: ...
-    def current_processing_time(self) -> int: ...
-    def register_event_time_timer(self, time: int) -> None: ...
-    def register_processing_time_timer(self, time: int) -> None: ...
-    def delete_event_time_timer(self, time: int) -> None: ...
-    def delete_processing_time_timer(self, time: int) -> None: ...
+    def current_watermark(self) -> int:
+        """The operator's current event-time watermark (epoch ms)."""
+
+    def current_processing_time(self) -> int:
+        """The operator's clock (epoch ms)."""
+
+    def register_event_time_timer(self, time: int) -> None:
+        """Call `on_event_time` when the watermark passes `time` (epoch ms)."""
+
+    def register_processing_time_timer(self, time: int) -> None:
+        """Call `on_processing_time` when the clock reaches `time` (epoch ms)."""
+
+    def delete_event_time_timer(self, time: int) -> None:
+        """Delete the event-time timer at `time` (epoch ms) for this key and window."""
+
+    def delete_processing_time_timer(self, time: int) -> None:
+        """Delete the processing-time timer at `time` (epoch ms) for this key and window."""
 
     def get_partitioned_state(self, descriptor: StateDescriptor) -> Any:
         """Keyed state of the trigger, scoped to the current key and window."""
@@ -67,7 +78,10 @@ class Trigger(ABC):
 
     @abstractmethod
     def on_element(self, element: Any, timestamp: int | None, window: Window,
-                   ctx: TriggerContext) -> TriggerResult: ...
+                   ctx: TriggerContext) -> TriggerResult:
+        """An element with event `timestamp` (epoch ms, None by processing time) entered `window`:
+        register timers through `ctx` and say whether to fire/purge now.
+        """
 
     @abstractmethod
     def on_event_time(self, time: int, window: Window, ctx: TriggerContext) -> TriggerResult:
@@ -83,9 +97,11 @@ class Trigger(ABC):
         """The window is gone: delete its timers and trigger state."""
 
     def can_merge(self) -> bool:
+        """Whether this trigger supports merging (session) windows (then it implements `on_merge`)."""
         return False
 
     def on_merge(self, window: Window, ctx: OnMergeContext) -> None:
+        """Windows merged into `window`: re-register the timers it needs (merging triggers only)."""
         raise ConfigurationError(
             f"{type(self).__name__} cannot be used with merging (session) windows; use a "
             f"trigger that supports merging, e.g. EventTimeTrigger or CountTrigger")
@@ -177,6 +193,7 @@ class CountTrigger(Trigger):
 
     @classmethod
     def of(cls, count: int) -> CountTrigger:
+        """Fire when a window holds `count` elements (int >= 1), e.g. `CountTrigger.of(100)`."""
         return cls(count)
 
     def on_element(self, element, timestamp, window, ctx):
@@ -214,6 +231,7 @@ class PurgingTrigger(Trigger):
 
     @classmethod
     def of(cls, inner: Trigger) -> PurgingTrigger:
+        """`inner`, with each FIRE turned into FIRE_AND_PURGE (the window's contents are dropped after firing)."""
         return cls(inner)
 
     @staticmethod

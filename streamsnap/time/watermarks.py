@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +32,7 @@ from streamsnap.time.durations import to_millis
 MIN_WATERMARK = -(2 ** 63)      # nothing is known yet
 MAX_WATERMARK = 2 ** 63 - 1     # the end of time: every timer and window fires
 
-Timestamps = np.ndarray | pa.Array | pa.ChunkedArray
+Timestamps: TypeAlias = "np.ndarray | pa.Array | pa.ChunkedArray"
 
 
 # What watermark logic hands to the runtime to send downstream, in order.

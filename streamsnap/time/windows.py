@@ -17,7 +17,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from datetime import timedelta
+from typing import ClassVar, Self
 
 import numpy as np
 
@@ -128,6 +129,10 @@ class WindowAssigner(ABC):
         return processing_time
 
 
+Duration = int | float | timedelta
+"""A span of time in the API: seconds (int or float) or a `datetime.timedelta`."""
+
+
 def _check_offset(cls: type, offset: int, period: int, period_name: str) -> None:
     if abs(offset) >= period:
         raise ConfigurationError(
@@ -136,101 +141,170 @@ def _check_offset(cls: type, offset: int, period: int, period_name: str) -> None
             f"the {period_name}, e.g. timedelta(hours=-8) for daily windows in UTC+8")
 
 
-def _check_ms(cls: type, name: str, value: Any, minimum: int | None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or \
-            (minimum is not None and value < minimum):
-        raise ConfigurationError(f"{cls.__name__}: {name} must be an int of milliseconds "
-                                 f">= {minimum}, got {value!r}; build it with .of(...)")
+def _seconds(millis: int) -> int | float:
+    """Milliseconds as seconds for reprs: an int when whole (60000 -> 60), else a float."""
+    return millis // 1000 if millis % 1000 == 0 else millis / 1000
 
 
-@dataclass(frozen=True)
-class _Tumbling(WindowAssigner):
-    size: int          # ms
-    offset: int = 0    # ms
+def _millis(cls: type, name: str, value: object, minimum: int | None) -> int:
+    """`value` (seconds or timedelta) in ms, with errors that name the assigner."""
+    try:
+        return to_millis(value, name, minimum=minimum)
+    except ConfigurationError as e:
+        raise ConfigurationError(f"{cls.__name__}: {e}") from None
 
-    def __post_init__(self) -> None:
-        _check_ms(type(self), "size", self.size, 1)
-        _check_ms(type(self), "offset", self.offset, None)
-        _check_offset(type(self), self.offset, self.size, "size")
+
+class _Durations(WindowAssigner):
+    """Assigners defined by durations: given in seconds or timedelta, kept as int ms
+    (`<name>_ms` attributes, read by the runtime); equal when their class and durations are."""
+
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def _key(self) -> tuple:
+        return (type(self),) + tuple(getattr(self, f"{f}_ms") for f in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Durations) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{f}={_seconds(getattr(self, f'{f}_ms'))!r}" for f in self._fields
+                         if f != "offset" or getattr(self, "offset_ms"))
+        return f"{type(self).__name__}({args})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if getattr(self, "_frozen", False):
+            raise AttributeError(f"{type(self).__name__} is immutable; build a new assigner")
+        object.__setattr__(self, name, value)
+
+
+class _Tumbling(_Durations):
+    _fields = ("size", "offset")
+
+    def __init__(self, size: Duration, offset: Duration = 0) -> None:
+        """Windows of `size` (seconds or timedelta), aligned to the epoch plus `offset`
+        (seconds or timedelta, -size < offset < size; e.g. `timedelta(hours=-8)` for days in UTC+8)."""
+        self.size_ms = _millis(type(self), "size", size, 1)
+        self.offset_ms = _millis(type(self), "offset", offset, None)
+        self._frozen = True
+        _check_offset(type(self), self.offset_ms, self.size_ms, "size")
 
     @classmethod
-    def of(cls, size: Any, offset: Any = 0):
-        """Windows of `size` (seconds or timedelta), aligned to the epoch plus `offset`."""
-        return cls(to_millis(size, "size", minimum=1), to_millis(offset, "offset", minimum=None))
+    def of(cls, size: Duration, offset: Duration = 0) -> Self:
+        """Windows of `size` (seconds or timedelta), aligned to the epoch plus `offset`; the
+        same as the constructor (Flink's spelling), e.g. `TumblingEventTimeWindows.of(60)`."""
+        return cls(size, offset)
+
+    @property
+    def size(self) -> timedelta:
+        """The window length."""
+        return timedelta(milliseconds=self.size_ms)
+
+    @property
+    def offset(self) -> timedelta:
+        """How far window starts are shifted from multiples of the size since the epoch."""
+        return timedelta(milliseconds=self.offset_ms)
 
     def assign_windows(self, timestamp: int | None, processing_time: int | None = None
                        ) -> list[Window]:
-        start = window_start(self._time(timestamp, processing_time), self.offset, self.size)
-        return [TimeWindow(start, start + self.size)]
+        """The one window containing the element's time (epoch ms)."""
+        start = window_start(self._time(timestamp, processing_time), self.offset_ms, self.size_ms)
+        return [TimeWindow(start, start + self.size_ms)]
 
     def assign_window_starts(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row indices, window starts) for a column of times; a window ends at start + size."""
-        starts = window_starts(times, self.offset, self.size)
+        starts = window_starts(times, self.offset_ms, self.size_ms)
         return np.arange(len(starts), dtype=np.int64), starts
 
 
-@dataclass(frozen=True)
-class _Sliding(WindowAssigner):
-    size: int
-    slide: int
-    offset: int = 0
+class _Sliding(_Durations):
+    _fields = ("size", "slide", "offset")
 
-    def __post_init__(self) -> None:
-        _check_ms(type(self), "size", self.size, 1)
-        _check_ms(type(self), "slide", self.slide, 1)
-        _check_ms(type(self), "offset", self.offset, None)
-        _check_offset(type(self), self.offset, self.slide, "slide")
+    def __init__(self, size: Duration, slide: Duration, offset: Duration = 0) -> None:
+        """Windows of `size` starting every `slide`, aligned to the epoch plus `offset` (all in
+        seconds or timedelta; -slide < offset < slide)."""
+        self.size_ms = _millis(type(self), "size", size, 1)
+        self.slide_ms = _millis(type(self), "slide", slide, 1)
+        self.offset_ms = _millis(type(self), "offset", offset, None)
+        self._frozen = True
+        _check_offset(type(self), self.offset_ms, self.slide_ms, "slide")
 
     @classmethod
-    def of(cls, size: Any, slide: Any, offset: Any = 0):
-        """Windows of `size` starting every `slide` (seconds or timedelta), plus `offset`."""
-        return cls(to_millis(size, "size", minimum=1), to_millis(slide, "slide", minimum=1),
-                   to_millis(offset, "offset", minimum=None))
+    def of(cls, size: Duration, slide: Duration, offset: Duration = 0) -> Self:
+        """Windows of `size` starting every `slide` (seconds or timedelta), plus `offset`; the
+        same as the constructor, e.g. `SlidingEventTimeWindows.of(60, 10)`."""
+        return cls(size, slide, offset)
+
+    @property
+    def size(self) -> timedelta:
+        """The window length."""
+        return timedelta(milliseconds=self.size_ms)
+
+    @property
+    def slide(self) -> timedelta:
+        """How often a window starts."""
+        return timedelta(milliseconds=self.slide_ms)
+
+    @property
+    def offset(self) -> timedelta:
+        """How far window starts are shifted from multiples of the slide since the epoch."""
+        return timedelta(milliseconds=self.offset_ms)
 
     def assign_windows(self, timestamp: int | None, processing_time: int | None = None
                        ) -> list[Window]:
+        """The windows containing the element's time (epoch ms), latest first."""
         t = self._time(timestamp, processing_time)
-        last = window_start(t, self.offset, self.slide)
-        return [TimeWindow(s, s + self.size) for s in range(last, t - self.size, -self.slide)]
+        last = window_start(t, self.offset_ms, self.slide_ms)
+        return [TimeWindow(s, s + self.size_ms) for s in range(last, t - self.size_ms, -self.slide_ms)]
 
     def assign_window_starts(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row indices, window starts): each row once per window it is in, latest first."""
         ts = np.asarray(times, dtype=np.int64)
-        per_row = -(-self.size // self.slide)
-        candidates = window_starts(ts, self.offset, self.slide)[:, None] \
-            - self.slide * np.arange(per_row, dtype=np.int64)[None, :]
-        inside = candidates > (ts - self.size)[:, None]
+        per_row = -(-self.size_ms // self.slide_ms)
+        candidates = window_starts(ts, self.offset_ms, self.slide_ms)[:, None] \
+            - self.slide_ms * np.arange(per_row, dtype=np.int64)[None, :]
+        inside = candidates > (ts - self.size_ms)[:, None]
         rows, _ = np.nonzero(inside)
         return rows.astype(np.int64, copy=False), candidates[inside]
 
 
-@dataclass(frozen=True)
-class _Session(WindowAssigner):
-    gap: int
-
+class _Session(_Durations):
+    _fields = ("gap",)
     is_merging: ClassVar[bool] = True
 
-    def __post_init__(self) -> None:
-        _check_ms(type(self), "gap", self.gap, 1)
-
-    @classmethod
-    def with_gap(cls, gap: Any):
+    def __init__(self, gap: Duration) -> None:
         """Sessions that close after `gap` (seconds or timedelta) without elements."""
-        millis = to_millis(gap, "gap")
+        millis = _millis(type(self), "gap", gap, 0)
         if millis == 0:
             raise ConfigurationError(
-                f"{cls.__name__}.with_gap: the session gap must be at least 1 ms, got {gap!r}; "
+                f"{type(self).__name__}: the session gap must be at least 1 ms, got {gap!r}; "
                 f"a gap of 0 would make every element its own session; give seconds or a "
                 f"timedelta, e.g. with_gap(30)")
-        return cls(millis)
+        self.gap_ms = millis
+        self._frozen = True
+
+    @classmethod
+    def with_gap(cls, gap: Duration) -> Self:
+        """Sessions that close after `gap` (seconds or timedelta) without elements; the same as
+        the constructor, e.g. `EventTimeSessionWindows.with_gap(timedelta(minutes=30))`."""
+        return cls(gap)
+
+    @property
+    def gap(self) -> timedelta:
+        """The inactivity that closes a session."""
+        return timedelta(milliseconds=self.gap_ms)
 
     def assign_windows(self, timestamp: int | None, processing_time: int | None = None
                        ) -> list[Window]:
+        """`[t, t + gap)` for the element's time t (epoch ms); touching windows merge."""
         t = self._time(timestamp, processing_time)
-        return [TimeWindow(t, t + self.gap)]
+        return [TimeWindow(t, t + self.gap_ms)]
 
     def merge_windows(self, windows: Iterable[TimeWindow],
                       callback: Callable[[list[TimeWindow], TimeWindow], None]) -> None:
+        """Merge intersecting session windows: `callback(merged, result)` per group."""
         merge_time_windows(windows, callback)
 
 
@@ -295,6 +369,7 @@ class GlobalWindows(WindowAssigner):
 
     @classmethod
     def create(cls) -> GlobalWindows:
+        """The assigner of the one global window (Flink's `GlobalWindows.create()`); add a trigger."""
         return cls()
 
     def assign_windows(self, timestamp: int | None, processing_time: int | None = None

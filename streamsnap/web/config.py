@@ -28,7 +28,7 @@ def is_loopback(bind: str) -> bool:
 
 @dataclass(frozen=True)
 class WebConfig:
-    """The driver's REST API, Prometheus `/metrics` and web UI (see README "Monitoring").
+    """The driver's REST API, Prometheus `/metrics` and web UI (see the docs' How-to › Monitoring page).
 
     port: TCP port; 0 picks a free one (read it from `JobClient.web_url`), Flink's is 8081.
     bind: the address to listen on; "127.0.0.1" (the default) is reachable from this machine

@@ -98,7 +98,7 @@ def test_the_summary_labels_counts_of_an_attempt_that_restored_a_checkpoint():
     plain = JobResult("j", "job", "FINISHED", 1.0, metrics, {})
     assert "record counts" not in plain.summary()
     restored = JobResult("j", "job", "FINISHED", 1.0, metrics, {}, restarts=1, attempt=1, restored_checkpoint=4)
-    assert ("record counts below: attempt 2 only, since checkpoint 4 it restored — rows before that checkpoint "
+    assert ("record counts below: attempt 2 only, since it restored checkpoint 4 — rows before that checkpoint "
             "were processed by earlier attempts") in restored.summary()
 
 

@@ -558,7 +558,7 @@ def test_savepoint_location_options_and_no_commit(make_harness, tmp_path):
     assert options.checkpoint_type is CheckpointType.SAVEPOINT
     name = options.target_location.rsplit("/", 1)[-1]
     assert options.target_location.startswith(filesystem.normalize(target) + "/")
-    assert name.startswith("savepoint-job012-1-")
+    assert name.startswith("savepoint-job0123456789-1-")     # the whole job id, not a prefix
     h.ack_all(1)
     savepoint = future.result(timeout=0)
     assert savepoint.external_pointer == options.target_location

@@ -49,10 +49,22 @@ def test_savepoint_location(storage, tmp_path):
     location = storage.initialize_savepoint_location(str(tmp_path / "sp"), 7, random.Random(1))
     name = location.url.rsplit("/", 1)[-1]
     assert location.url.startswith(filesystem.normalize(str(tmp_path / "sp")) + "/")
-    assert name.startswith("savepoint-a1b2c3-7-") and len(name.split("-")[-1]) == 12
+    assert name.startswith("savepoint-a1b2c3d4e5-7-") and len(name.split("-")[-1]) == 12
     assert location.is_savepoint and filesystem.exists(location.url)
     other = storage.initialize_savepoint_location(str(tmp_path / "sp"), 7, random.Random(2))
     assert other.url != location.url
+
+
+def test_savepoint_names_keep_jobs_with_similar_names_apart(tmp_path):
+    """The whole job id names a savepoint: two jobs whose ids share a long prefix (as ids made
+    from similar job names do) never get look-alike savepoints, and the name splits back."""
+    first = CheckpointStorage(str(tmp_path / "ckpt"), "word-count-eu-1a2b3c4d")
+    second = CheckpointStorage(str(tmp_path / "ckpt"), "word-count-us-5e6f7a8b")
+    a = first.initialize_savepoint_location(str(tmp_path / "sp"), 3).url.rsplit("/", 1)[-1]
+    b = second.initialize_savepoint_location(str(tmp_path / "sp"), 3).url.rsplit("/", 1)[-1]
+    assert a.startswith("savepoint-word-count-eu-1a2b3c4d-3-") and b.startswith("savepoint-word-count-us-5e6f7a8b-3-")
+    assert a.removeprefix("savepoint-").rsplit("-", 2)[:2] == ["word-count-eu-1a2b3c4d", "3"]
+    assert first.is_location_of(str(tmp_path / "sp" / a), 3) and not second.is_location_of(str(tmp_path / "sp" / a), 3)
 
 
 def test_discard_location(storage):

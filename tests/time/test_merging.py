@@ -1,3 +1,5 @@
+from datetime import timedelta
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -7,7 +9,7 @@ from streamsnap.time import (EventTimeSessionWindows, MergingWindowSet, TimeWind
                              TumblingEventTimeWindows)
 
 GAP = 10
-SESSIONS = EventTimeSessionWindows(GAP)
+SESSIONS = EventTimeSessionWindows(timedelta(milliseconds=GAP))
 
 
 class Recorder:
@@ -100,7 +102,7 @@ def test_any_arrival_order_gives_the_sorted_sessions(timestamps, gap, rng):
     result must be the sessions of a plain sort-and-merge, whatever the arrival order."""
     order = list(timestamps)
     rng.shuffle(order)
-    windows = MergingWindowSet(EventTimeSessionWindows(gap))
+    windows = MergingWindowSet(EventTimeSessionWindows(timedelta(milliseconds=gap)))
     contents: dict[TimeWindow, list[int]] = {}
 
     def merge(result, merged, state_window, merged_state_windows):

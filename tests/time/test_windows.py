@@ -36,7 +36,7 @@ def test_window_start_with_offset_and_negative_timestamps(ts, offset, size, star
 
 def test_tumbling_assigners():
     event = TumblingEventTimeWindows.of(10)
-    assert event.size == 10_000 and event.is_event_time and not event.is_merging
+    assert event.size == timedelta(seconds=10) and event.size_ms == 10_000 and event.is_event_time and not event.is_merging
     assert event.assign_windows(12_345) == [TimeWindow(10_000, 20_000)]
     assert event.assign_windows(-1) == [TimeWindow(-10_000, 0)]
     assert isinstance(event.default_trigger(), EventTimeTrigger)
@@ -62,7 +62,7 @@ def test_sliding_assigners():
 
 def test_session_and_global_assigners():
     sessions = EventTimeSessionWindows.with_gap(timedelta(seconds=3))
-    assert sessions.is_merging and sessions.gap == 3000
+    assert sessions.is_merging and sessions.gap == timedelta(seconds=3) and sessions.gap_ms == 3000
     assert sessions.assign_windows(100) == [TimeWindow(100, 3100)]
     assert ProcessingTimeSessionWindows.with_gap(1).assign_windows(None, 7) == [TimeWindow(7, 1007)]
     everything = GlobalWindows.create()
@@ -88,7 +88,8 @@ def test_event_time_assigner_without_timestamp():
     (lambda: EventTimeSessionWindows.with_gap(0), "gap"),
     (lambda: EventTimeSessionWindows.with_gap(timedelta(0)), "gap"),
     (lambda: ProcessingTimeSessionWindows.with_gap(-1), "gap"),
-    (lambda: TumblingEventTimeWindows(10.5), "size"),
+    (lambda: TumblingEventTimeWindows("10"), "size"),
+    (lambda: EventTimeSessionWindows(0), "gap"),
 ])
 def test_bad_assigner_arguments_fail_at_build(build, names):
     with pytest.raises(ConfigurationError) as err:
@@ -113,13 +114,14 @@ times = st.lists(st.integers(-10 ** 6, 10 ** 6), max_size=40)
 def test_vectorized_assignment_matches_per_row(ts, size_ms, slide_ms, data):
     offset = data.draw(st.integers(-slide_ms + 1, slide_ms - 1))
     column = np.array(ts, dtype=np.int64)
-    for assigner in (TumblingEventTimeWindows(size_ms, offset % size_ms),
-                     SlidingEventTimeWindows(size_ms, slide_ms, offset)):
+    ms = lambda n: timedelta(milliseconds=n)  # noqa: E731
+    for assigner in (TumblingEventTimeWindows(ms(size_ms), ms(offset % size_ms)),
+                     SlidingEventTimeWindows(ms(size_ms), ms(slide_ms), ms(offset))):
         rows, starts = assigner.assign_window_starts(column)
         expected = [(i, w.start) for i, t in enumerate(ts) for w in assigner.assign_windows(t)]
         assert list(zip(rows.tolist(), starts.tolist())) == expected
         for i, s in zip(rows.tolist(), starts.tolist()):
-            assert s <= ts[i] < s + assigner.size
+            assert s <= ts[i] < s + assigner.size_ms
 
 
 def test_merge_time_windows_reports_only_real_merges():

@@ -225,6 +225,7 @@ class Kafka(Sink):
         return encode_json_array(batch)
 
     def preflight(self, label: str) -> None:
+        """Before the job: the servers answer and the topic exists (PreflightError naming it, labelled `label`)."""
         kafka_admin.require_topics(self.bootstrap, [self.topic], self.preflight_timeout, self.config, label)
 
     def create_writer(self, ctx: OperatorContext) -> SinkWriter:

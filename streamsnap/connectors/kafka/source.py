@@ -213,6 +213,7 @@ class Kafka(Source):
         return self._schema_mode
 
     def describe_topics(self) -> str:
+        """The topics read, for messages: their names, or the pattern."""
         return ", ".join(self.topics) if self.topics is not None else f"pattern {self.pattern!r}"
 
     def preflight(self, label: str) -> None:

@@ -217,7 +217,7 @@ class VectorizedWindowOperator(WindowOperator):
         # as numpy would make fixed-width unicode of str (dropping trailing NULs).
         self.object_fields = frozenset(j for i, c in enumerate(self.columns) if c in self.extreme_only
                                        for j in (1 + 4 * i + 2, 1 + 4 * i + 3))
-        self.size = assigner.size
+        self.size = assigner.size_ms
         self.windows = None
         self.index = AlignedWindowIndex(self.size, self.allowed_lateness)
         self._watermark = MIN_WATERMARK
