@@ -10,8 +10,8 @@ the REST API (`/jobs/:id`: vertices' `id` / `name`, operators' `uid` / `name`) a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from streamsnap.checkpoint.stats import CheckpointStatsSnapshot
@@ -241,13 +241,7 @@ class JobClient:
     def subtasks(self) -> list[SubtaskInfo]:
         """The job's subtasks now, in task order: vertex id and name, index, attempt, host,
         pid and state each (see `SubtaskInfo`)."""
-        infos = self._master.subtasks()
-        graph = getattr(self._master, "job_graph", None)
-        if graph is None:
-            return infos
-        names = {vertex_id: vertex.name for vertex_id, vertex in graph.vertices.items()}
-        return [info if info.vertex_name else replace(info, vertex_name=names.get(info.vertex, ""))
-                for info in infos]
+        return self._master.subtasks()
 
     def trigger_checkpoint(self, timeout: float | None = 60.0):
         """Take a checkpoint now; returns the completed checkpoint."""

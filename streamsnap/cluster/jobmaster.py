@@ -274,10 +274,12 @@ class JobMaster:
                     for s in self._subtasks.values() if s.metrics is not None}
 
     def subtasks(self) -> list[SubtaskInfo]:
+        names = {vertex_id: vertex.name for vertex_id, vertex in self.job_graph.vertices.items()}
         with self._lock:
             return [SubtaskInfo(s.attempt_id.vertex_id, s.attempt_id.index, s.attempt_id.attempt, s.host,
                                 s.pid, s.state.value, s.task_index,
-                                tuple(s.data_address) if s.data_address else None)
+                                tuple(s.data_address) if s.data_address else None,
+                                names.get(s.attempt_id.vertex_id, ""))
                     for s in sorted(self._subtasks.values(), key=lambda s: s.task_index)]
 
     # ================================================================ event loop
