@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
+from dataclasses import dataclass
+from decimal import Decimal
 
 import pyarrow.parquet as pq
 import pytest
@@ -274,3 +277,49 @@ def test_a_function_returning_no_row_is_a_configuration_error_found_at_run_time(
     # The map ran chained to the source on the source's own row: its exact position.
     assert "source position: split 0 of 2, offset 1111 (index 2222 of the Generator)" in text
     assert seconds < RUN_BOUND, f"{seconds:.1f} s running ({total:.1f} s in execute())"
+
+
+@dataclass(frozen=True)
+class FirstSeen:
+    """A state value of the kinds users keep (issue 30: a datetime failed 3 restarts and 15-17 s):
+    the earliest time, a running Decimal, the (smallest, largest) value."""
+
+    at: dt.datetime
+    total: Decimal
+    values: tuple
+
+
+class RemembersFirst(ss.KeyedProcessFunction):
+    def open(self, ctx):
+        self.first = ctx.get_state(ss.ValueStateDescriptor("first"))
+        self.days = ctx.get_state(ss.ValueStateDescriptor("days", default=frozenset()))
+
+    def process_element(self, row, ctx):
+        at = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=row["value"])
+        first = self.first.value()
+        v = row["value"]
+        first = FirstSeen(at, Decimal("0.01"), (v, v)) if first is None else FirstSeen(
+            min(first.at, at), first.total + Decimal("0.01"), (min(first.values[0], v), max(first.values[1], v)))
+        self.first.update(first)
+        self.days.update(self.days.value() | {at.date()})
+        yield {"key": ctx.current_key, "first": first.at.isoformat(), "cents": str(first.total),
+               "pair": list(first.values), "days": len(self.days.value())}
+
+
+def test_datetimes_decimals_tuples_sets_and_dataclasses_in_state_need_no_pickle(spark, tmp_path):
+    config = ss.CheckpointConfig(interval=0.2, directory=str(tmp_path / "ckpt"), retention="retain_on_finish")
+    env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config,
+                               restart=ss.RestartStrategy.none())   # any failure fails the test
+    (env.from_source(ss.sources.Generator(event, count=N, rate=12_000), name="events")
+        .key_by("key").process(RemembersFirst(), name="first").sink_to(ss.sinks.Collect()))
+    result = env.execute("rich state")
+    assert result.checkpoints.counts.completed >= 1     # the state went through checkpoints (the final one, at least)
+    last = {}
+    for row in result.rows():
+        last[row["key"]] = row
+    for key in range(7):
+        values = [i for i in range(N) if i % 7 == key]
+        assert last[key]["first"] == "2024-01-01T00:00:%02d+00:00" % key
+        assert last[key]["cents"] == str(Decimal("0.01") * len(values))
+        assert last[key]["pair"] == [values[0], values[-1]]
+        assert last[key]["days"] == 1
