@@ -1,4 +1,4 @@
-"""Probes behind docs/deployment-decision.md: Spark Connect vs classic sessions for streamsnap's
+"""Probes behind docs/architecture/deployment-decision.md: Spark Connect vs classic sessions for streamsnap's
 barrier-stage deployment, and where the JobMaster can live. Not product code.
 
 Each subcommand prints one JSON object per measurement (and a summary line):

@@ -23,6 +23,7 @@ from streamsnap.api.connected import BroadcastStream, ConnectedStreams
 from streamsnap.api.vectorized import group_cumsum
 from streamsnap.graph.keys import BatchKeys
 from streamsnap.api.result import JobClient, JobResult
+from streamsnap.api import jobs
 from streamsnap.web.config import WebConfig
 from streamsnap.connectors import sinks, sources
 from streamsnap.errors import (
@@ -41,6 +42,7 @@ from streamsnap.state.ttl import StateTtlConfig, TtlStateVisibility, TtlUpdateTy
 __version__ = "0.1.0"
 
 __all__ = [
+    "jobs",
     "StreamEnvironment", "DataStream", "KeyedStream", "CheckpointConfig", "RestartStrategy", "NetworkConfig", "RocksDBConfig", "ChangelogConfig",
     "KeyedProcessFunction", "KeyedBatchFunction", "BatchKeys", "group_cumsum", "Function", "Context", "RuntimeContext", "CheckpointedFunction",
     "CheckpointListener", "FunctionInitializationContext", "FunctionSnapshotContext",

@@ -1,6 +1,10 @@
 """The `streamsnap` command (mirrors Flink's `flink` CLI where it makes sense).
 
-    streamsnap run job.py [--from PATH] [--allow-non-restored-state]
+    streamsnap run job.py [--from PATH] [--allow-non-restored-state] [--detach]
+    streamsnap list DIR
+    streamsnap savepoint DIR JOB PATH          (take a savepoint of a running job)
+    streamsnap stop DIR JOB --savepoint PATH [--drain]
+    streamsnap cancel DIR JOB
     streamsnap checkpoints DIR
     streamsnap ui DIR [--port N]
     streamsnap savepoint inspect PATH
@@ -22,8 +26,6 @@ from streamsnap.web.terminal import PLAIN_EVERY, LiveStatus, summary_lines
 
 app = typer.Typer(help="streamsnap: stateful, exactly-once stream processing on Spark.", no_args_is_help=True,
                   add_completion=False)
-savepoint_app = typer.Typer(help="Inspect savepoints.", no_args_is_help=True)
-app.add_typer(savepoint_app, name="savepoint")
 console = Console()
 
 
@@ -35,12 +37,19 @@ def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline
         status_every: float = typer.Option(PLAIN_EVERY, "--status-every", min=0.1,
                                            help="Seconds between status lines when stdout is not a terminal "
                                                 "(on a terminal the line is redrawn in place every second)."),
+        detach: bool = typer.Option(False, "--detach", "-d",
+                                    help="Submit and return once the job runs; it outlives this command "
+                                         "(Spark Connect sessions: the job file builds its session with "
+                                         "SparkSession.builder.remote(...))."),
         ) -> None:
     """Run a job file on the embedded (or active) Spark session, show a live status line and a summary."""
     if not job.is_file():
         console.print(f"[red]no such job file: {job}[/red]")
         raise typer.Exit(2)
     environment.CLI_DEFAULTS.update(restore_from=restore_from, allow_non_restored_state=allow_non_restored_state)
+    if detach:
+        _run_detached(job)
+        return
     environment.CLI_DEFAULTS["results"] = []
     # A job built with StreamEnvironment(web=ss.WebConfig(...)): say where to watch it.
     environment.CLI_DEFAULTS["on_web_url"] = lambda name, url: console.print(f"[bold]{name}[/bold]: monitoring at {url}")
@@ -72,6 +81,106 @@ def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline
     if not results:
         console.print(f"[yellow]{job} ran for {time.monotonic() - started:.1f} s but executed no job "
                       f"(does it call env.execute()?)[/yellow]")
+
+
+def _run_detached(job: Path) -> None:
+    from streamsnap.errors import StreamsnapError
+
+    environment.CLI_DEFAULTS["detached"] = True
+    sys.argv = [str(job)]
+    sys.path.insert(0, str(job.resolve().parent))
+    try:
+        runpy.run_path(str(job), run_name="__main__")
+    except StreamsnapError as exc:
+        console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    finally:
+        environment.CLI_DEFAULTS.pop("detached", None)
+    clients = environment.CLI_DEFAULTS.pop("detached_jobs", [])
+    if not clients:
+        console.print(f"[yellow]{job} submitted no job (does it call env.execute()?)[/yellow]")
+        raise typer.Exit(1)
+    for client in clients:
+        print(f"job {client.job_id} is RUNNING, detached (streamsnap list / stop / cancel DIR {client.job_id})")
+
+
+@app.command("list")
+def list_jobs(directory: str = typer.Argument(..., help="Checkpoint directory the jobs write to.")) -> None:
+    """List the jobs recorded under DIR (JobMaster in the cluster, or detached), newest first."""
+    from streamsnap.api import jobs
+
+    found = _or_exit(lambda: jobs.list(directory))
+    if not found:
+        console.print(f"no jobs are recorded under {directory}")
+        raise typer.Exit(1)
+    table = Table(title=f"jobs under {directory}")
+    for column in ("job id", "name", "status", "submitted", "JobMaster", "restarts", "last failure"):
+        table.add_column(column, no_wrap=column != "last failure", overflow="fold")
+    for job in found:
+        where = f"{job.job_master[0]}:{job.job_master[1]} (epoch {job.epoch})" if job.job_master else "-"
+        if job.job_master and job.status not in ("FINISHED", "CANCELED", "FAILED") and not job.live:
+            where += ", not answering"
+        table.add_row(job.job_id, job.job_name, job.status,
+                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.submitted_at)) if job.submitted_at else "-",
+                      where, str(job.restarts), (job.last_failure or "").splitlines()[0] if job.last_failure else "-")
+    Console(width=max(console.width, 160)).print(table)
+
+
+@app.command()
+def stop(directory: str = typer.Argument(..., help="Checkpoint directory the job writes to."),
+         job_id: str = typer.Argument(..., help="The job's id (streamsnap list DIR)."),
+         savepoint: str = typer.Option(..., "--savepoint", "-p", help="Directory to write the final savepoint to."),
+         drain: bool = typer.Option(False, "--drain", help="End event time first: every window fires (Flink's --drain)."),
+         timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for the job to stop."),
+         ) -> None:
+    """Stop a running job with a savepoint (Flink's `flink stop --savepointPath`)."""
+    from streamsnap.api import jobs
+
+    client = _or_exit(lambda: jobs.attach(directory, job_id))
+    path = _or_exit(lambda: client.stop_with_savepoint(savepoint, drain=drain, timeout=timeout))
+    print(f"job {job_id} stopped with savepoint {path}")
+
+
+@app.command()
+def cancel(directory: str = typer.Argument(..., help="Checkpoint directory the job writes to."),
+           job_id: str = typer.Argument(..., help="The job's id (streamsnap list DIR)."),
+           timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for the job to end.")) -> None:
+    """Cancel a running job (no savepoint)."""
+    from streamsnap.api import jobs
+
+    client = _or_exit(lambda: jobs.attach(directory, job_id))
+    _or_exit(lambda: client.cancel(timeout))
+    print(f"job {job_id} {client.status()}")
+
+
+@app.command()
+def savepoint(arguments: list[str] = typer.Argument(..., metavar="DIR JOB PATH | inspect PATH",
+                                                    help="DIR JOB PATH: take a savepoint of a running job into PATH. "
+                                                         "inspect PATH: show what a savepoint holds.")) -> None:
+    """Take a savepoint of a running job (`savepoint DIR JOB PATH`), or inspect one (`savepoint inspect PATH`)."""
+    if arguments[:1] == ["inspect"] and len(arguments) == 2:
+        _savepoint_inspect(arguments[1])
+        return
+    if len(arguments) != 3:
+        console.print("usage: streamsnap savepoint DIR JOB PATH  |  streamsnap savepoint inspect PATH")
+        raise typer.Exit(2)
+    from streamsnap.api import jobs
+
+    directory, job_id, target = arguments
+    client = _or_exit(lambda: jobs.attach(directory, job_id))
+    path = _or_exit(lambda: client.trigger_savepoint(target))
+    print(f"savepoint of job {job_id} at {path}")
+
+
+def _or_exit(action):
+    """Run a control action; a streamsnap error is printed (no traceback) and exits with 1."""
+    from streamsnap.errors import StreamsnapError
+
+    try:
+        return action()
+    except (StreamsnapError, TimeoutError) as exc:
+        console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 @app.command()
@@ -159,8 +268,7 @@ def ui(directory: str = typer.Argument(..., help="Checkpoint directory (or one j
         server.close()
 
 
-@savepoint_app.command("inspect")
-def savepoint_inspect(path: str = typer.Argument(..., help="Savepoint or checkpoint directory.")) -> None:
+def _savepoint_inspect(path: str) -> None:
     """Show what a savepoint (or checkpoint) holds, per operator."""
     from streamsnap.checkpoint.metadata import read_metadata
     from streamsnap.checkpoint.storage import resolve_restore_path

@@ -76,6 +76,12 @@ class StreamEnvironment:
       of its own). False: one slot per subtask (the sum of all operators' parallelism).
     web: an ss.WebConfig to serve the job's REST API, Prometheus `/metrics` and web UI from
       the driver while it runs (`JobClient.web_url`); None (the default) serves nothing.
+    job_master: where the job's JobMaster (checkpoint coordinator, restarts) runs — "cluster":
+      inside the job's own barrier stage, hosted by its task 0, so nothing in the cluster
+      connects back to this process and Spark's stage retry restarts it if its process dies;
+      "client": in this process. None (the default): "cluster" for Spark Connect sessions with
+      checkpointing, else "client" (docs/architecture/deployment-decision.md). "cluster" needs checkpointing:
+      the job's registry lives in its checkpoint directory.
     log_level: "DEBUG", "INFO", "WARNING" (default) or "ERROR": the tasks' log level; their
       records at it and above reach the driver's `logging` under `streamsnap.task.<task>.<subtask>`
       (`streamsnap.runtime.log_relay`).
@@ -86,7 +92,8 @@ class StreamEnvironment:
                  restart: RestartStrategy | None = None, spark=None, network: NetworkConfig | None = None,
                  buffer_timeout: float | None = None, log_level: str = "WARNING",
                  auto_watermark_interval=0.2, local_recovery: bool = False,
-                 local_recovery_dir: str | None = None, slot_sharing: bool = True, web=None):
+                 local_recovery_dir: str | None = None, slot_sharing: bool = True, web=None,
+                 job_master: str | None = None):
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise ConfigurationError(f"StreamEnvironment.parallelism must be an integer >= 1, got {parallelism!r}")
         if (isinstance(max_parallelism, bool) or not isinstance(max_parallelism, int)
@@ -136,6 +143,17 @@ class StreamEnvironment:
         if web is not None and not isinstance(web, WebConfig):
             raise ConfigurationError(f"StreamEnvironment.web must be an ss.WebConfig or None, got {web!r}")
         self.web = web
+        if job_master not in (None, "client", "cluster"):
+            raise ConfigurationError(f"StreamEnvironment.job_master must be 'client', 'cluster' or None, got {job_master!r}")
+        if job_master == "cluster" and checkpointing is None:
+            raise ConfigurationError(
+                "StreamEnvironment(job_master='cluster') needs checkpointing=CheckpointConfig(directory=...): the "
+                "job's registry and its restarts live in the checkpoint directory (use job_master='client' without)")
+        if job_master == "cluster" and web is not None:
+            raise ConfigurationError(
+                "StreamEnvironment(web=...) is served by a JobMaster in this process only: with job_master='cluster' "
+                "watch the job with ss.jobs.list / attach or `streamsnap list DIR` (or use job_master='client')")
+        self.job_master = job_master
         from streamsnap.time.durations import to_millis
 
         self.auto_watermark_interval = to_millis(auto_watermark_interval,
@@ -264,7 +282,7 @@ class StreamEnvironment:
         return "\n".join(lines)
 
     def _start(self, job_name: str, restore_from: str | None, allow_non_restored_state: bool,
-               job_id: str | None = None):
+               job_id: str | None = None, detached: bool = False):
         from streamsnap.cluster.jobmaster import JobMaster, JobSettings
         from streamsnap.cluster.spark_session import embedded_session, require_slots
 
@@ -317,6 +335,10 @@ class StreamEnvironment:
                                restore_from, allow_non_restored_state, self.log_level, hooks, job_id=job_id,
                                local_recovery=self.local_recovery,
                                local_recovery_dir=self.local_recovery_dir, slot_sharing=self.slot_sharing)
+        if detached:
+            self._check_detachable(spark)
+        if detached or self._job_master_in_cluster(spark):
+            return self._start_in_cluster(spark, execution_graph, settings, detached), None
         web = None
         if self.web is not None:
             from streamsnap.web.rest import WebServer
@@ -336,6 +358,49 @@ class StreamEnvironment:
         if CLI_DEFAULTS.get("on_job_started"):   # `streamsnap run`: its live status line
             CLI_DEFAULTS["on_job_started"](master)
         return master, web
+
+    def _job_master_in_cluster(self, spark) -> bool:
+        from streamsnap.cluster.spark_bridge import is_connect
+
+        if self.job_master is not None:
+            return self.job_master == "cluster"
+        return is_connect(spark) and self.checkpointing is not None and self.web is None
+
+    def _check_detachable(self, spark) -> None:
+        from streamsnap.cluster.spark_bridge import is_connect
+
+        if not is_connect(spark):
+            raise ConfigurationError(
+                "execute_async(detached=True) needs a Spark Connect session: a classic session's jobs run in its "
+                "driver, this process. To detach on a classic cluster submit the job file itself: "
+                "spark-submit --deploy-mode cluster --supervise $(which streamsnap) run job.py")
+        if self.job_master == "client" or self.checkpointing is None:
+            raise ConfigurationError(
+                "a detached job's JobMaster runs in the cluster: it needs checkpointing=CheckpointConfig(directory=...) "
+                "and job_master='cluster' (or None)")
+
+    def _start_in_cluster(self, spark, execution_graph, settings, detached: bool = False):
+        """Submit the job with its JobMaster in task 0 of its barrier stage (cluster/in_cluster.py)."""
+        import uuid
+
+        from streamsnap.cluster.in_cluster import ClusterJob
+        from streamsnap.cluster.jobmaster import new_deployment
+        from streamsnap.cluster.spark_session import is_local
+        from streamsnap.cluster.submitter import SubmittedJob
+        from streamsnap.network import auth
+
+        local = is_local(spark)
+        template = new_deployment(settings.job_id, uuid.uuid4().hex[:12], settings, execution_graph, auth.new_secret(),
+                                  plan_slots(execution_graph, self.slot_sharing), local)
+        job = ClusterJob(template, settings, self.checkpointing.directory, local)
+        _refuse_running_twice(job.registry)
+        if detached:
+            from streamsnap.cluster.detached import launch
+
+            return launch(spark, job, settings.job_name)
+        submitted = SubmittedJob(spark, job, settings.job_name)
+        submitted.start()
+        return submitted
 
     def _prepare_sources(self, job_id: str, restored_uids: set[str]) -> None:
         """Let sources write what their readers need (DataFrames: a Parquet copy) into the job's
@@ -359,6 +424,11 @@ class StreamEnvironment:
         job's directory under `CheckpointConfig.directory`, so running the same job again after
         its driver died resumes from its latest checkpoint (see `CheckpointConfig.resume`).
         """
+        if CLI_DEFAULTS.get("detached"):    # `streamsnap run --detach`: submit, report, do not wait
+            client = self.execute_async(job_name, restore_from=restore_from,
+                                        allow_non_restored_state=allow_non_restored_state, job_id=job_id, detached=True)
+            CLI_DEFAULTS.setdefault("detached_jobs", []).append(client)
+            return None
         master, _web = self._start(job_name, restore_from, allow_non_restored_state, job_id)
         try:
             result = master.wait()
@@ -371,7 +441,35 @@ class StreamEnvironment:
             raise
 
     def execute_async(self, job_name: str = "streamsnap job", *, restore_from: str | None = None,
-                      allow_non_restored_state: bool = False, job_id: str | None = None) -> JobClient:
-        """Start the job and return a JobClient to watch and control it (arguments as `execute`)."""
-        master, web = self._start(job_name, restore_from, allow_non_restored_state, job_id)
+                      allow_non_restored_state: bool = False, job_id: str | None = None,
+                      detached: bool = False) -> JobClient:
+        """Start the job and return a JobClient to watch and control it (arguments as `execute`).
+
+        detached: the job outlives this process (Spark Connect sessions only): a submitter in
+        the cluster owns its Spark job, and the call returns once the job is RUNNING. Find it
+        again with `ss.jobs.list(directory)` / `ss.jobs.attach(directory, job_id)` or the CLI
+        (`streamsnap list DIR`, `savepoint`, `stop`, `cancel`)."""
+        if not isinstance(detached, bool):
+            raise ConfigurationError(f"execute_async(detached=...) must be True or False, got {detached!r}")
+        master, web = self._start(job_name, restore_from, allow_non_restored_state, job_id, detached)
         return JobClient(master, web)
+
+
+def _refuse_running_twice(registry) -> None:
+    """A second submission of a job whose JobMaster still answers is refused: one job id, one
+    leader (a dead one's record says RUNNING too, so ask its control port)."""
+    from streamsnap.cluster.registry import TERMINAL
+    from streamsnap.cluster.submitter import RemoteJob
+
+    record = registry.read()
+    if record is None or record.get("status") in TERMINAL or "control" not in record:
+        return
+    try:
+        status = RemoteJob(registry).call("describe", timeout=5.0)["status"]
+    except Exception as exc:   # nobody answers: the old run is gone, its record is stale
+        log.info("job %s: earlier record in %s is stale (%s)", registry.job_id, registry, exc)
+        return
+    raise ConfigurationError(
+        f"job {registry.job_id} is already running ({status}, epoch {record.get('epoch')}, JobMaster at "
+        f"{record['control'][0]}:{record['control'][1]}) under {registry}: cancel it first "
+        f"(`streamsnap cancel DIR {registry.job_id}`) or give this run another job_id")

@@ -117,19 +117,21 @@ class TimerService:
     current key. Times are int epoch milliseconds; registering a time twice keeps one timer.
     """
 
-    __slots__ = ("_internal", "_on_processing_timer")
+    __slots__ = ("_internal", "_on_processing_timer", "_clock")
 
-    def __init__(self, internal, on_processing_timer):
+    def __init__(self, internal, on_processing_timer, clock=None):
         self._internal = internal                        # time.timers.InternalTimerService
         self._on_processing_timer = on_processing_timer  # makes the task wake up in time
+        self._clock = clock      # the task's clock (a manual one in a test harness); None: wall
 
     def current_watermark(self) -> int:
         """The operator's event time: the last watermark it received (ms)."""
         return self._internal.current_watermark
 
     def current_processing_time(self) -> int:
-        """Wall-clock time now, epoch milliseconds."""
-        return int(time.time() * 1000)
+        """Wall-clock time now, epoch milliseconds (the task's clock, which its processing-time
+        timers fire by)."""
+        return int((self._clock.wall() if self._clock is not None else time.time()) * 1000)
 
     def register_event_time_timer(self, timestamp: int) -> None:
         """Call `on_timer` once the watermark reaches `timestamp`."""

@@ -93,8 +93,12 @@ class CheckpointCoordinator:
                  stats: CheckpointStatsTracker | None = None,
                  rng: random.Random | None = None,
                  max_queued_requests: int = DEFAULT_MAX_QUEUED,
-                 io: CheckpointIO | None = None):
+                 io: CheckpointIO | None = None, fence: Callable[[], None] | None = None):
         self.job_id = job_id
+        # Raises if a newer JobMaster leads the job (cluster/registry.py): checked on the I/O
+        # side right before `_metadata` is written, so a fenced leader completes nothing and
+        # never tells a sink to commit.
+        self._fence = fence
         self.config = config
         self.storage = storage
         self._scheduler = scheduler
@@ -516,6 +520,8 @@ class CheckpointCoordinator:
         deleted: a new run of the job must find it. Either write failing fails the savepoint."""
         metadata = pending.prepare_metadata(self._scheduler.wall())
         work = partial(write_metadata, pending.location.url, metadata)
+        if self._fence is not None:
+            work = partial(_write_both, self._fence, work)
         if pending.properties.is_terminating:
             point = RestorePoint(pending.checkpoint_id, pending.location.url, pending.properties.checkpoint_type,
                                  pending.properties.drain, metadata.completion_timestamp)
@@ -701,7 +707,12 @@ class CheckpointCoordinator:
             f"repeated output and restore the older checkpoint explicitly with "
             f"restore_from={filesystem.user_path(older.external_pointer)!r} (streamsnap run --from ...)")
 
-    def recover_completed_checkpoints(self) -> list[int]:
+    @property
+    def next_checkpoint_id(self) -> int:
+        """The id the next triggered checkpoint gets."""
+        return self._id_counter.current
+
+    def recover_completed_checkpoints(self, min_id: int = 0) -> list[int]:
         """Load the completed checkpoints an earlier run of this job left in its directory (its
         driver died, or it failed or was cancelled with retention) into the store, so the next
         restore resumes from the newest (Flink's CompletedCheckpointStore.recover). Returns
@@ -709,16 +720,19 @@ class CheckpointCoordinator:
 
         A `_metadata` that does not read back is skipped with a warning; `restore_latest_checkpoint`
         then decides as for any unreadable newest checkpoint (exactly-once refuses the fallback).
+        `min_id`: ignore older ids — a new JobMaster of a run that did not resume (a fresh start,
+        `restore_from`) recovers only what this run completed.
         """
         ids = []
         unreadable = []
         # The final checkpoint a FINISHED run kept (retain_on_finish) is state to read, not a
         # point to resume from: the job had finished. A new run starts fresh.
         end = read_job_end(self.storage.job_directory)
-        floor = end.kept_checkpoint if end is not None and end.finished_with_state else -1
-        if floor >= 0:
+        kept = end.kept_checkpoint if end is not None and end.finished_with_state else -1
+        if kept >= min_id:
             logger.info("job %s: checkpoint %d is the final checkpoint of a run that FINISHED; a new run does not "
-                        "resume from it (restore_from=... does)", self.job_id, floor)
+                        "resume from it (restore_from=... does)", self.job_id, kept)
+        floor = max(kept, min_id - 1)   # ids at or below it are not recovered
         for checkpoint_id in self.storage.existing_checkpoint_ids():
             if checkpoint_id <= floor:
                 continue

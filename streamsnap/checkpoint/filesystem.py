@@ -144,3 +144,30 @@ def delete(url: str, recursive: bool = False) -> None:
 
 def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+def is_local(url: str) -> bool:
+    return isinstance(filesystem(url)[0], LocalFileSystem)
+
+
+def create_exclusive(url: str, data: bytes) -> bool:
+    """Create `url` holding `data` unless it exists; True if this call created it.
+
+    Local files use O_EXCL, so of two racing creators exactly one wins. Object stores get
+    check-then-write (conditional puts are not available through fsspec everywhere): a race
+    there is settled by whoever writes last, which is why leaders also re-check (fencing)."""
+    fs, path = filesystem(url)
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    if isinstance(fs, LocalFileSystem):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        return True
+    if fs.exists(path):
+        return False
+    with fs.open(path, "wb") as out:
+        out.write(data)
+    return True

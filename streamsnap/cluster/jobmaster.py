@@ -139,23 +139,28 @@ class _CoordinatorGateway:
 
 
 class JobMaster:
-    def __init__(self, spark, execution_graph: ExecutionGraph, settings: JobSettings):
+    def __init__(self, spark, execution_graph: ExecutionGraph, settings: JobSettings, *,
+                 secret: bytes | None = None, run_id: str | None = None, control_bind: str | None = None,
+                 local: bool | None = None):
         self.job_id = settings.job_id or job_id_for_name(settings.job_name)
         # This run of the job: attempts of an earlier run (a driver that died) never share names
         # (Spark job groups, in-progress sink files) with this one's.
-        self.run_id = uuid.uuid4().hex[:12]
+        self.run_id = run_id or uuid.uuid4().hex[:12]
         self.settings = settings
         self.execution_graph = execution_graph
         self.job_graph = execution_graph.job_graph
         self.slots = plan_slots(execution_graph, settings.slot_sharing)
         self._spark = spark
-        self._bridge = bridge_for(spark)   # classic or Spark Connect session (cluster/spark_bridge.py)
+        # Classic or Spark Connect session (cluster/spark_bridge.py); None for a JobMaster hosted
+        # inside the job's own barrier stage (cluster/in_cluster.py), which submits nothing.
+        self._bridge = bridge_for(spark) if spark is not None else None
+        self._local = is_local(spark) if local is None else local
         self.status = JobStatus.CREATED
         self._events: queue.Queue = queue.Queue()
         self._clock = SystemClock()
         self._timers = TimerQueue(self._clock)
         self._scheduler = _LoopScheduler(self._clock, self._timers)
-        self._secret = auth.new_secret()
+        self._secret = secret or auth.new_secret()
         self._lock = threading.Lock()
         self._subtasks: dict[int, _Subtask] = {}
         self._attempts = AttemptTracker()
@@ -198,7 +203,7 @@ class JobMaster:
                     self._sink_names[node.uid] = node.name
         self.coordinator = None
         self._checkpoint_io = None
-        self._server = ControlServer(control_host(spark), self._secret, lambda conn: None,
+        self._server = ControlServer(control_bind or control_host(spark), self._secret, lambda conn: None,
                                      self._on_control_message, self._on_control_close)
 
     @property
@@ -332,11 +337,16 @@ class JobMaster:
         coordinator = CheckpointCoordinator(
             job_id=self.job_id, config=config, storage=storage, scheduler=self._scheduler,
             gateway=_CoordinatorGateway(self), fail_job=self._on_checkpoint_failure_limit,
-            io=self._checkpoint_io)
+            io=self._checkpoint_io, fence=self._leadership_check())
         for component in self._sinks.values():
             if hasattr(component, "notify_checkpoint_complete"):
                 coordinator.add_listener(component)
         return coordinator
+
+    def _leadership_check(self) -> Callable[[], None] | None:
+        """What the coordinator runs before finalizing a checkpoint; a JobMaster in the client
+        is the only one of its run. In the cluster, epochs fence older leaders (in_cluster.py)."""
+        return None
 
     def _recover_earlier_run(self) -> None:
         """Resume from the checkpoints an earlier run of this job left (its driver died), or say
@@ -380,26 +390,17 @@ class JobMaster:
                                                                 cause=str(exc)))
             return
         eg = self.execution_graph
-        deployment = Deployment(
-            job_id=self.job_id, run_id=self.run_id, job_name=self.settings.job_name, attempt=self._attempt,
-            execution_graph=eg, secret=self._secret, driver_address=self._server.address,
-            bind_host=self.settings.network.bind_host or ("127.0.0.1" if is_local(self._spark) else ""),
-            network=self.settings.network, state_backend=self.settings.state_backend,
-            checkpointing=self.settings.checkpoint is not None,
-            exactly_once=self.settings.checkpoint is None or self.settings.checkpoint.exactly_once,
-            unaligned_checkpoints=self.settings.checkpoint is not None and self.settings.checkpoint.unaligned,
-            restore=plan.states if plan else {}, restore_base=plan.base_location if plan else None,
-            restored_operators=plan.restored_operators if plan else frozenset(),
-            restored_checkpoint_id=plan.checkpoint_id if plan else None, finish_at_restore=self._ends_at_restore,
-            log_level=self.settings.log_level,
-            test_hooks=self.settings.test_hooks, local_recovery=self.settings.local_recovery,
-            local_recovery_dir=self.settings.local_recovery_dir,
-            slots=self.slots)
+        deployment = new_deployment(self.job_id, self.run_id, self.settings, eg, self._secret, self.slots,
+                                    self._local, self._attempt, self._server.address, plan, self._ends_at_restore)
         with self._lock:
             self._subtasks = {v.task_index: _Subtask(deployment.attempt_id(v.task_index), v.task_index)
                               for v in eg.vertices}
         if self.coordinator is not None:
             self._configure_coordinator()
+        self._launch_attempt(deployment)
+
+    def _launch_attempt(self, deployment: Deployment) -> None:
+        """Start the attempt's tasks: one Spark barrier stage, run on a thread of its own."""
         group = f"streamsnap-{self.job_id}-{self.run_id}-{self._attempt}"
         self._spark_group = group
         self._spark_running = True
@@ -456,10 +457,12 @@ class JobMaster:
 
         metadata = base = None
         self._ends_at_restore = False
+        self._restore_source: tuple[str, str] | None = None   # (its _metadata, its base directory)
         if self.coordinator is not None:
             completed = self.coordinator.restore_latest_checkpoint()
             if completed is not None:
                 metadata, base = completed.metadata, completed.location.url
+                self._restore_source = (completed.location.metadata_url, base)
                 self._ends_at_restore = completed.properties.drain
                 if self._ends_at_restore:
                     log.warning("job '%s' restores the stop-with-savepoint %s, which drained (event time ended "
@@ -469,6 +472,7 @@ class JobMaster:
         if metadata is None and self.settings.restore_from is not None:
             metadata_url, base = resolve_restore_path(self.settings.restore_from)
             metadata = read_metadata(metadata_url)
+            self._restore_source = (metadata_url, base)
             if self.coordinator is not None:
                 self.coordinator.restored_from(metadata.checkpoint_id)
         self._restored_checkpoint_id = metadata.checkpoint_id if metadata is not None else None
@@ -493,7 +497,7 @@ class JobMaster:
         on a cluster finished tasks delete their own, Spark's scratch cleanup the rest."""
         from streamsnap.state.local_recovery import remove_tree
 
-        if not is_local(self._spark):
+        if not self._local:
             return
         for _, root in sorted(self._local_roots):
             remove_tree(os.path.join(root, self.job_id))
@@ -531,6 +535,8 @@ class JobMaster:
             # A previous attempt, or the current one after it failed or was cancelled: whatever
             # its tasks still say (errors, rows for a sink) is past the checkpoint we restore.
             log.debug("message %s from %s ignored (its attempt has ended)", kind, attempt)
+            if kind == "register":   # a task of another attempt must not wait here for peers
+                conn.send({"type": "cancel"})
             return
         if kind == "register":
             with self._lock:
@@ -572,6 +578,7 @@ class JobMaster:
                 subtask.metrics = message.get("metrics")
             if self.coordinator is not None:
                 self.coordinator.execution_state_changed(subtask.attempt_id, ExecutionState.FINISHED)
+            self._after_subtask_finished()
         elif kind == "metrics":
             with self._lock:
                 if subtask.state is ExecutionState.RUNNING:   # a finished subtask's final counters stay
@@ -591,6 +598,9 @@ class JobMaster:
                 component.on_message(int(message["subtask"]), message)
         else:
             log.warning("unknown control message %r from %s", kind, attempt)
+
+    def _after_subtask_finished(self) -> None:
+        """Here the job ends with its Spark job (`_on_spark_job_end`); in_cluster.py ends it earlier."""
 
     def _handle_close(self, conn: ControlConnection, error) -> None:
         subtask = conn.context
@@ -724,7 +734,7 @@ class JobMaster:
         self._cancel_spark()
 
     def _cancel_spark(self) -> None:
-        if self._spark_running:
+        if self._spark_running and self._bridge is not None:
             try:
                 self._bridge.cancel(self._spark_group)
             except Exception:  # the session may already be stopping; the job ends either way
@@ -753,7 +763,7 @@ class JobMaster:
             delay = self._backoff.backoff_time
             log.warning("job '%s' restarting (restart %d, %s) in %.1f s", self.settings.job_name,
                         self._backoff.restarts, self._backoff.describe(), delay)
-            self._restart_timer = self._timers.call_later(delay, self._deploy)
+            self._schedule_restart(delay)
             return
         restarts = self._backoff.restarts
         message = self._failure
@@ -767,6 +777,9 @@ class JobMaster:
                         f"run of this job (same checkpoint directory) commits what it covers and finishes")
         self._finalize(JobStatus.FAILED, JobExecutionError(message, job_name=self.settings.job_name,
                                                             cause=self._failure, reason=self._failure_reason))
+
+    def _schedule_restart(self, delay: float) -> None:
+        self._restart_timer = self._timers.call_later(delay, self._deploy)
 
     def _on_checkpoint_failure_limit(self, exc: BaseException) -> None:
         """The failure manager counted more checkpoint failures than tolerated: fail over."""
@@ -898,7 +911,11 @@ class JobMaster:
                                       job_name=self.settings.job_name, reason="CANCELED")
         self._error = error
         self._cleanup()
+        self._on_finalized(status)
         self._done.set()
+
+    def _on_finalized(self, status: JobStatus) -> None:
+        """The job has ended and cleaned up; in_cluster.py records it in the registry."""
 
     def _cleanup(self) -> None:
         if self._checkpoint_io is not None:
@@ -947,6 +964,26 @@ class JobMaster:
             return None
         return summarize_stores([(s.metrics or {}).get("local_recovery") or {} for s in self._subtasks.values()],
                                 self._restore_sources())
+
+
+def new_deployment(job_id: str, run_id: str, settings: JobSettings, eg: ExecutionGraph, secret: bytes, slots,
+                   local: bool, attempt: int = -1, driver_address: tuple = ("", 0), plan=None,
+                   finish_at_restore: bool = False) -> Deployment:
+    """The Deployment of one attempt (`plan`: what it restores, None for a fresh start); with the
+    defaults, the template a JobMaster in the cluster completes per attempt (in_cluster.py)."""
+    return Deployment(
+        job_id=job_id, run_id=run_id, job_name=settings.job_name, attempt=attempt,
+        execution_graph=eg, secret=secret, driver_address=driver_address,
+        bind_host=settings.network.bind_host or ("127.0.0.1" if local else ""),
+        network=settings.network, state_backend=settings.state_backend,
+        checkpointing=settings.checkpoint is not None,
+        exactly_once=settings.checkpoint is None or settings.checkpoint.exactly_once,
+        unaligned_checkpoints=settings.checkpoint is not None and settings.checkpoint.unaligned,
+        restore=plan.states if plan else {}, restore_base=plan.base_location if plan else None,
+        restored_operators=plan.restored_operators if plan else frozenset(),
+        restored_checkpoint_id=plan.checkpoint_id if plan else None, finish_at_restore=finish_at_restore,
+        log_level=settings.log_level, test_hooks=settings.test_hooks, local_recovery=settings.local_recovery,
+        local_recovery_dir=settings.local_recovery_dir, slots=slots)
 
 
 def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future, transform) -> None:

@@ -6,7 +6,7 @@ pre-flight checks talk to a `SparkBridge` instead, so the engine is one engine o
 
 * a barrier stage of n tasks running one function per slot — on classic the RDD barrier stage
   (`parallelize(...).barrier().mapPartitions`, the fastest to start: 0.33 s against 0.76 s for
-  the DataFrame form, docs/deployment-decision.md), on Connect the DataFrame form
+  the DataFrame form, docs/architecture/deployment-decision.md), on Connect the DataFrame form
   `range(0, n, 1, n).mapInArrow(fn, schema, barrier=True)`;
 * cancelling it: a job group on classic, a tag (`addTag` / `interruptTag`) on Connect;
 * the cluster's master URL and settings (`spark.conf` on Connect);
@@ -29,6 +29,8 @@ CONNECT_TIMEOUT = 15.0   # seconds a Connect server may take to answer before ex
 # What each barrier task returns to the submitter: one row per subtask it ran.
 OUTCOME_COLUMNS = ("task_index", "vertex", "outcome")
 OUTCOME_SCHEMA = "task_index long, vertex string, outcome string"
+# With the JobMaster in task 0, its row (task_index -1) carries the job's end as msgpack bytes.
+CLUSTER_OUTCOME_SCHEMA = OUTCOME_SCHEMA + ", payload binary"
 
 
 def is_connect(spark) -> bool:
@@ -67,6 +69,14 @@ class ClassicBridge:
         """Run `run_slot(slot, host)` in n gang-scheduled tasks; their outcomes. Cancelled by `cancel(tag)`."""
         self._sc.setJobGroup(tag, description, interruptOnCancel=True)
         return self._sc.parallelize(range(n), n).barrier().mapPartitions(_rdd_partition(run_slot)).collect()
+
+    def run_cluster_stage(self, n: int, run_slot: Callable[[int, str, int], list[tuple]], tag: str,
+                          description: str) -> list[tuple]:
+        """The barrier stage of a job whose JobMaster runs in task 0 (cluster/in_cluster.py):
+        followed by a shuffle, so it is a ShuffleMapStage that Spark re-runs when a task fails."""
+        self._sc.setJobGroup(tag, description, interruptOnCancel=True)
+        return (self._sc.parallelize(range(n), n).barrier().mapPartitions(_rdd_partition(run_slot, with_tid=True))
+                .repartition(1).collect())
 
     def cancel(self, tag: str) -> None:
         self._sc.cancelJobGroup(tag)
@@ -146,6 +156,17 @@ class ConnectBridge:
             self.spark.removeTag(tag)
         return [tuple(row) for row in rows]
 
+    def run_cluster_stage(self, n: int, run_slot: Callable[[int, str, int], list[tuple]], tag: str,
+                          description: str) -> list[tuple]:
+        self.spark.addTag(tag)
+        try:
+            rows = (self.spark.range(0, n, 1, n)
+                    .mapInArrow(_arrow_partition(run_slot, with_tid=True), CLUSTER_OUTCOME_SCHEMA, barrier=True)
+                    .repartition(1).collect())
+        finally:
+            self.spark.removeTag(tag)
+        return [tuple(row) for row in rows]
+
     def cancel(self, tag: str) -> None:
         self.spark.interruptTag(tag)
 
@@ -175,29 +196,36 @@ def _task_host(context, slot: int) -> str:
     return context.getTaskInfos()[slot].address.rsplit(":", 1)[0]
 
 
-def _rdd_partition(run_slot):
+def _slot_args(context, with_tid: bool) -> tuple:
+    """(slot, host[, Spark task id]) of the running barrier task."""
+    slot = context.partitionId()
+    args = (slot, _task_host(context, slot))
+    return (*args, context.taskAttemptId(), len(context.getTaskInfos())) if with_tid else args
+
+
+def _rdd_partition(run_slot, with_tid: bool = False):
     def run(_iterator):
         from pyspark import BarrierTaskContext
 
-        context = BarrierTaskContext.get()
-        slot = context.partitionId()
-        yield from run_slot(slot, _task_host(context, slot))
+        yield from run_slot(*_slot_args(BarrierTaskContext.get(), with_tid))
     return run
 
 
-def _arrow_partition(run_slot):
+def _arrow_partition(run_slot, with_tid: bool = False):
     def run(batches: Iterator):
         import pyarrow as pa
         from pyspark import BarrierTaskContext
 
         for _ in batches:   # the partition's one row: which slot it is comes from the context
             pass
-        context = BarrierTaskContext.get()
-        slot = context.partitionId()
-        outcomes = list(run_slot(slot, _task_host(context, slot)))
-        yield pa.RecordBatch.from_arrays(
-            [pa.array([int(o[0]) for o in outcomes], pa.int64()), pa.array([str(o[1]) for o in outcomes]),
-             pa.array([str(o[2]) for o in outcomes])], names=list(OUTCOME_COLUMNS))
+        outcomes = list(run_slot(*_slot_args(BarrierTaskContext.get(), with_tid)))
+        columns = [pa.array([int(o[0]) for o in outcomes], pa.int64()), pa.array([str(o[1]) for o in outcomes]),
+                   pa.array([str(o[2]) for o in outcomes])]
+        names = list(OUTCOME_COLUMNS)
+        if with_tid:
+            columns.append(pa.array([o[3] for o in outcomes], pa.binary()))
+            names.append("payload")
+        yield pa.RecordBatch.from_arrays(columns, names=names)
     return run
 
 

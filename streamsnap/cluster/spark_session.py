@@ -104,7 +104,7 @@ def control_host(spark) -> str:
 
     Classic: the driver's host, as Spark configured it. Spark Connect: this client's address on
     the route to the Connect server (the executors' side of the network, as far as this
-    process can tell); the JobMaster moves into the cluster in docs/deployment-decision.md."""
+    process can tell); the JobMaster moves into the cluster in docs/architecture/deployment-decision.md."""
     if is_local(spark):
         return "127.0.0.1"
     bridge = bridge_for(spark)

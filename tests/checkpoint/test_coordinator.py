@@ -1248,3 +1248,23 @@ def test_an_aligned_checkpoints_metadata_has_no_in_flight_entry(make_harness):
     h.ack_all(1)
     metadata = future.result(timeout=0).metadata
     assert metadata.in_flight == {} and "in_flight" not in metadata.to_wire()
+
+
+def test_a_fenced_coordinator_completes_nothing_and_tells_no_sink_to_commit(make_harness, tmp_path):
+    """A JobMaster superseded by a newer epoch (cluster/registry.py) must not finalize."""
+    from streamsnap.cluster.registry import JobRegistry
+
+    registry = JobRegistry(str(tmp_path / "registry"), "job")
+    epoch = registry.take_epoch({})
+    h = make_harness(tolerable_failures=0)
+    h.coordinator._fence = lambda: registry.fence(epoch)
+    h.start()
+    assert complete(h).checkpoint_id == 1              # still the newest leader
+    registry.take_epoch({})                            # a newer JobMaster took over
+    future = h.coordinator.trigger_checkpoint()
+    h.ack_all(2)
+    assert reason_of(future) is R.FINALIZE_CHECKPOINT_FAILURE
+    assert "superseded by epoch 1" in str(future.exception())
+    assert not filesystem.exists(filesystem.join(h.storage.checkpoint_directory(2), "_metadata"))
+    assert h.coordinator.completed_store.latest().checkpoint_id == 1
+    assert [cid for _, cid, _ in h.gateway.completed] == [1] * len(h.tasks)

@@ -1,5 +1,6 @@
-"""Broadcast state without Spark: the operator driven directly, its state in checkpoints and
-restored at another parallelism (every subtask gets one identical copy), build-time errors."""
+"""Broadcast state without Spark: the operator driven directly (or through the test harness), its
+state in checkpoints and restored at another parallelism (every subtask gets one identical copy),
+build-time errors."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.operators.broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
 from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.state.assignment import assign_operator_state
+from streamsnap.testing import harness
 
 from tests.runtime.support import Sink
 
@@ -139,12 +141,14 @@ class ResetOnRule(ss.KeyedBroadcastProcessFunction):
 
 
 def test_the_broadcast_side_visits_every_keys_state():
-    op, sink, side = make(fn=ResetOnRule())
-    op.process_input(0, [{"user": u, "amount": a} for u, a in (("a", 5), ("b", 20), ("c", 30), ("a", 1))])
-    op.process_input(1, [{"limit": 10}])
-    assert sorted(side.items, key=lambda r: r["user"]) == [{"user": "b", "total": 20}, {"user": "c", "total": 30}]
-    op.process_input(0, [{"user": "b", "amount": 1}, {"user": "a", "amount": 1}])
-    assert sink.items[-2:] == [{"user": "b", "total": 1}, {"user": "a", "total": 7}]
+    h = harness(ResetOnRule(), key_by="user", broadcast=RULES)
+    h.process_batch([{"user": u, "amount": a} for u, a in (("a", 5), ("b", 20), ("c", 30), ("a", 1))])
+    h.process_broadcast({"limit": 10})
+    assert sorted(h.side_output(REJECTED), key=lambda r: r["user"]) == [{"user": "b", "total": 20},
+                                                                       {"user": "c", "total": 30}]
+    assert h.state("total") == {"a": 6}
+    h.process_batch([{"user": "b", "amount": 1}, {"user": "a", "amount": 1}])
+    assert h.output[-2:] == [{"user": "b", "total": 1}, {"user": "a", "total": 7}]
 
 
 def test_apply_to_keyed_state_needs_a_keyed_input():

@@ -99,7 +99,7 @@ class KeyedProcessOperator(ProcessingTimeWakeups, ProcessOperator):
         super().initialize_state()
         # After the backend restored: the service indexes the restored timers.
         self.timer_service = InternalTimerService(self.keyed_backend)
-        self.context._timers = TimerService(self.timer_service, self._schedule_wakeup)
+        self.context._timers = TimerService(self.timer_service, self._schedule_wakeup, self.ctx.clock)
         self._schedule_wakeup(self.timer_service.next_processing_time())
 
     def process(self, batch: Batch) -> None:

@@ -1,0 +1,397 @@
+"""The JobMaster inside the job's own barrier stage (docs/architecture/deployment-decision.md).
+
+Task 0 of the barrier stage forks the JobMaster into a process of its own (it dies with task 0:
+parent-death signal). The JobMaster takes the next epoch in the job's registry
+(cluster/registry.py), recovers the latest completed checkpoint, decides what this attempt
+restores and publishes its control address there; every slot of the stage reads that entry,
+derives the same restore plan from the checkpoint's `_metadata`, and runs its subtasks against
+it. Nothing in the cluster connects back to the client.
+
+One JobMaster leads one attempt. A failure ends the attempt by failing every task of the
+stage — never by returning, or Spark would keep the "successful" tasks and re-run only the
+missing ones — and Spark's own stage retry starts the next attempt, whose task 0 starts the
+next epoch's JobMaster. That includes the JobMaster's process being SIGKILLed: task 0 sees its
+child gone and fails, and the next epoch charges the lost JobMaster to the restart strategy
+like any other failure. Only the job's real end (FINISHED, CANCELED, or FAILED because no
+restart is left) lets the tasks return, after the leader marked the record `ending`; task 0's
+row then carries the JobResult to whoever submitted the Spark job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass
+
+import msgpack
+
+from streamsnap.cluster import wire_objects
+from streamsnap.cluster.jobmaster import JobMaster, JobSettings
+from streamsnap.cluster.registry import TERMINAL, JobRegistry
+from streamsnap.cluster.status import JobStatus
+from streamsnap.errors import JobExecutionError, StreamsnapError
+from streamsnap.runtime.deployment import Deployment
+
+log = logging.getLogger(__name__)
+
+LEADER_WAIT = 180.0        # seconds a slot waits for its stage attempt's JobMaster to publish itself
+POLL = 0.02                # registry polling while waiting for the leader (seconds)
+FATE_POLL = 0.1            # registry polling while waiting for the job's end after the slot's tasks ended
+EXIT_FAILOVER = 75         # the JobMaster process's exit code when its attempt failed over
+
+
+@dataclass
+class ClusterJob:
+    """What the barrier stage's closure carries: the deployment every attempt copies (its
+    attempt, JobMaster address and restore come from the registry) and the JobMaster's settings."""
+
+    deployment: Deployment
+    settings: JobSettings
+    directory: str          # CheckpointConfig.directory: the registry is <directory>/<job id>/
+    local: bool             # local[N] master: bind to loopback
+
+    @property
+    def registry(self) -> JobRegistry:
+        return JobRegistry(self.directory, self.deployment.job_id)
+
+
+class AttemptEnded(StreamsnapError):
+    """This stage attempt is over and the job goes on (a failover): the Spark task must fail."""
+
+
+# ====================================================================== the JobMaster side
+class ClusterJobMaster(JobMaster):
+    """A JobMaster leading exactly one attempt, from inside the barrier stage."""
+
+    def __init__(self, job: ClusterJob, task0_tid: int, host: str):
+        d = job.deployment
+        bind = "127.0.0.1" if job.local else (job.settings.network.bind_host or "")
+        super().__init__(None, d.execution_graph, job.settings, secret=d.secret, run_id=d.run_id,
+                         control_bind=bind, local=job.local)
+        self.registry = job.registry
+        self._task0_tid = task0_tid
+        self._host = host
+        self.epoch = -1
+        self.outcome: tuple | None = None      # ("ended", payload) or ("failover", None)
+        self._record: dict = {}
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> None:
+        record = self.registry.read() or {}
+        if record.get("run_id") != self.run_id:
+            raise StreamsnapError(f"job {self.job_id} in {self.registry} belongs to another run "
+                                  f"({record.get('run_id')}); this stage attempt of run {self.run_id} stops")
+        if record.get("ending"):
+            # Spark re-ran the stage after the job had ended (a task failed while ending): nothing to do.
+            self.outcome = ("ended", record.get("payload"))
+            self._done.set()
+            return
+        # The previous leader's address and restore are not this attempt's.
+        self._record = {k: v for k, v in record.items() if k not in ("control", "restore", "task0_tid")}
+        self.epoch = self.registry.take_epoch({"host": self._host, "pid": os.getpid(), "task0_tid": self._task0_tid})
+        self._attempts.current = self.epoch - 1       # the deploy below runs attempt == epoch
+        self.recovery_log = list(record.get("recoveries", []))
+        self._restore_backoff(record.get("backoff"))
+        first = record.get("epoch") is None
+        if self.settings.checkpoint is not None:
+            self.coordinator = self._create_coordinator()
+            if first:
+                self._recover_earlier_run()
+                resumed = self.coordinator.completed_store.latest() is not None
+                self._record["checkpoint_floor"] = 0 if resumed else self.coordinator.next_checkpoint_id
+            else:
+                self.coordinator.recover_completed_checkpoints(min_id=int(record.get("checkpoint_floor", 0)))
+                self.coordinator.discard_abandoned_locations()
+        delay = 0.0
+        if not first and record.get("status") != JobStatus.RESTARTING.value:
+            # The previous leader died without recording why (SIGKILL, its host lost): charge it.
+            lost = (f"the JobMaster of epoch {record.get('epoch')} (pid {record.get('pid')} on {record.get('host')}) "
+                    f"was lost: its process died or was killed")
+            self.recovery_log.append({"failed_at": time.time(), "cause": lost})
+            self._backoff.notify_failure(self._clock.monotonic())
+            if self._backoff.can_restart():
+                self._backoff.notify_restart()
+                delay = self._backoff.backoff_time
+            else:
+                self._failure, self._failure_reason = lost, "JOBMASTER_LOST"
+                self._finalize(JobStatus.FAILED, JobExecutionError(
+                    f"job failed after {self._backoff.restarts} restart(s) ({self._backoff.describe()}); "
+                    f"last failure:\n{lost}", job_name=self.settings.job_name, cause=lost, reason="JOBMASTER_LOST"))
+                return
+        elif not first:
+            delay = max(0.0, float(record.get("not_before", 0.0)) - time.time())
+        self._server.start()
+        self._loop_thread.start()
+        self._attempts.request_deploy()
+        if delay > 0:
+            log.info("job '%s' epoch %d deploys in %.1f s (restart delay)", self.settings.job_name, self.epoch, delay)
+            self._post(lambda: self._timers.call_later(delay, self._deploy))
+        else:
+            self._post(self._deploy)
+
+    def _restore_backoff(self, saved: dict | None) -> None:
+        if not saved:
+            return
+        self._backoff.restarts = int(saved["restarts"])
+        self._backoff._current_delay = float(saved["current_delay"])
+        if saved.get("last_failure") is not None:    # wall clock on the wire, monotonic here
+            self._backoff._last_failure = float(saved["last_failure"]) - time.time() + self._clock.monotonic()
+
+    def _saved_backoff(self) -> dict:
+        last = self._backoff._last_failure
+        return {"restarts": self._backoff.restarts, "current_delay": self._backoff._current_delay,
+                "last_failure": None if last is None else last - self._clock.monotonic() + time.time()}
+
+    # ------------------------------------------------------------------ the registry
+    @property
+    def advertised_address(self) -> list:
+        bound, port = self._server.address
+        return [self._host if bound in ("", "0.0.0.0", "::") else bound, port]
+
+    def _publish(self, status: str | None = None, **extra) -> None:
+        self._record.update(
+            status=status or self.status.value, epoch=self.epoch, attempt=self._attempt,
+            control=self.advertised_address, host=self._host, pid=os.getpid(), task0_tid=self._task0_tid,
+            restarts=self._backoff.restarts, backoff=self._saved_backoff(), recoveries=self.recovery_log,
+            last_failure=self._failure, **extra)
+        self.registry.write(self._record)
+
+    def _set_status(self, status: JobStatus) -> None:
+        changed = status is not self.status
+        super()._set_status(status)
+        if changed and not status.is_terminal and self.epoch >= 0:
+            self._publish()
+
+    def _leadership_check(self):
+        return lambda: self.registry.fence(self.epoch)
+
+    # ------------------------------------------------------------------ the attempt
+    def _launch_attempt(self, deployment: Deployment) -> None:
+        """The stage's tasks already run: tell them what this attempt restores."""
+        source = self._restore_source
+        self._publish(restore=None if source is None else {
+            "metadata": source[0], "base": source[1], "finish_at_restore": self._ends_at_restore})
+        self._deploy_timer = self._timers.call_later(
+            self._deploy_timeout(), lambda a=self._attempt: self._deploy_timed_out(a))
+
+    @staticmethod
+    def _deploy_timeout() -> float:
+        from streamsnap.cluster.jobmaster import DEPLOY_TIMEOUT
+
+        return DEPLOY_TIMEOUT
+
+    def _schedule_restart(self, delay: float) -> None:
+        """The next attempt is Spark's stage retry: record the decision, then end this process."""
+        self._publish(JobStatus.RESTARTING.value, not_before=time.time() + delay)
+        self.outcome = ("failover", None)
+        # Not `_cleanup()`: the task-local state copies are for the next attempt.
+        if self._checkpoint_io is not None:
+            self._checkpoint_io.shutdown(wait=True)
+        self._server.close()
+        self._done.set()
+
+    def _after_subtask_finished(self) -> None:
+        if self._failing or self.status.is_terminal:
+            return
+        if all(s.state.value == "FINISHED" for s in self._subtasks.values()):
+            self._finalize(JobStatus.FINISHED)
+
+    def _on_finalized(self, status: JobStatus) -> None:
+        payload = {"status": status.value}
+        if self._result is not None:
+            payload["result"] = wire_objects.encode(self._result)
+        if self._error is not None:
+            payload["error"] = {"message": str(self._error), "cause": getattr(self._error, "cause", None),
+                                "reason": getattr(self._error, "reason", None)}
+        summary = {k: v for k, v in payload.items() if k != "result"}
+        if self._result is not None:   # the registry keeps the result without the collected rows
+            summary["result"] = wire_objects.encode(dataclasses.replace(self._result, collected={}))
+        self._publish(status.value, ending=True, payload=summary, ended_at=time.time())
+        self.outcome = ("ended", payload)
+
+    # ------------------------------------------------------------------ clients
+    def _on_control_message(self, conn, message: dict) -> None:
+        if message.get("type") == "client":
+            self._post(lambda: self._answer(conn, message))
+            return
+        super()._on_control_message(conn, message)
+
+    def _answer(self, conn, message: dict) -> None:
+        """One request of a JobClient in another process (cluster/job_control.py)."""
+        call, request_id = message.get("call"), message.get("id")
+
+        def reply(value=None, error: BaseException | None = None):
+            answer = {"type": "reply", "id": request_id, "ok": error is None}
+            if error is None:
+                answer["value"] = value
+            else:
+                answer["error"] = f"{type(error).__name__}: {error}"
+            conn.send(answer)
+
+        def reply_future(future, transform):
+            future.add_done_callback(lambda f: reply(error=f.exception()) if f.exception() is not None
+                                     else reply(transform(f.result())))
+        try:
+            if call == "describe":
+                reply({"status": self.status.value, "epoch": self.epoch, "restarts": self._backoff.restarts,
+                       "recoveries": self.recovery_log})
+            elif call == "stats":
+                reply(None if self.coordinator is None else wire_objects.encode(self.coordinator.stats.snapshot()))
+            elif call == "subtasks":
+                reply(wire_objects.encode(self.subtasks()))
+            elif call == "cancel":
+                reply(self.status.value)     # first: cancelling closes every connection
+                self._cancel()
+            elif call == "checkpoint":
+                reply_future(self.trigger_checkpoint(), lambda cp: cp.checkpoint_id)
+            elif call == "savepoint":
+                future = self.trigger_savepoint(str(message["directory"]), bool(message.get("terminate")),
+                                                bool(message.get("drain")))
+                reply_future(future, str)
+            else:
+                reply(error=StreamsnapError(f"unknown request {call!r}"))
+        except Exception as exc:   # answered, not raised into the event loop
+            reply(error=exc)
+
+
+def _jobmaster_process(job: ClusterJob, task0_tid: int, host: str, sender, parent_pid: int) -> None:
+    from streamsnap.runtime.slot import _die_with_parent
+
+    _die_with_parent(parent_pid)
+    logging.basicConfig(level=getattr(logging, job.settings.log_level, logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    master = ClusterJobMaster(job, task0_tid, host)
+    try:
+        master.start()
+        master.wait_terminal()
+    except BaseException as exc:
+        log.exception("the JobMaster of job %s could not run", job.deployment.job_id)
+        sender.send(("failover", f"{type(exc).__name__}: {exc}"))
+        sender.close()
+        os._exit(EXIT_FAILOVER)
+    sender.send(master.outcome or ("failover", "the JobMaster ended without an outcome"))
+    sender.close()
+    # Daemon threads (control connections, timers) must not hold the process at exit.
+    os._exit(0 if master.outcome and master.outcome[0] == "ended" else EXIT_FAILOVER)
+
+
+# ====================================================================== the slot side
+def run_cluster_slot(job: ClusterJob, slot: int, host: str, tid: int, n: int) -> list[tuple]:
+    """Slot `slot` of a stage attempt: (slot 0: start the JobMaster,) find the attempt's leader,
+    run the slot's subtasks, then return only if the job ended — raise if it goes on without us.
+    Rows: (task_index, vertex, outcome, payload); task 0 adds the JobMaster's row (index -1)."""
+    from streamsnap.runtime.slot import run_slot
+
+    master = receiver = None
+    if slot == 0:
+        context = multiprocessing.get_context("fork")
+        receiver, sender = context.Pipe(duplex=False)
+        master = context.Process(target=_jobmaster_process, args=(job, tid, host, sender, os.getpid()),
+                                 name="streamsnap-jobmaster", daemon=False)
+        master.start()
+        sender.close()
+    try:
+        entry = _await_leader(job, tid, n, master)
+        outcomes = []
+        if entry is not None:
+            outcomes = [(*o, None) for o in run_slot(_attempt_deployment(job, entry), slot, host)]
+        if master is not None:
+            outcome = _master_outcome(master, receiver)
+            if outcome[0] != "ended":
+                raise AttemptEnded(f"job {job.deployment.job_id}: the attempt failed over "
+                                   f"({outcome[1] or 'see the JobMaster log'}); Spark retries the stage")
+            return outcomes + [(-1, "JobMaster", "ENDED", msgpack.packb(outcome[1], use_bin_type=True))]
+        if entry is not None:
+            _await_job_end(job, entry["epoch"])
+        return outcomes
+    except BaseException:
+        if master is not None and master.is_alive():
+            master.kill()
+        raise
+
+
+def _await_leader(job: ClusterJob, tid: int, n: int, master) -> dict | None:
+    """The registry entry of this stage attempt's JobMaster (its task 0 has a task id within n
+    of ours: a barrier attempt's tasks are launched together), or None if the job has ended."""
+    registry = job.registry
+    deadline = time.monotonic() + LEADER_WAIT
+    while True:
+        record = registry.read() or {}
+        if record.get("ending") and record.get("status") in TERMINAL:
+            return None
+        if ("control" in record and "restore" in record and record.get("status") != JobStatus.RESTARTING.value
+                and abs(int(record.get("task0_tid", -10 ** 9)) - tid) < n):
+            return record
+        if master is not None and not master.is_alive():
+            raise AttemptEnded(f"job {job.deployment.job_id}: the JobMaster process ended (exit code "
+                               f"{master.exitcode}) before it published itself in {registry}")
+        if time.monotonic() > deadline:
+            raise AttemptEnded(f"job {job.deployment.job_id}: no JobMaster of this stage attempt published itself in "
+                               f"{registry} within {LEADER_WAIT:.0f} s")
+        time.sleep(POLL)
+
+
+def _attempt_deployment(job: ClusterJob, entry: dict) -> Deployment:
+    """The template deployment made this attempt's: its number, its leader, what it restores."""
+    changes = {"attempt": int(entry["epoch"]), "driver_address": tuple(entry["control"])}
+    restore = entry.get("restore")
+    if restore is not None:
+        from streamsnap.checkpoint.metadata import read_metadata
+        from streamsnap.checkpoint.restore import plan_restore
+
+        metadata = read_metadata(restore["metadata"])
+        plan = plan_restore(metadata, restore["base"], job.deployment.execution_graph.job_graph,
+                            job.settings.allow_non_restored_state)
+        changes.update(restore=plan.states, restore_base=plan.base_location,
+                       restored_operators=plan.restored_operators, restored_checkpoint_id=plan.checkpoint_id,
+                       finish_at_restore=bool(restore["finish_at_restore"]))
+    return dataclasses.replace(job.deployment, **changes)
+
+
+def _master_outcome(master, receiver) -> tuple:
+    try:
+        outcome = receiver.recv()
+    except EOFError:      # SIGKILL: the next epoch records it
+        outcome = ("failover", f"the JobMaster process died (exit code {master.exitcode})")
+    master.join()
+    receiver.close()
+    return outcome
+
+
+def _await_job_end(job: ClusterJob, epoch: int) -> None:
+    """After this slot's subtasks ended: return once the leader marked the job ending; raise if
+    the attempt failed over instead (a restart, or a newer leader)."""
+    registry = job.registry
+    while True:
+        record = registry.read() or {}
+        if record.get("epoch") != epoch or record.get("status") == JobStatus.RESTARTING.value:
+            raise AttemptEnded(f"job {job.deployment.job_id}: attempt {epoch} failed over; Spark retries the stage")
+        if record.get("ending"):
+            return
+        time.sleep(FATE_POLL)
+
+
+def decode_payload(payload: bytes):
+    """Task 0's last row, as the submitter reads it: (JobResult or None, JobExecutionError or None)."""
+    outcome = msgpack.unpackb(payload, raw=False)
+    result = wire_objects.decode(outcome["result"]) if outcome.get("result") else None
+    error = None
+    if outcome.get("error"):
+        e = outcome["error"]
+        error = JobExecutionError(e["message"], cause=e.get("cause"), reason=e.get("reason"))
+    return result, error
+
+
+__all__ = ["ClusterJob", "ClusterJobMaster", "run_cluster_slot", "decode_payload", "AttemptEnded"]
+
+
+def cluster_slot_runner(job: ClusterJob):
+    """The function each barrier task runs: `run(slot, host, tid, n)` (cluster/spark_bridge.py)."""
+
+    def run(slot: int, host: str, tid: int, n: int):
+        return run_cluster_slot(job, slot, host, tid, n)
+
+    return run

@@ -1,0 +1,107 @@
+"""Detached jobs (issue 29): a process submits through Spark Connect with detached=True and
+exits; another process — this one, with no Spark session of its kind — lists the job, attaches,
+takes a savepoint and stops it with a savepoint through its JobMaster in the cluster, and the
+committed output is exact."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections import defaultdict
+
+import pytest
+from typer.testing import CliRunner
+
+import streamsnap as ss
+from streamsnap.cli import app
+from streamsnap.errors import ConfigurationError
+from tests.integration.support import SCRIPT_EVENT_AND_SUM
+from tests.integration.test_failover import event, read_output
+
+pytestmark = pytest.mark.spark
+
+SUBMIT = textwrap.dedent('''
+    import os, sys
+    from pyspark.sql import SparkSession
+    import streamsnap as ss
+
+    url, out, ckpt = sys.argv[1], sys.argv[2], sys.argv[3]
+    spark = SparkSession.builder.remote(url).getOrCreate()
+''') + SCRIPT_EVENT_AND_SUM + textwrap.dedent('''
+    env = ss.StreamEnvironment(parallelism=2, spark=spark,
+                               checkpointing=ss.CheckpointConfig(interval=0.3, directory=ckpt))
+    (env.from_source(ss.sources.Generator(event, count=10 ** 9, rate=1000), name="events", uid="events")
+        .key_by("key").process(RunningSum(), name="sum", uid="sum")
+        .sink_to(ss.sinks.FileSink(out, format="parquet"), name="files", uid="files"))
+    client = env.execute_async("detached job", detached=True)
+    print("JOB", client.job_id, client.status(), flush=True)
+    os._exit(0)     # the submitting process goes away at once
+''')
+
+
+def _exact_prefix(rows: list[tuple]) -> int:
+    """Rows (key, total, i) of a run stopped part-way: each split's rows must be exactly its
+    first m events with the right running sums, once each. Returns how many rows."""
+    assert len(rows) == len(set(rows)), "duplicates in the committed output"
+    by_split = defaultdict(list)
+    for key, total, i in rows:
+        by_split[i % 2].append(i)
+    totals: dict = defaultdict(int)
+    expected = set()
+    for split, seen in by_split.items():
+        assert sorted(seen) == list(range(split, split + 2 * len(seen), 2)), f"split {split} has gaps"
+        for i in sorted(seen):
+            e = event(i)
+            totals[e["key"]] += e["value"]
+            expected.add((e["key"], totals[e["key"]], i))
+    assert set(rows) == expected
+    return len(rows)
+
+
+def test_a_detached_job_outlives_its_submitter_and_is_stopped_with_a_savepoint_from_another_process(
+        connect_server, tmp_path):
+    ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
+    script = tmp_path / "submit.py"
+    script.write_text(SUBMIT)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(script), connect_server, out, ckpt], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    job_id, status = done.stdout.split("JOB", 1)[1].split()[:2]
+    assert status == "RUNNING"
+    print(f"detached submit: {time.monotonic() - started:.1f} s including the client's start")
+
+    [info] = ss.jobs.list(ckpt)
+    assert (info.job_id, info.job_name, info.status, info.live) == (job_id, "detached job", "RUNNING", True)
+    listing = CliRunner().invoke(app, ["list", ckpt])
+    assert listing.exit_code == 0 and job_id in listing.output and "RUNNING" in listing.output, listing.output
+
+    client = ss.jobs.attach(ckpt, job_id)
+    deadline = time.monotonic() + 60
+    while client.checkpoint_stats().counts.completed < 2:
+        assert time.monotonic() < deadline, "no checkpoints of the detached job"
+        time.sleep(0.1)
+    taken = CliRunner().invoke(app, ["savepoint", ckpt, job_id, str(tmp_path / "savepoints")])
+    assert taken.exit_code == 0 and "savepoint of job" in taken.output, taken.output
+    final = client.stop_with_savepoint(str(tmp_path / "savepoints"), timeout=120)
+    assert os.path.exists(os.path.join(final, "_metadata"))
+    assert client.status() == "FINISHED"
+    assert ss.jobs.list(ckpt)[0].status == "FINISHED"
+    assert _exact_prefix(read_output(out)) > 0
+
+
+def test_control_of_jobs_fails_cleanly_on_bad_input(spark, tmp_path):
+    with pytest.raises(ConfigurationError, match="no job 'nope' is recorded under .*jobs there: none"):
+        ss.jobs.attach(str(tmp_path), "nope")
+    result = CliRunner().invoke(app, ["cancel", str(tmp_path), "nope"])
+    assert result.exit_code == 1 and "no job 'nope'" in result.output
+    result = CliRunner().invoke(app, ["savepoint", str(tmp_path)])
+    assert result.exit_code == 2 and "usage: streamsnap savepoint DIR JOB PATH" in result.output
+    env = ss.StreamEnvironment(parallelism=1, spark=spark,
+                               checkpointing=ss.CheckpointConfig(interval=1, directory=str(tmp_path / "ckpt")))
+    env.from_collection([{"a": 1}]).sink_to(ss.sinks.Collect())
+    with pytest.raises(ConfigurationError, match="detached=True.* needs a Spark Connect session.*spark-submit"):
+        env.execute_async("classic", detached=True)
