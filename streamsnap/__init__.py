@@ -28,7 +28,7 @@ from streamsnap.web.config import WebConfig
 from streamsnap.connectors import sinks, sources
 from streamsnap.errors import (
     ConfigurationError, DataError, FileReadError, JobExecutionError, NullKeyError, PreflightError, RestoreError,
-    SchemaError, StreamsnapError, UserFunctionError,
+    SchemaError, StreamsnapError, UsageError, UserFunctionError,
 )
 from streamsnap import errors, state, windows
 from streamsnap.api.windowing import AggregateFunction, ProcessWindowFunction, WindowedStream
@@ -50,7 +50,7 @@ __all__ = [
     "StateTtlConfig", "TtlUpdateType", "TtlStateVisibility",
     "JobResult", "JobClient", "WebConfig", "sources", "sinks",
     "StreamsnapError", "ConfigurationError", "JobExecutionError", "UserFunctionError", "RestoreError",
-    "FileReadError", "DataError", "SchemaError", "NullKeyError", "PreflightError", "WatermarkStrategy", "WatermarkGenerator", "windows", "OutputTag", "TimeDomain",
+    "FileReadError", "DataError", "SchemaError", "UsageError", "NullKeyError", "PreflightError", "WatermarkStrategy", "WatermarkGenerator", "windows", "OutputTag", "TimeDomain",
     "ProcessFunction", "TimerService", "AggregateFunction", "ProcessWindowFunction", "WindowedStream",
     "CoProcessFunction", "KeyedCoProcessFunction", "ProcessJoinFunction", "ConnectedStreams",
     "BroadcastProcessFunction", "KeyedBroadcastProcessFunction", "BroadcastStream",

@@ -111,7 +111,7 @@ class DataError(StreamsnapError):
         if source_position and self.source_position is None:
             self.source_position = source_position
             message += f"\n  source position: {source_position}"
-        if user_frame:
+        if user_frame and "\n  raised by your code at " not in message:
             message += f"\n  raised by your code at {user_frame}"
         self.args = (message,)
         return self
@@ -122,6 +122,16 @@ class DataError(StreamsnapError):
 
 def _rebuild_data_error(cls, message, operator, subtask, field, row):
     return cls(message, operator=operator, subtask=subtask, field=field, row=row)
+
+
+class UsageError(DataError, TypeError):
+    """A user function used the API in a way that cannot work — it returned something that is
+    not a row, set a timer at a time that is not int milliseconds, asked its context for what it
+    does not offer: user configuration found at run time.
+
+    A DataError: a replay calls the function on the same input and meets it again, so the job
+    fails at once. (A user function that *raises* is restarted, as in Flink: its cause may pass.)
+    """
 
 
 class SchemaError(DataError):

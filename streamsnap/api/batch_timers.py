@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from streamsnap.errors import UsageError
 from streamsnap.graph.keys import BatchKeys
 from streamsnap.time.timers import TimeDomain
 
@@ -53,7 +54,7 @@ class BatchTimerService:
 
     def _each(self, keys: BatchKeys, timestamps, what: str):
         if not isinstance(keys, BatchKeys):
-            raise TypeError(f"operator '{self._operator}': {what} takes the BatchKeys process_batch got "
+            raise UsageError(f"operator '{self._operator}': {what} takes the BatchKeys process_batch got "
                             f"(or a FiredTimers' .keys), not {type(keys).__name__}")
         times = np.asarray(timestamps)
         if times.ndim == 0:

@@ -14,7 +14,7 @@ from streamsnap.state.backends.changelog import ChangelogConfig
 from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 
 CHECKPOINT_MODES = ("exactly_once", "at_least_once")
-RETENTION_POLICIES = ("delete_on_cancellation", "retain_on_cancellation")
+RETENTION_POLICIES = ("delete_on_cancellation", "retain_on_cancellation", "retain_on_finish")
 RESUME_POLICIES = ("latest", "never")
 
 
@@ -55,7 +55,12 @@ class CheckpointConfig:
     max_concurrent: how many checkpoints may be in flight at once.
     tolerable_failures: consecutive checkpoint failures tolerated before the job fails over.
     num_retained: completed checkpoints kept; older ones are deleted when subsumed.
-    retention: whether the latest checkpoint survives `cancel()`.
+    retention: what the job's checkpoints become when it ends (Flink's externalized checkpoint
+      retention; a FAILED job always keeps them, to be resumed): "delete_on_cancellation"
+      deletes them when the job is cancelled or finishes; "retain_on_cancellation" keeps them
+      through `cancel()` (a new run resumes from them); "retain_on_finish" also keeps the final
+      checkpoint of a FINISHED job — its state, readable with `ss.state.read` — which a new
+      run does not resume from (the job had finished), but `restore_from=` can.
     unaligned / aligned_timeout: unaligned checkpoints (see ARCHITECTURE, step 6).
     resume: "latest" — when the directory already holds completed checkpoints of this job (the
       same job name, or `execute(..., job_id=...)`), e.g. because its driver died, the job

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from numbers import Integral
 from typing import Any, Iterable
 
+from streamsnap.errors import UsageError
 from streamsnap.state.descriptors import (
     ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor,
 )
@@ -217,9 +218,9 @@ class Context:
     def output(self, tag: OutputTag, row: dict) -> None:
         """Emit `row` to the side output `tag` (read it with `stream.get_side_output(tag)`)."""
         if not isinstance(tag, OutputTag):
-            raise TypeError(f"ctx.output takes an ss.OutputTag, got {tag!r}")
+            raise UsageError(f"ctx.output takes an ss.OutputTag, got {tag!r}")
         if type(row) is not dict:
-            raise TypeError(f"ctx.output({tag.name!r}, ...) takes a row (dict), got "
+            raise UsageError(f"ctx.output({tag.name!r}, ...) takes a row (dict), got "
                             f"{type(row).__name__}")
         self._side.setdefault(tag.name, []).append(row)
 

@@ -25,7 +25,7 @@ from streamsnap.runtime.events import CheckpointType
 
 logger = logging.getLogger(__name__)
 
-DELETE_ON_CANCELLATION, RETAIN_ON_CANCELLATION = RETENTION_POLICIES
+DELETE_ON_CANCELLATION, RETAIN_ON_CANCELLATION, RETAIN_ON_FINISH = RETENTION_POLICIES
 
 
 @dataclass(frozen=True)
@@ -153,20 +153,26 @@ class CompletedCheckpoint:
         logger.debug("deleted checkpoint %d at %s", self.checkpoint_id, self.location.url)
 
 
-def discard_on_shutdown(job_status: JobStatus, retention: str) -> bool:
-    """Whether retained checkpoints are deleted when the job reaches `job_status`.
+def retained_on_shutdown(job_status: JobStatus, retention: str) -> str:
+    """Which retained checkpoints survive the job reaching `job_status`: "all", "latest" or "none".
 
-    As Flink: a FINISHED job needs no failover point, so its checkpoints go (whatever the
-    policy); CANCELED deletes them unless the policy retains them on cancellation; a FAILED
-    job keeps them so it can be resumed from the latest one; non-terminal states keep them.
+    As Flink: a FAILED job keeps them so it can be resumed from the latest one; CANCELED deletes
+    them unless the policy retains them on cancellation; a FINISHED job needs no failover point,
+    so its checkpoints go — unless "retain_on_finish" asks for its final one, the state it
+    finished with. Non-terminal states keep them.
     """
     if retention not in RETENTION_POLICIES:
         raise ValueError(f"retention must be one of {RETENTION_POLICIES}, got {retention!r}")
     if job_status is JobStatus.FINISHED:
-        return True
+        return "latest" if retention == RETAIN_ON_FINISH else "none"
     if job_status is JobStatus.CANCELED:
-        return retention == DELETE_ON_CANCELLATION
-    return False
+        return "none" if retention == DELETE_ON_CANCELLATION else "all"
+    return "all"
+
+
+def discard_on_shutdown(job_status: JobStatus, retention: str) -> bool:
+    """Whether every retained checkpoint is deleted when the job reaches `job_status`."""
+    return retained_on_shutdown(job_status, retention) == "none"
 
 
 class CompletedCheckpointStore:
@@ -228,17 +234,23 @@ class CompletedCheckpointStore:
 
     def shutdown(self, job_status: JobStatus, retention: str) -> list[CompletedCheckpoint]:
         """Apply the retention policy for a job ending in `job_status`; returns what was deleted."""
-        if not discard_on_shutdown(job_status, retention):
+        kept = retained_on_shutdown(job_status, retention)
+        if kept == "all" or (kept == "latest" and len(self._checkpoints) <= 1):
             if self._checkpoints:
                 logger.info("job %s: retaining checkpoint(s) %s (%s)", job_status.value,
                             [c.checkpoint_id for c in self._checkpoints], retention)
             self._checkpoints = []
             return []
         discarded, self._checkpoints = self._checkpoints, []
+        if kept == "latest":
+            logger.info("job %s: retaining its final checkpoint %d (%s)", job_status.value,
+                        discarded[-1].checkpoint_id, retention)
+            discarded = discarded[:-1]
         for checkpoint in discarded:
             self._discard(checkpoint)
         return [c for c in discarded if c.properties.owned]
 
 
 __all__ = ["CheckpointProperties", "CompletedCheckpoint", "CompletedCheckpointStore",
-           "discard_on_shutdown", "DELETE_ON_CANCELLATION", "RETAIN_ON_CANCELLATION"]
+           "discard_on_shutdown", "retained_on_shutdown", "DELETE_ON_CANCELLATION", "RETAIN_ON_CANCELLATION",
+           "RETAIN_ON_FINISH"]

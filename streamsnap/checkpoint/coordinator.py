@@ -26,11 +26,12 @@ from typing import Callable, Iterable, Mapping, Protocol
 from streamsnap.api.config import CheckpointConfig
 from streamsnap.checkpoint import filesystem
 from streamsnap.checkpoint.completed import (CheckpointProperties, CompletedCheckpoint, CompletedCheckpointStore,
-                                         discard_on_shutdown)
+                                         retained_on_shutdown)
 from streamsnap.checkpoint.failure_manager import CheckpointFailureManager
 from streamsnap.checkpoint.id_counter import CheckpointIdCounter
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
 from streamsnap.checkpoint.io import CheckpointIO, InlineIO
+from streamsnap.checkpoint.job_end import JobEnd, read_job_end, write_job_end
 from streamsnap.checkpoint.metadata import (damaged_changelog_segments, missing_incremental_files, read_metadata,
                                             write_metadata)
 from streamsnap.checkpoint.pending import OperatorInfo, PendingCheckpoint, discard_subtask_state
@@ -724,8 +725,16 @@ class CheckpointCoordinator:
         """
         ids = []
         unreadable = []
+        # The final checkpoint a FINISHED run kept (retain_on_finish) is state to read, not a
+        # point to resume from: the job had finished. A new run starts fresh.
+        end = read_job_end(self.storage.job_directory)
+        kept = end.kept_checkpoint if end is not None and end.finished_with_state else -1
+        if kept >= min_id:
+            logger.info("job %s: checkpoint %d is the final checkpoint of a run that FINISHED; a new run does not "
+                        "resume from it (restore_from=... does)", self.job_id, kept)
+        floor = max(kept, min_id - 1)   # ids at or below it are not recovered
         for checkpoint_id in self.storage.existing_checkpoint_ids():
-            if checkpoint_id < min_id:
+            if checkpoint_id <= floor:
                 continue
             location = CheckpointStorageLocation(self.storage.checkpoint_directory(checkpoint_id), checkpoint_id)
             if not filesystem.exists(location.metadata_url):
@@ -739,7 +748,7 @@ class CheckpointCoordinator:
                 continue
             self._store.add_checkpoint(CompletedCheckpoint(metadata, location, CheckpointProperties.for_checkpoint()))
             ids.append(checkpoint_id)
-        recorded = self._recover_restore_point(max((*ids, *(i for i, _, _ in unreadable), min_id - 1), default=-1))
+        recorded = self._recover_restore_point(max((*ids, *(i for i, _, _ in unreadable), floor), default=-1))
         if recorded is not None:
             ids.append(recorded)
         newest_readable = max(ids, default=-1)
@@ -825,10 +834,18 @@ class CheckpointCoordinator:
             return
         self._shutdown = True
         self._stop(CheckpointException(R.CHECKPOINT_COORDINATOR_SHUTDOWN, f"the job is {job_status.value}"))
+        latest = self._store.latest()
+        kept = retained_on_shutdown(job_status, self.config.retention)
         self._store.shutdown(job_status, self.config.retention)
-        if discard_on_shutdown(job_status, self.config.retention):
+        if kept != "all":
             # Nothing to resume from any more: a new run starts fresh, as without the record.
             self._io.run(partial(delete_restore_point, self.storage.job_directory), _log_io_failure)
+        if job_status in (JobStatus.FINISHED, JobStatus.CANCELED):
+            # Why the checkpoints are gone (or which one a FINISHED job kept), for readers and new runs.
+            end = JobEnd(job_status.value, self.config.retention,
+                         latest.checkpoint_id if latest is not None and kept != "none" else None,
+                         self._scheduler.wall())
+            self._io.run(partial(write_job_end, self.storage.job_directory, end), _log_io_failure)
         self.discard_abandoned_locations()
 
 

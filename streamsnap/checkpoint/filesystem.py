@@ -73,6 +73,14 @@ def read_bytes(url: str) -> bytes:
     return fs.cat_file(path)
 
 
+def read_if_exists(url: str) -> bytes | None:
+    """The bytes of an optional file (a job's small records), None if it or its directory is absent."""
+    try:
+        return read_bytes(url)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def read_checked_file(url: str, size: int | None, where: str) -> bytes:
     """The bytes of a state file a checkpoint recorded with `size` bytes (None: unchecked);
     a RestoreError starting with `where` (what the file is, of which checkpoint) when it is

@@ -65,11 +65,8 @@ def write_restore_point(job_directory: str, point: RestorePoint) -> None:
 def read_restore_point(job_directory: str) -> RestorePoint | None:
     """The job's record, or None if it has none (it never completed a stop-with-savepoint)."""
     url = restore_point_url(job_directory)
-    try:
-        data = filesystem.read_bytes(url)
-    except (FileNotFoundError, NotADirectoryError):   # no record, or no job directory at all
-        return None
-    return RestorePoint.from_json(data, url)
+    data = filesystem.read_if_exists(url)
+    return None if data is None else RestorePoint.from_json(data, url)
 
 
 def delete_restore_point(job_directory: str) -> None:

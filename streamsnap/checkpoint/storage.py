@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from streamsnap.checkpoint import filesystem
+from streamsnap.checkpoint.job_end import read_job_end
 from streamsnap.checkpoint.restore_point import read_restore_point
 from streamsnap.errors import RestoreError
 
@@ -217,7 +218,10 @@ def resolve_restore_path(path: str) -> tuple[str, str]:
     """
     url = filesystem.normalize(path)
     if not filesystem.exists(url):
-        raise RestoreError(f"cannot restore from {url}: it does not exist; pass the chk-<n> or "
+        end = read_job_end(url.rstrip("/").rsplit("/", 1)[0]) if checkpoint_id_of(posixpath.basename(url.rstrip("/"))) \
+            is not None else None
+        reason = f": {end.why_no_checkpoint()}" if end is not None and end.kept_checkpoint is None else ""
+        raise RestoreError(f"cannot restore from {url}: it does not exist{reason}; pass the chk-<n> or "
                            f"savepoint-... directory of a completed checkpoint or savepoint")
     if not is_directory(url):
         if posixpath.basename(url) == METADATA_FILE_NAME:
@@ -227,24 +231,33 @@ def resolve_restore_path(path: str) -> tuple[str, str]:
     metadata_url = filesystem.join(url, METADATA_FILE_NAME)
     if filesystem.exists(metadata_url):
         return metadata_url, url
-    latest = latest_restore_point(url)
+    latest = latest_restore_point(url, finished_runs=True)
     if latest is not None:
         logger.info("%s is a job's checkpoint directory: using its latest restore point %s", url, latest)
         return filesystem.join(latest, METADATA_FILE_NAME), latest
+    end = read_job_end(url)
+    if end is not None:
+        raise RestoreError(f"{url} is a job's checkpoint directory without a completed checkpoint: "
+                           f"{end.why_no_checkpoint()}")
     raise RestoreError(f"no {METADATA_FILE_NAME} in {url}: not a completed checkpoint or savepoint; "
                        f"pass the chk-<n> or savepoint-... directory")
 
 
-def latest_restore_point(job_directory: str) -> str | None:
+def latest_restore_point(job_directory: str, finished_runs: bool = False) -> str | None:
     """The directory a new run of the job in `job_directory` resumes from: the savepoint its
     `_restore_point` records if no completed `chk-<n>` is newer, else the newest `chk-<n>`;
-    None if it has neither."""
+    None if it has neither. The final checkpoint a FINISHED run kept (`_job_end`) is not
+    resumed from, so it counts only with `finished_runs` (to read or restore it by choice)."""
     url = filesystem.normalize(job_directory)
+    end = None if finished_runs else read_job_end(url)
+    floor = end.kept_checkpoint if end is not None and end.finished_with_state else -1
     completed = [(checkpoint_id_of(name), child) for name, child in subdirectories(url)
-                 if checkpoint_id_of(name) is not None
+                 if checkpoint_id_of(name) is not None and checkpoint_id_of(name) > floor
                  and filesystem.exists(filesystem.join(child, METADATA_FILE_NAME))]
     newest = max(completed, default=None)
     point = read_restore_point(url)
+    if point is not None and point.checkpoint_id <= floor:
+        point = None
     if point is not None and (newest is None or point.checkpoint_id > newest[0]):
         return filesystem.normalize(point.path)
     return newest[1] if newest is not None else None

@@ -245,10 +245,11 @@ class SourceOperator(StreamOperator):
         return True
 
     def _locate(self, exc: DataError, batch: Batch) -> DataError:
-        """`exc` with the source position of its row: exact when the raiser knew the row's index
-        in this batch or the row is one of its rows unchanged (a filter passed it on), else the
-        range of the batch the row came from (a map made a new row of it)."""
-        index = exc.batch_index
+        """`exc` with the source position of its row: exact when the source itself raised it
+        knowing the row's index in this batch, or the row is one of its rows unchanged (a filter
+        passed it on, a map read it), else the range of the batch the row came from (a chained
+        operator's own batch index says nothing about the source's batch)."""
+        index = exc.batch_index if exc.operator == self.ctx.name else None
         if index is None and isinstance(batch, list) and exc.row is not None:
             index = next((i for i, row in enumerate(batch) if row is exc.row), None)
         position = self.reader.position_of(index) if index is not None else None

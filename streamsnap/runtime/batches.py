@@ -17,6 +17,7 @@ from typing import Union
 
 import pyarrow as pa
 
+from streamsnap.errors import UsageError
 from streamsnap.runtime.schemas import RowSchema
 
 Batch = Union[list, pa.RecordBatch]
@@ -102,5 +103,5 @@ def as_record_batch(result, what: str) -> pa.RecordBatch:
         return result.combine_chunks().to_batches()[0] if result.num_rows else pa.RecordBatch.from_pylist([], schema=result.schema)
     if isinstance(result, dict):
         return pa.RecordBatch.from_pydict(result)
-    raise TypeError(f"{what} must return a pyarrow.RecordBatch, pyarrow.Table or dict of columns, "
+    raise UsageError(f"{what} must return a pyarrow.RecordBatch, pyarrow.Table or dict of columns, "
                     f"got {type(result).__name__}")

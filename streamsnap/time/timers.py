@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from numbers import Integral
 from typing import Any
 
+from streamsnap.errors import UsageError
 from streamsnap.state.descriptors import MapStateDescriptor
 from streamsnap.time.watermarks import MIN_WATERMARK
 
@@ -136,7 +137,7 @@ class _TimerQueue:
 
 def _check_time(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{what}: timer timestamps are int epoch milliseconds, got "
+        raise UsageError(f"{what}: timer timestamps are int epoch milliseconds, got "
                         f"{type(value).__name__} {value!r}")
     return int(value)
 

@@ -238,7 +238,7 @@ def checkpoint_config(config, state_backend) -> dict:
         "max_concurrent": config.max_concurrent,
         "tolerable_failed_checkpoints": config.tolerable_failures,
         "num_retained": config.num_retained,
-        "externalization": {"enabled": config.retention == "retain_on_cancellation",
+        "externalization": {"enabled": config.retention != "delete_on_cancellation",
                             "delete_on_cancellation": config.retention == "delete_on_cancellation"},
         "unaligned_checkpoints": config.unaligned,
         "aligned_checkpoint_timeout": _ms(config.aligned_timeout) if config.aligned_timeout is not None else 0,

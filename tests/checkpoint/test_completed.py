@@ -115,6 +115,8 @@ def test_completed_checkpoint_accessors(storage):
     (JobStatus.CANCELED, "retain_on_cancellation", False),
     (JobStatus.FINISHED, "delete_on_cancellation", True),
     (JobStatus.FINISHED, "retain_on_cancellation", True),
+    (JobStatus.CANCELED, "retain_on_finish", False),
+    (JobStatus.FAILED, "retain_on_finish", False),
     (JobStatus.FAILED, "delete_on_cancellation", False),
     (JobStatus.FAILED, "retain_on_cancellation", False),
     (JobStatus.RESTARTING, "delete_on_cancellation", False),
@@ -128,6 +130,17 @@ def test_shutdown_policy(storage, status, retention, discard):
     deleted = store.shutdown(status, retention)
     assert (deleted == checkpoints) is discard
     assert all(filesystem.exists(c.external_pointer) is not discard for c in checkpoints)
+    assert store.all() == []
+
+
+def test_a_finished_job_with_retain_on_finish_keeps_only_its_final_checkpoint(storage):
+    assert not discard_on_shutdown(JobStatus.FINISHED, "retain_on_finish")
+    store = CompletedCheckpointStore(num_retained=3)
+    checkpoints = [make_checkpoint(storage, i) for i in (1, 2, 3)]
+    for checkpoint in checkpoints:
+        store.add_checkpoint(checkpoint)
+    assert store.shutdown(JobStatus.FINISHED, "retain_on_finish") == checkpoints[:2]
+    assert [filesystem.exists(c.external_pointer) for c in checkpoints] == [False, False, True]
     assert store.all() == []
 
 

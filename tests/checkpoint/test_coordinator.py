@@ -19,7 +19,7 @@ from streamsnap.checkpoint.metadata import read_metadata
 from streamsnap.checkpoint.restore_point import read_restore_point
 from streamsnap.checkpoint.reasons import AcknowledgeResult, CheckpointException, CheckpointFailureReason as R
 from streamsnap.checkpoint.stats import CheckpointStatus
-from streamsnap.checkpoint.storage import CheckpointStorage, subdirectories
+from streamsnap.checkpoint.storage import CheckpointStorage, resolve_restore_path, subdirectories
 from streamsnap.clock import ManualScheduler
 from streamsnap.cluster.status import ExecutionState, JobStatus
 from streamsnap.errors import RestoreError
@@ -858,6 +858,43 @@ def test_shutdown_applies_retention(make_harness, retention, status, kept):
     completed = complete(h)
     h.coordinator.shutdown(status)
     assert filesystem.exists(filesystem.join(completed.external_pointer, "_metadata")) is kept
+
+
+def test_a_finished_job_keeps_its_final_checkpoint_when_asked_and_a_new_run_starts_fresh(make_harness):
+    from streamsnap.checkpoint.job_end import read_job_end
+
+    h = make_harness(retention="retain_on_finish", num_retained=2)
+    h.start()
+    first, final = complete(h), complete(h)
+    h.coordinator.shutdown(JobStatus.FINISHED)
+    assert not filesystem.exists(first.external_pointer)                       # only the final one stays
+    assert filesystem.exists(filesystem.join(final.external_pointer, "_metadata"))
+    end = read_job_end(h.storage.job_directory)
+    assert (end.status, end.kept_checkpoint, end.retention) == ("FINISHED", final.checkpoint_id, "retain_on_finish")
+    # A new run of the finished job: its final checkpoint is state to read, not a failover point.
+    h2 = make_harness(retention="retain_on_finish")
+    assert h2.coordinator.recover_completed_checkpoints() == []
+    assert h2.coordinator.restore_latest_checkpoint() is None
+    assert resolve_restore_path(h.storage.job_directory)[1] == final.external_pointer   # readable by choice
+
+
+@pytest.mark.parametrize("status,retention,reason", [
+    (JobStatus.FINISHED, "delete_on_cancellation", "the job finished and deleted its checkpoints: set "
+                                                   "CheckpointConfig(retention='retain_on_finish')"),
+    (JobStatus.FINISHED, "retain_on_cancellation", "the job finished and deleted"),
+    (JobStatus.CANCELED, "delete_on_cancellation", "the job was cancelled and deleted its checkpoints: set "
+                                                   "CheckpointConfig(retention='retain_on_cancellation')"),
+])
+def test_reading_a_job_whose_checkpoints_were_deleted_names_why_and_the_setting(make_harness, status, retention,
+                                                                                reason):
+    h = make_harness(retention=retention)
+    h.start()
+    completed = complete(h)
+    h.coordinator.shutdown(status)
+    for path in (h.storage.job_directory, completed.external_pointer):   # the job's directory, or its chk-<n>
+        with pytest.raises(RestoreError) as info:
+            resolve_restore_path(path)
+        assert reason in str(info.value)
 
 
 def test_terminating_savepoint_pauses_periodic_checkpoints_and_resumes_on_failure(make_harness, tmp_path):

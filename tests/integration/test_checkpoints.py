@@ -142,8 +142,9 @@ def test_a_bounded_job_with_checkpoints_commits_everything_exactly_once(spark, t
     assert len(rows) == n  # the final checkpoint committed the tail, nothing twice
     assert final_by_key(rows, "key", "total") == {k: sum(i + 1 for i in range(n) if i % 17 == k) for k in range(17)}
     assert result.checkpoints.counts.completed >= 2
-    # FINISHED with delete_on_cancellation: no checkpoint is left behind.
+    # FINISHED with delete_on_cancellation: no checkpoint is left behind, only the record saying why.
     assert not [p for p in (tmp_path / result.job_id).iterdir() if p.name.startswith("chk-")]
+    assert '"status": "FINISHED"' in (tmp_path / result.job_id / "_job_end").read_text()
     assert stray_checkpoint_files(tmp_path) == []    # incremental shared files went with them
 
 

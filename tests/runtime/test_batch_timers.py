@@ -123,7 +123,7 @@ def test_misuse_names_the_fix():
 
     op, _ = operator(NoHandler())
     op.process(batch(k=["a"]))
-    with pytest.raises(ss.UserFunctionError, match="has no on_timers"):
+    with pytest.raises(ss.UsageError, match="has no on_timers"):
         op.process_watermark(10)
 
     class BadTimes(SessionTotals):

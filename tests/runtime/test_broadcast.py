@@ -84,8 +84,9 @@ def test_the_element_side_cannot_write_and_the_broadcast_side_has_no_key():
     with pytest.raises(ss.UserFunctionError, match="put"):
         op.process_input(0, [{"user": "a"}])
     op, _, _ = make(BroadcastProcessOperator, fn=KeyedInBroadcast())
-    with pytest.raises(ss.UserFunctionError, match="no current key"):
-        op.process_input(1, [{"rule": 1}])
+    with pytest.raises(ss.UsageError, match=r"no current key(?s:.*)row: \{'rule': 1\}") as info:
+        op.process_input(1, [{"rule": 1}])   # not restarted: a replay would call it again
+    assert isinstance(info.value, ss.DataError) and info.value.operator
     with pytest.raises(ss.UserFunctionError, match="undeclared"):
         op.process_input(0, [{"user": "a"}])
 

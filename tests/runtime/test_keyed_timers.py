@@ -7,7 +7,6 @@ import pytest
 
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
-from streamsnap.errors import UserFunctionError
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.runtime.operators.process import KeyedProcessOperator
@@ -84,7 +83,7 @@ def test_a_timer_without_on_timer_names_the_operator_and_the_timer():
 
     op, _ = operator(NoOnTimer(), ManualScheduler())
     op.process([{"key": "k"}])
-    with pytest.raises(UserFunctionError, match=r"(?s)timers.*event_time timer 5 of key 'k'.*no on_timer"):
+    with pytest.raises(ss.UsageError, match=r"(?s)no on_timer.*event_time timer 5 of key 'k'"):
         op.process_watermark(10)
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tests.properties import examples
 
 from streamsnap.clock import ManualScheduler
-from streamsnap.errors import UserFunctionError
+from streamsnap.errors import UsageError, UserFunctionError
 from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.runtime.operators.functions import FunctionOperatorFactory
 from streamsnap.runtime.operators.row_chain import RowRun, fuse_row_chains
@@ -106,26 +106,40 @@ def _raise_on(value):
     return fn
 
 
+def _errors_unfused_and_fused(steps, error: type) -> list:
+    """The `error` the chain of `steps` raises on rows 0..11, run unfused and fused."""
+    errors = []
+    for fused in (False, True):
+        operators, _, _ = _chain(steps, fused)
+        with pytest.raises(error) as info:
+            operators[0].process([{"v": v} for v in range(12)])
+        errors.append(info.value)
+    return errors
+
+
 @pytest.mark.parametrize("steps, failing", [
     ([("map", _add), ("map", _raise_on(5)), ("filter", _odd)], "map-1"),
     ([("flat_map", _split), ("filter", lambda r: 1 / (r["v"] - 9)), ("map", _add)], "filter-1"),
     ([("map", _add), ("flat_map", lambda r: iter([r, {"bad": 1 / 0}]))], "flat_map-1"),
-    ([("flat_map", lambda r: [r, r["v"]]), ("map", _add)], "flat_map-0"),           # not a dict
-    ([("filter", _small), ("map", lambda r: [r])], "map-1"),                           # not a dict
     ([("flat_map", _split), ("flat_map", _split), ("map", _raise_on(10))], "map-2"),
 ])
 def test_a_raising_function_is_reported_by_its_own_operator_fused_or_not(steps, failing):
-    errors = []
-    for fused in (False, True):
-        operators, _, _ = _chain(steps, fused)
-        with pytest.raises(UserFunctionError) as info:
-            operators[0].process([{"v": v} for v in range(12)])
-        errors.append(info.value)
-    unfused, fused = errors
+    unfused, fused = _errors_unfused_and_fused(steps, UserFunctionError)
     assert fused.operator == unfused.operator == failing
     assert fused.record == unfused.record
     assert fused.traceback_text == unfused.traceback_text
     assert "streamsnap" not in fused.traceback_text.replace("tests/runtime", "")   # only the user's frames
+
+
+@pytest.mark.parametrize("steps, failing, problem", [
+    ([("flat_map", lambda r: [r, r["v"]]), ("map", _add)], "flat_map-0", "function produced int"),
+    ([("filter", _small), ("map", lambda r: [r])], "map-1", "map function returned list"),
+])
+def test_a_function_returning_no_row_is_a_usage_error_of_its_own_operator_fused_or_not(steps, failing, problem):
+    """Not restarted (a DataError): the replay would call the function on the same rows."""
+    unfused, fused = _errors_unfused_and_fused(steps, UsageError)
+    assert fused.operator == unfused.operator == failing and fused.row == unfused.row == {"v": 0}
+    assert problem in str(fused) and str(fused) == str(unfused)
 
 
 def test_an_operator_with_a_second_consumer_or_a_side_output_ends_the_run():

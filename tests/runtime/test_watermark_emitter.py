@@ -147,3 +147,49 @@ def test_row_timestamps_are_vectorized_when_clean_and_name_the_row_when_not():
     assert err.value.batch_index == 1
     with pytest.raises(TimestampError, match=r"operator 'op'.*'ts' is missing\n  row: \{'x': 1\}"):
         batch_timestamps([{"ts": 5}, {"x": 1}], "ts", "op")
+
+
+class FilterThenTimestamps:
+    """A chained filter, maybe a map that makes new rows, and a timestamp check on what passes:
+    its batch index is not the source's."""
+
+    def __init__(self, new_rows: bool):
+        self.new_rows = new_rows
+
+    def emit(self, batch):
+        kept = [dict(r) if self.new_rows else r for r in batch if r["i"] % 4 == 3]
+        batch_timestamps(kept, "ts", "stamp")
+
+    def emit_watermark(self, timestamp):
+        pass
+
+    def emit_watermark_status(self, status):
+        pass
+
+
+def without_ts_at(bad: int):
+    return lambda i: {"i": i, "ts": None if i == bad else i}
+
+
+EXACT = "source position: split 1 of 2, offset 21 (index 43 of the Generator)"
+
+
+@pytest.mark.parametrize("chained, position", [
+    (None, EXACT),                         # the source's own check knows the row's index
+    ("filter", EXACT),                     # a chained filter passed the source's row itself on
+    ("map", "source position: in the source batch from split 1 of 2, offset 20 (index 41 of the Generator) "
+            "to split 1 of 2, offset 29 (index 59 of the Generator)"),   # a new row: the batch's range
+])
+def test_a_bad_timestamp_names_its_source_position_never_an_index_in_a_batch(chained, position):
+    clock = ManualScheduler()
+    source = Generator(without_ts_at(43), count=100, splits=2, batch_size=10)
+    op = SourceOperator(context(clock), source, None if chained else STRATEGY, 0.05)
+    op.output = FilterThenTimestamps(new_rows=chained == "map") if chained else Recorder()
+    op.initialize_state()
+    op.open()
+    with pytest.raises(TimestampError) as info:
+        while op.emit_next():
+            pass
+    message = str(info.value)
+    assert position in message and "row: {'i': 43, 'ts': None}" in message
+    assert "subtask: src (1/1)" in message

@@ -294,3 +294,29 @@ def test_a_bootstrapped_broadcast_state_reaches_every_subtask_of_the_job(spark, 
     items.connect(updates.broadcast(RULES)).process(JudgeByRules(), uid="judge").sink_to(ss.sinks.Collect())
     result = env.execute("bootstrapped rules", restore_from=path)
     assert sorted((r["id"], r["limit"]) for r in result.rows()) == [(i, (5, 40)[i % 2]) for i in range(200)]
+
+
+def test_the_state_a_bounded_job_finished_with_is_read_back_exactly_when_retained(spark, tmp_path):
+    """retain_on_finish keeps the final checkpoint of a FINISHED job: its state is every row's
+    sum. Without it, reading the job's directory names why nothing is there and the setting."""
+    n = 5_000
+    expected = {k: sum(i for i in range(n) if i % KEYS == k) for k in range(KEYS)}
+
+    def run(retention: str, name: str):
+        config = ss.CheckpointConfig(interval=60.0, directory=str(tmp_path / "ckpt"), retention=retention)
+        env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config)
+        (env.from_source(ss.sources.Generator(event, count=n), uid="gen")
+            .key_by("key").process(RunningSum(), uid="sum").sink_to(ss.sinks.Collect(), uid="out"))
+        result = env.execute(name)
+        assert final_by_key(result.rows(), "key", "total") == expected
+        return str(tmp_path / "ckpt" / result.job_id)
+
+    kept = run("retain_on_finish", "finished, state kept")
+    state = ss.state.read(spark, kept, "sum", "total")          # the job's directory: its final checkpoint
+    assert {r.key: r.value for r in state.collect()} == expected
+    assert run("retain_on_finish", "finished, state kept") == kept  # a new run started fresh (the same sums)
+
+    gone = run("delete_on_cancellation", "finished, state deleted")
+    with pytest.raises(ss.RestoreError, match=r"the job finished and deleted its checkpoints: set "
+                                              r"CheckpointConfig\(retention='retain_on_finish'\)"):
+        ss.state.read(spark, gone, "sum", "total")

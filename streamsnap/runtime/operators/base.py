@@ -26,7 +26,7 @@ from typing import Any
 
 from streamsnap.api.functions import FunctionInitializationContext, FunctionSnapshotContext, RuntimeContext
 from streamsnap.checkpoint.handles import OperatorSubtaskState
-from streamsnap.errors import DataError, UserFunctionError
+from streamsnap.errors import DataError, UsageError, UserFunctionError
 from streamsnap.runtime.batches import Batch, num_rows
 from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
 from streamsnap.state.key_groups import KeyGroupRange, key_group_range_for_subtask
@@ -280,7 +280,7 @@ def _extend_results(out: list, result) -> None:
         return
     for item in result:
         if type(item) is not dict:
-            raise TypeError(f"function produced {type(item).__name__}; rows must be dicts")
+            raise UsageError(f"function produced {type(item).__name__}; rows must be dicts")
         out.append(item)
 
 

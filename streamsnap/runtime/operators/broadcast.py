@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from streamsnap.errors import UsageError
 from streamsnap.api.functions import Context
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.batches import Batch, to_rows
@@ -76,11 +77,11 @@ class BroadcastSideContext(Context):
         return _lookup(self._broadcast, descriptor, self._runtime.operator_name)
 
     def get_state(self, descriptor):
-        raise RuntimeError("process_broadcast_element has no current key, so no keyed state; keep "
+        raise UsageError("process_broadcast_element has no current key, so no keyed state; keep "
                            "what every subtask needs in the broadcast state")
 
     def timer_service(self):
-        raise RuntimeError("process_broadcast_element has no current key, so it cannot set timers; "
+        raise UsageError("process_broadcast_element has no current key, so it cannot set timers; "
                            "set them in process_element")
 
     def apply_to_keyed_state(self, descriptor, function) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from streamsnap.api.functions import Context, TimerService
+from streamsnap.errors import UsageError
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime import shipped_key_groups
 from streamsnap.runtime.batches import Batch, as_record_batch, rows_of, to_record_batch, to_rows
@@ -71,7 +72,7 @@ class ProcessOperator(StreamOperator):
                     continue
                 for item in result:
                     if type(item) is not dict:
-                        raise TypeError(f"function produced {type(item).__name__}; rows must be dicts")
+                        raise UsageError(f"function produced {type(item).__name__}; rows must be dicts")
                     append(item)
             except Exception as exc:
                 raise user_error(self, row, exc) from None
@@ -140,7 +141,7 @@ class KeyedProcessOperator(ProcessingTimeWakeups, ProcessOperator):
                         continue
                     for item in result:
                         if type(item) is not dict:
-                            raise TypeError(f"function produced {type(item).__name__}; rows must be dicts")
+                            raise UsageError(f"function produced {type(item).__name__}; rows must be dicts")
                         append(item)
                 except Exception as exc:
                     raise user_error(self, row, exc) from None
@@ -174,7 +175,7 @@ class KeyedProcessOperator(ProcessingTimeWakeups, ProcessOperator):
         try:
             for timer in timers:
                 if on_timer is None:
-                    raise TypeError(f"{type(self.function).__name__} registered a timer but has no "
+                    raise UsageError(f"{type(self.function).__name__} registered a timer but has no "
                                     f"on_timer(timestamp, ctx) method to call when it fires")
                 context.current_key = timer.key
                 context._timer = timer
@@ -216,7 +217,7 @@ class KeyedBatchProcessOperator(ProcessingTimeWakeups, StreamOperator):
         on_timers = getattr(self.function, "on_timers", None)
         for fired in rounds(timers, self.keyed_backend):
             if on_timers is None:
-                raise user_error(self, "<timers>", TypeError(
+                raise user_error(self, "<timers>", UsageError(
                     f"{type(self.function).__name__} registered timers but has no on_timers(timers, ctx) "
                     f"method to call when they fire"))
             try:

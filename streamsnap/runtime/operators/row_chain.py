@@ -23,7 +23,7 @@ loop is generated once per sequence of kinds from fixed fragments (no user text 
 
 from __future__ import annotations
 
-from streamsnap.errors import UserFunctionError
+from streamsnap.errors import UsageError, UserFunctionError
 from streamsnap.runtime.batches import Batch, to_rows
 from streamsnap.runtime.operators.base import user_error
 
@@ -114,7 +114,7 @@ def _compile(kinds: tuple):
             lines += [(depth, "try:"), (depth + 1, f"{nxt} = f{k}({row})"),
                       (depth, "except Exception as exc:"), (depth + 1, f"raise fail({k}, {row}, exc) from None"),
                       (depth, f"if type({nxt}) is not dict:"),
-                      (depth + 1, f"raise fail({k}, {row}, TypeError(MAP_RESULT.format(type({nxt}).__name__)))")]
+                      (depth + 1, f"raise fail({k}, {row}, UsageError(MAP_RESULT.format(type({nxt}).__name__)))")]
             count.append(count[k])       # a map passes every row on
             continue
         if not last:
@@ -134,7 +134,7 @@ def _compile(kinds: tuple):
                   (depth, f"if type(result{k}) is dict:"), (depth + 1, f"result{k} = (result{k},)"),
                   (depth, "try:"), (depth + 1, f"for {nxt} in result{k}:"),
                   (depth + 2, f"if type({nxt}) is not dict:"),
-                  (depth + 3, f"raise TypeError(FLAT_ITEM.format(type({nxt}).__name__))")] + bump
+                  (depth + 3, f"raise UsageError(FLAT_ITEM.format(type({nxt}).__name__))")] + bump
         handlers = [(depth, "except UserFunctionError:"), (depth + 1, "raise"),
                     (depth, "except Exception as exc:"), (depth + 1, f"raise fail({k}, {row}, exc) from None")]
         depth += 2
@@ -152,7 +152,7 @@ def _compile(kinds: tuple):
     body += text
     body.append(f"    return ({''.join(f'{c}, ' for c in count[1:n])})")
     # Frames of this "module" are left out of the user's traceback (base.user_error).
-    scope = {"__name__": __name__, "UserFunctionError": UserFunctionError, "TypeError": TypeError,
+    scope = {"__name__": __name__, "UserFunctionError": UserFunctionError, "TypeError": TypeError, "UsageError": UsageError,
              "Exception": Exception, "len": len, "type": type, "dict": dict,
              "MAP_RESULT": _MAP_RESULT, "FLAT_ITEM": _FLAT_ITEM}
     exec(compile("\n".join(body), f"<streamsnap row chain {' -> '.join(kinds)}>", "exec"), scope)  # noqa: S102

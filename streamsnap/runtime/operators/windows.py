@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from streamsnap.errors import ConfigurationError
+from streamsnap.errors import ConfigurationError, UsageError
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.batches import Batch, rows_of
 from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, _call_hook, user_error
@@ -96,7 +96,7 @@ class ReduceContents(WindowContents):
 
     def result(self, contents):
         if type(contents) is not dict:
-            raise TypeError(f"the reduce function returned {type(contents).__name__}; it must "
+            raise UsageError(f"the reduce function returned {type(contents).__name__}; it must "
                             f"return a row (dict)")
         return dict(contents)    # the stored row stays in state until purged: emit a copy
 
@@ -120,7 +120,7 @@ class AggregateContents(WindowContents):
     def result(self, contents):
         out = self.aggregate.get_result(contents)
         if type(out) is not dict:
-            raise TypeError(f"{type(self.aggregate).__name__}.get_result returned "
+            raise UsageError(f"{type(self.aggregate).__name__}.get_result returned "
                             f"{type(out).__name__}; return a row (dict), or pass a "
                             f"ProcessWindowFunction to turn the result into rows")
         return out
@@ -426,7 +426,7 @@ class WindowOperator(ProcessingTimeWakeups, ProcessOperator):
             return
         for item in result:
             if type(item) is not dict:
-                raise TypeError(f"{type(self.window_function).__name__}.process produced "
+                raise UsageError(f"{type(self.window_function).__name__}.process produced "
                                 f"{type(item).__name__}; rows must be dicts")
             self._out.append(item)
 
