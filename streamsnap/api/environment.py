@@ -398,6 +398,8 @@ class StreamEnvironment:
             return launch(spark, job, settings.job_name)
         submitted = SubmittedJob(spark, job, settings.job_name)
         submitted.start()
+        if CLI_DEFAULTS.get("on_job_started"):   # `streamsnap run`: its live status line
+            CLI_DEFAULTS["on_job_started"](submitted)
         return submitted
 
     def _prepare_sources(self, job_id: str, restored_uids: set[str]) -> None:

@@ -260,6 +260,9 @@ class ClusterJobMaster(JobMaster):
                 reply(None if self.coordinator is None else wire_objects.encode(self.coordinator.stats.snapshot()))
             elif call == "subtasks":
                 reply(wire_objects.encode(self.subtasks()))
+            elif call == "metrics":       # the latest counters; asks the subtasks for fresh ones
+                self.request_metrics()
+                reply(wire_objects.encode(self.operator_metrics()))
             elif call == "cancel":
                 reply(self.status.value)     # first: cancelling closes every connection
                 self._cancel()

@@ -48,6 +48,7 @@ class RemoteJob:
         self._control: JobControl | None = None
         self._control_epoch = None
         self._lock = threading.Lock()
+        self._metrics: dict = {}
 
     # ------------------------------------------------------------------ state
     def record(self) -> dict:
@@ -139,11 +140,36 @@ class RemoteJob:
                                               terminate=terminate, drain=drain))
 
     def checkpoint_stats(self):
-        value = self.call("stats")
+        """Live from the leader; once the job has ended, the final figures from its record."""
+        try:
+            value = self.call("stats")
+        except (OSError, StreamsnapError):
+            if not self.ended():
+                raise
+            result = (self.record().get("payload") or {}).get("result")
+            return wire_objects.decode(result).checkpoints if result else None
         return None if value is None else wire_objects.decode(value)
 
     def subtasks(self) -> list:
-        return wire_objects.decode(self.call("subtasks"))
+        """The current attempt's subtasks; none once the job has ended (its JobMaster is gone)."""
+        try:
+            return wire_objects.decode(self.call("subtasks"))
+        except (OSError, StreamsnapError):
+            if not self.ended():
+                raise
+            return []
+
+    def request_metrics(self) -> None:
+        """Fetch the subtasks' counters (the JobMaster asks them for fresh ones as it answers);
+        while no leader answers (a failover) the last ones stay: status lines do not wait."""
+        try:
+            self._metrics = wire_objects.decode(self._leader().call("metrics", 2.0))
+        except (OSError, TimeoutError, StreamsnapError) as exc:
+            log.debug("job %s: no counters now (%s)", self.job_id, exc)
+
+    def operator_metrics(self) -> dict:
+        """The latest counters `request_metrics` fetched, by (vertex id, subtask index)."""
+        return dict(self._metrics)
 
     # ------------------------------------------------------------------ the end
     def wait_terminal(self, timeout: float | None = None) -> bool:
@@ -235,6 +261,14 @@ class SubmittedJob(RemoteJob):
     @property
     def slots(self) -> tuple:
         return self._job.deployment.slots
+
+    @property
+    def settings(self):
+        return self._job.settings
+
+    @property
+    def execution_graph(self):
+        return self._job.deployment.execution_graph
 
     def _finish_from_record(self) -> None:
         try:

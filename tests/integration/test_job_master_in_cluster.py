@@ -80,3 +80,27 @@ def test_job_master_cluster_without_checkpointing_is_refused():
         ss.StreamEnvironment(parallelism=1, job_master="cluster")
     with pytest.raises(ConfigurationError, match="job_master must be"):
         ss.StreamEnvironment(parallelism=1, job_master="driver")
+
+
+JOB_FILE = """
+import streamsnap as ss
+env = ss.StreamEnvironment(parallelism=2, job_master="cluster",
+                           checkpointing=ss.CheckpointConfig(interval=0.3, directory={directory!r}))
+(env.from_source(ss.sources.Generator(lambda i: {{"k": i % 10, "v": i}}, count=3000, rate=1500), name="events")
+    .key_by("k").map(lambda r: r, name="m").sink_to(ss.sinks.Collect(), name="out"))
+env.execute("status line")
+"""
+
+
+def test_streamsnap_run_shows_the_live_status_of_a_job_whose_job_master_is_in_the_cluster(spark, tmp_path):
+    from typer.testing import CliRunner
+
+    from streamsnap.cli import app
+
+    job = tmp_path / "job.py"
+    job.write_text(JOB_FILE.format(directory=str(tmp_path / "ckpt")))
+    result = CliRunner().invoke(app, ["run", str(job), "--status-every", "0.5"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.startswith("status line: RUNNING |") for line in lines), result.output
+    assert "status line: FINISHED after" in result.output and "3,000 source records" in result.output
