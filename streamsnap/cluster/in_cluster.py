@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import msgpack
 
 from streamsnap.cluster import wire_objects
-from streamsnap.cluster.jobmaster import JobMaster, JobSettings
-from streamsnap.cluster.registry import TERMINAL, JobRegistry
+from streamsnap.cluster.jobmaster import DEPLOY_TIMEOUT, JobMaster, JobSettings
+from streamsnap.cluster.registry import TERMINAL, FencedError, JobRegistry
 from streamsnap.cluster.status import JobStatus
 from streamsnap.errors import JobExecutionError, StreamsnapError
 from streamsnap.runtime.deployment import Deployment
@@ -168,12 +168,28 @@ class ClusterJobMaster(JobMaster):
         return [self._host if bound in ("", "0.0.0.0", "::") else bound, port]
 
     def _publish(self, status: str | None = None, **extra) -> None:
+        """Write the job's record — unless a newer JobMaster leads the job: then this one steps
+        down without writing (its tasks see the newer epoch and fail; `_step_down`)."""
         self._record.update(
             status=status or self.status.value, epoch=self.epoch, attempt=self._attempt,
             control=self.advertised_address, host=self._host, pid=os.getpid(), task0_tid=self._task0_tid,
             restarts=self._backoff.restarts, backoff=self._saved_backoff(), recoveries=self.recovery_log,
             last_failure=self._failure, **extra)
+        try:
+            self.registry.fence(self.epoch)
+        except FencedError as exc:
+            self._step_down(exc)
+            return
         self.registry.write(self._record)
+
+    def _step_down(self, reason: FencedError) -> None:
+        log.warning("job '%s': %s; this JobMaster stops", self.settings.job_name, reason)
+        self.outcome = ("failover", str(reason))
+        self._send_all({"type": "cancel"})
+        if self._checkpoint_io is not None:
+            self._checkpoint_io.shutdown(wait=False)
+        self._server.close()
+        self._done.set()
 
     def _set_status(self, status: JobStatus) -> None:
         changed = status is not self.status
@@ -193,13 +209,7 @@ class ClusterJobMaster(JobMaster):
         self._publish(restore=None if source is None else {
             "metadata": source[0], "base": source[1], "finish_at_restore": self._ends_at_restore})
         self._deploy_timer = self._timers.call_later(
-            self._deploy_timeout(), lambda a=self._attempt: self._deploy_timed_out(a))
-
-    @staticmethod
-    def _deploy_timeout() -> float:
-        from streamsnap.cluster.jobmaster import DEPLOY_TIMEOUT
-
-        return DEPLOY_TIMEOUT
+            DEPLOY_TIMEOUT, lambda a=self._attempt: self._deploy_timed_out(a))
 
     def _schedule_restart(self, delay: float) -> None:
         """The next attempt is Spark's stage retry: record the decision, then end this process."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import stat
 import threading
 
@@ -80,3 +81,35 @@ def test_result_objects_travel_as_plain_values_and_nothing_else_is_rebuilt():
         wire_objects.decode({"__object__": "os:system", "fields": {}})
     with pytest.raises(ValueError, match="only streamsnap result classes"):
         wire_objects.decode({"__enum__": "subprocess:Popen", "name": "x"})
+
+
+def test_a_superseded_job_master_steps_down_without_touching_the_record(tmp_path):
+    """Never two live JobMasters: once a newer epoch exists, the older one writes nothing more
+    and ends (its stage attempt's tasks then fail: they see the newer epoch)."""
+    import streamsnap as ss
+    from streamsnap.cluster.in_cluster import ClusterJob, ClusterJobMaster
+    from streamsnap.cluster.jobmaster import JobSettings, new_deployment
+    from streamsnap.cluster.status import JobStatus
+    from streamsnap.cluster.submitter import record_submission
+    from streamsnap.graph.slot_sharing import plan_slots
+
+    env = ss.StreamEnvironment(parallelism=1, checkpointing=ss.CheckpointConfig(directory=str(tmp_path)))
+    env.from_collection([{"a": 1}]).sink_to(ss.sinks.Collect())
+    graph = env._plan("steps down")
+    settings = JobSettings("steps down", env.checkpointing, env.restart, env.network, job_id="steps-down")
+    job = ClusterJob(new_deployment("steps-down", "run-1", settings, graph, b"s" * 32, plan_slots(graph, True), True),
+                     settings, str(tmp_path), True)
+    record_submission(job.registry, job, "steps down", "classic")
+    master = ClusterJobMaster(job, task0_tid=7, host="127.0.0.1")
+    master.start()
+    deadline = time.monotonic() + 10
+    while "control" not in (job.registry.read() or {}):        # epoch 0 published its attempt
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert job.registry.read()["epoch"] == 0
+    newer = job.registry.take_epoch({"pid": 1})
+    job.registry.update(epoch=newer, status="RUNNING", control=["127.0.0.1", 1])    # the newer leader's record
+    master._post(lambda: master._set_status(JobStatus.FAILING))     # its next write of the record
+    assert master.wait_terminal(10), "the superseded JobMaster did not stop"
+    assert master.outcome[0] == "failover" and "superseded by epoch 1" in master.outcome[1]
+    assert job.registry.read()["epoch"] == newer and job.registry.read()["status"] == "RUNNING"
