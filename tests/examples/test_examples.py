@@ -155,3 +155,97 @@ def test_dataframe_enrichment(spark):
     assert out["enriched"] == 450 and out["unknown_lines"] == 150
     # Not in the catalog: sku-20..23, and the inactive sku-06 and sku-13 (filtered out by Spark).
     assert out["unknown_skus"] == ["sku-06", "sku-13", "sku-20", "sku-21", "sku-22", "sku-23"]
+
+
+def test_savepoint_rescale(spark):
+    example = load("savepoint_rescale")
+    out = example.main(spark=spark, transfers=6_000, rate=2_000)
+    first, second = out["first"], out["second"]
+    assert second.restored_checkpoint is not None
+    assert 0 < len(first.rows()) < 6_000
+    # One balance per transfer over both runs: none lost at the stop, none repeated after it.
+    assert sorted(r["seq"] for r in out["rows"]) == list(range(6_000))
+    expected = {}
+    for i in range(6_000):
+        t = example.transfer(i)
+        expected[t["account"]] = expected.get(t["account"], 0) + t["cents"]
+    assert out["final"] == expected
+    assert ("ledger", "balance", "value") in out["operators"]
+    assert second.operators["ledger"].parallelism == 3
+
+
+def test_read_state(spark):
+    example = load("read_state")
+    out = example.main(spark=spark, readings=1_200)
+    assert out["output_rows"] == 1_200
+    reference = {}
+    for i in range(1_200):
+        m = example.message(i)
+        r = reference.setdefault(m["sensor"], {"count": 0, "min": 10**9, "max": -1, "sum": 0, "hours": set()})
+        r["count"] += 1
+        r["min"], r["max"], r["sum"] = min(r["min"], m["tenths"]), max(r["max"], m["tenths"]), r["sum"] + m["tenths"]
+        r["hours"].add((m["ts"] - example.START) // example.HOUR)
+    assert [(s["sensor"], s["readings"], s["min_c"], s["max_c"], s["mean_c"], s["hours"]) for s in out["summary"]] == [
+        (k, r["count"], r["min"] / 10, r["max"] / 10, round(r["sum"] / r["count"] / 10, 2), len(r["hours"]))
+        for k, r in sorted(reference.items())]
+    # 1,200 readings 15 s apart: 240 an hour over five hours.
+    assert out["per_hour"] == {0: 240, 1: 240, 2: 240, 3: 240, 4: 240}
+
+
+def test_word_count(capsys):
+    """The README's main job (it checks its own counts against a plain Counter), on fewer sentences."""
+    example = load("word_count")
+    example.SENTENCES = 20_000
+    example.main()
+    printed = capsys.readouterr().out
+    assert "word counts" in printed and "FINISHED" in printed
+
+
+# ---------------------------------------------------------------------------- every example is covered
+
+INCLUDE = re.compile(r'^--8<-- "(examples/[^"]+)"$')
+
+
+def page_of(name: str) -> Path:
+    return DOCS / f"{name.replace('_', '-')}.md"
+
+
+def test_every_example_has_a_test_and_a_docs_page():
+    import yaml
+
+    names = sorted(p.stem for p in EXAMPLES.glob("*.py"))
+    assert len(names) >= 10
+    tests = {n[len("test_"):] for n in globals() if n.startswith("test_")}
+    assert [n for n in names if n not in tests] == [], "examples without a test in tests/examples/test_examples.py"
+    missing = [n for n in names if not page_of(n).exists()]
+    assert missing == [], f"examples without a page under docs/examples/: {missing}"
+
+    class Loader(yaml.SafeLoader):
+        pass
+    Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)  # !!python/name:
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)
+    section = next(item["Examples"] for item in config["nav"] if isinstance(item, dict) and "Examples" in item)
+    in_nav = {entry if isinstance(entry, str) else next(iter(entry.values())) for entry in section}
+    for name in names:
+        page = page_of(name)
+        assert page.relative_to(ROOT / "docs").as_posix() in in_nav, f"{page} is not in mkdocs.yml's Examples nav"
+        text = page.read_text(encoding="utf-8")
+        assert f'--8<-- "examples/{name}.py"' in text, f"{page} does not include examples/{name}.py"
+        assert f"python examples/{name}.py" in text or f"examples/{name}.py" in text
+
+
+def test_included_code_fences_hold_only_includes_of_examples():
+    """An ```example-python fence is not run by tests/docs: it may only include example files
+    (which the tests above run), never hold code of its own."""
+    for page in (ROOT / "docs").rglob("*.md"):
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() != "```example-python":
+                continue
+            body = []
+            for following in lines[i + 1:]:
+                if following.strip() == "```":
+                    break
+                body.append(following.strip())
+            assert body and all(INCLUDE.match(b) and (ROOT / INCLUDE.match(b).group(1)).exists() for b in body), \
+                f"{page}:{i + 1}: an example-python fence must only include files under examples/"
