@@ -101,6 +101,9 @@ def test_kafka_windowed_counts(spark, kafka_broker):
     assert sum(out["counts"].values()) == 1_200
     assert {start for _, start in out["counts"]} == {example.START + m * 60_000 for m in range(5)}
     assert out["messages"] == len(out["counts"]) == 25
+    from collections import Counter
+    views = Counter((v["page"], v["ts"] // 60_000 * 60_000) for v in map(example.page_view, range(1_200)))
+    assert out["counts"] == dict(views)
 
 
 def test_top_n(spark):
@@ -199,6 +202,10 @@ def test_word_count(capsys):
     example.main()
     printed = capsys.readouterr().out
     assert "word counts" in printed and "FINISHED" in printed
+    from collections import Counter
+    expected = Counter(w for i in range(20_000) for w in example.sentence(i)["text"].split())
+    for word, count in expected.items():      # each word's line: rounded-down count, then the exact one
+        assert re.search(rf"^  {word} +{count // 1000 * 1000:,} +\(exact: {count:,}\)$", printed, re.M), word
 
 
 # ---------------------------------------------------------------------------- every example is covered
