@@ -97,7 +97,8 @@ def main(spark=None, changes: int = 400, directory: str | None = None) -> dict:
     feed = env.from_collection(change_feed(changes), name="cdc feed", uid="cdc-feed")   # one subtask, in log order
     (feed.key_by("id")
         .process(ApplyChange(), name="apply", uid="apply")
-        .sink_to(ss.sinks.FileSink(changelog_dir, format="parquet", mode="overwrite"), name="changelog", uid="changelog"))
+        .sink_to(ss.sinks.FileSink(changelog_dir, format="parquet", mode="overwrite"),
+                 name="changelog", uid="changelog"))
     env.execute("customers cdc")
 
     if spark is None:                                     # the session the job ran on

@@ -61,7 +61,7 @@ def in_force(versions, ts):
 class FraudCheck(ss.KeyedBroadcastProcessFunction):
     def open(self, ctx):
         self.pending = ctx.get_state(ss.MapStateDescriptor("pending"))     # ts -> transaction waiting for the watermark
-        self.recent = ctx.get_state(ss.ListStateDescriptor("recent"))      # timestamps of the card's recent transactions
+        self.recent = ctx.get_state(ss.ListStateDescriptor("recent"))      # the card's recent transaction times
 
     def process_broadcast_element(self, change, ctx):
         rules = ctx.get_broadcast_state(RULES)

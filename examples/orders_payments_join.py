@@ -82,7 +82,8 @@ def main(spark=None, orders: int = 60) -> dict:
     unpaid = sorted(o["order"] for o in order_rows if paid.get(o["order"], 0) < o["amount_cents"])
     print(f"{len(matches)} payments matched {len(paid)} orders within {PAY_WITHIN // 60} minutes, e.g.:")
     for m in matches[:5]:
-        print(f"  {m['order']} ({m['customer']}) {m['payment']}: {m['amount_cents'] / 100:.2f} after {m['paid_after_s']} s")
+        print(f"  {m['order']} ({m['customer']}) {m['payment']}: {m['amount_cents'] / 100:.2f} "
+              f"after {m['paid_after_s']} s")
     print(f"{len(unpaid)} orders not (fully) paid in time: {', '.join(unpaid)}")
     return {"matches": matches, "unpaid": unpaid}
 

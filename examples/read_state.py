@@ -104,10 +104,12 @@ def main(spark=None, readings: int = 1_200, rate: float = 2_000) -> dict:
         FROM stats s
         JOIN (SELECT key, count(*) AS hours FROM per_hour GROUP BY key) h ON h.key = s.key
         ORDER BY sensor""")
-    summary.show()
-    busiest = spark.sql("SELECT map_key AS hour, sum(value) AS readings FROM per_hour GROUP BY map_key ORDER BY hour")
-    return {"summary": [r.asDict() for r in summary.collect()],
-            "per_hour": {r["hour"]: r["readings"] for r in busiest.collect()},
+    rows = [r.asDict() for r in summary.collect()]
+    print("sensor  readings  min °C  max °C  mean °C  hours")
+    for r in rows:
+        print(f"{r['sensor']:<7} {r['readings']:>8} {r['min_c']:>7} {r['max_c']:>7} {r['mean_c']:>8} {r['hours']:>6}")
+    per_hour = spark.sql("SELECT map_key AS hour, sum(value) AS readings FROM per_hour GROUP BY map_key")
+    return {"summary": rows, "per_hour": {r["hour"]: r["readings"] for r in per_hour.collect()},
             "output_rows": committed_rows(output)}
 
 

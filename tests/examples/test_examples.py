@@ -19,8 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 DOCS = ROOT / "docs" / "examples"
 
-pytestmark = pytest.mark.spark
-
 
 def load(name: str):
     """The module of examples/NAME.py, pickled by value when Spark ships its functions."""
@@ -40,6 +38,7 @@ def load(name: str):
 # ---------------------------------------------------------------------------- the examples
 
 
+@pytest.mark.spark
 def test_sessionization(spark):
     out = load("sessionization").main(spark=spark)
     assert [(s["user"], s["start"], s["end"], s["clicks"], s["pages"]) for s in out["sessions"]] == [
@@ -56,6 +55,7 @@ def test_sessionization(spark):
                            {"user": "cid", "at": "09:12:00", "page": "/home"}]
 
 
+@pytest.mark.spark
 def test_orders_payments_join(spark):
     example = load("orders_payments_join")
     out = example.main(spark=spark, orders=60)
@@ -71,6 +71,7 @@ def test_orders_payments_join(spark):
     assert len(out["unpaid"]) == 26
 
 
+@pytest.mark.spark
 def test_fraud_detection(spark):
     example = load("fraud_detection")
     alerts = example.main(spark=spark, transactions=240)
@@ -94,6 +95,7 @@ def test_fraud_detection(spark):
     assert {a["detail"] for a in alerts if a["tx"] == 3} == {"4 transactions in 60 s"}
 
 
+@pytest.mark.spark
 def test_kafka_windowed_counts(spark, kafka_broker):
     example = load("kafka_windowed_counts")
     out = example.main(kafka_broker, spark=spark, views=1_200, partitions=2)
@@ -106,6 +108,7 @@ def test_kafka_windowed_counts(spark, kafka_broker):
     assert out["counts"] == dict(views)
 
 
+@pytest.mark.spark
 def test_top_n(spark):
     example = load("top_n")
     top = example.main(spark=spark, views=3_000)
@@ -121,6 +124,7 @@ def test_top_n(spark):
         assert counts[(r["window_end"], r["product"])] == r["views"]
 
 
+@pytest.mark.spark
 def test_deduplication(spark):
     example = load("deduplication")
     out = example.main(spark=spark, deliveries=3_000)
@@ -133,6 +137,7 @@ def test_deduplication(spark):
     assert out["revenue"] == expected == {"bakery": 274_500, "books": 274_200, "garden": 273_700, "music": 274_100}
 
 
+@pytest.mark.spark
 def test_cdc_upserts(spark, tmp_path):
     example = load("cdc_upserts")
     out = example.main(spark=spark, changes=400, directory=str(tmp_path))
@@ -152,6 +157,7 @@ def test_cdc_upserts(spark, tmp_path):
     assert 20 < len(table) < 40       # some customers were deleted (and some created again)
 
 
+@pytest.mark.spark
 def test_dataframe_enrichment(spark):
     out = load("dataframe_enrichment").main(spark=spark, lines=600)
     assert out["revenue"] == {"books": 787_250, "garden": 389_800, "kitchen": 599_750, "toys": 539_800}
@@ -160,6 +166,7 @@ def test_dataframe_enrichment(spark):
     assert out["unknown_skus"] == ["sku-06", "sku-13", "sku-20", "sku-21", "sku-22", "sku-23"]
 
 
+@pytest.mark.spark
 def test_savepoint_rescale(spark):
     example = load("savepoint_rescale")
     out = example.main(spark=spark, transfers=6_000, rate=2_000)
@@ -177,6 +184,7 @@ def test_savepoint_rescale(spark):
     assert second.operators["ledger"].parallelism == 3
 
 
+@pytest.mark.spark
 def test_read_state(spark):
     example = load("read_state")
     out = example.main(spark=spark, readings=1_200)
@@ -195,6 +203,7 @@ def test_read_state(spark):
     assert out["per_hour"] == {0: 240, 1: 240, 2: 240, 3: 240, 4: 240}
 
 
+@pytest.mark.spark
 def test_word_count(capsys):
     """The README's main job (it checks its own counts against a plain Counter), on fewer sentences."""
     example = load("word_count")
