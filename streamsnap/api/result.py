@@ -17,7 +17,9 @@ class OperatorMetrics:
 
 @dataclass(frozen=True)
 class SubtaskInfo:
-    """One running subtask, so that operators can be watched (and tests can kill them)."""
+    """One subtask of the current attempt, so that operators can be watched (and tests can kill
+    them). `state` says whether it still runs; `pid` is None once it ended (FINISHED, FAILED,
+    CANCELED) — its process may be an idle Spark Python worker by then, not the subtask's."""
 
     vertex: str
     index: int
@@ -55,6 +57,11 @@ class JobResult:
     # With local recovery, over the last attempt's subtasks: local copies written (files,
     # bytes, failures to write one) and what their restore read locally and remotely.
     local_recovery: dict | None = None
+    # The job's exception history (Flink's exceptions tab), oldest first: one
+    # cluster.exception_history.ExceptionHistoryEntry per failed attempt — `exception`,
+    # `root_cause` (the user's traceback first, then where), `timestamp`, `task`, `attempt`,
+    # `reason` and the `concurrent` failures of other subtasks that followed from it.
+    exceptions: tuple = ()
 
     def rows(self, sink: str | None = None) -> list[dict]:
         """Rows of the Collect sink `sink` (the only one when omitted)."""
