@@ -3,13 +3,11 @@ driver's own log).
 
 Why: a subtask runs in a Spark Python worker (or a process it forked); what it logs goes to that
 worker's stderr, i.e. the executor's log file on a cluster, which the person who started the job
-rarely reads. A warning of a user function, or the traceback of the error that failed the job,
-belongs in the log of the process that runs the job.
+rarely reads. A warning of a user function belongs in the log of the process that runs the job.
 
 How: each task process adds a `TaskLogHandler` to its root logger at the job's level
-(`StreamEnvironment(log_level=...)`, WARNING by default), so streamsnap's own loggers, the user's
-`logging` calls and the uncaught error that fails the task (logged with its traceback) are all
-caught. A record becomes a small dict of its fields (level, logger, formatted message, time,
+(`StreamEnvironment(log_level=...)`, WARNING by default), so streamsnap's own loggers and the
+user's `logging` calls are caught (the error that fails the task travels in its failure report). A record becomes a small dict of its fields (level, logger, formatted message, time,
 source line, traceback text; never a pickle) and waits in a `LogBatcher`, the sans-I/O core:
 batches of up to `BATCH_RECORDS` leave every `FLUSH_INTERVAL` seconds (sooner when a batch
 fills) as one `{"type": "logs"}` message on the task's authenticated control connection; a
