@@ -185,31 +185,39 @@ def _or_exit(action):
 
 @app.command()
 def checkpoints(directory: str = typer.Argument(..., help="Checkpoint directory (or one job's directory).")) -> None:
-    """List the completed checkpoints under DIR, verifying their checksums."""
+    """List the completed checkpoints under DIR, verifying their checksums (a table on a
+    terminal; tab-separated full values into a pipe or a file)."""
     from streamsnap.checkpoint.listing import list_checkpoints
 
     summaries = list_checkpoints(directory)
     if not summaries:
         console.print(f"no checkpoints under {directory}")
         raise typer.Exit(1)
-    table = Table(title=f"checkpoints under {directory}")
     # "state size": every file the checkpoint consists of; "checkpointed": what it wrote itself
     # (smaller for incremental RocksDB and changelog checkpoints, which reuse earlier files), as
     # in the web UI and lastCheckpointSize. "in flight": data an unaligned checkpoint saved
     # between subtasks ("-": none, aligned).
-    for column in ("job", "checkpoint", "type", "status", "completed at", "state size", "checkpointed", "in flight",
-                   "operators"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("path", overflow="fold")
-    for s in summaries:
-        table.add_row(s.job_id[:12], str(s.checkpoint_id), s.checkpoint_type.value if s.checkpoint_type else "-",
-                      s.status,
-                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.completed_at)) if s.completed_at else "-",
-                      _size(s.state_size) if s.state_size is not None else "-",
-                      _size(s.incremental_size) if s.incremental_size is not None else "-",
-                      _in_flight(s),
-                      str(s.num_operators) if s.num_operators is not None else "-", s.path)
-    console.print(table)
+    columns = ("job", "checkpoint", "type", "status", "completed at", "state size", "checkpointed", "in flight",
+               "operators", "path")
+    rows = [(s.job_id, str(s.checkpoint_id), s.checkpoint_type.value if s.checkpoint_type else "-", s.status,
+             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.completed_at)) if s.completed_at else "-",
+             _size(s.state_size) if s.state_size is not None else "-",
+             _size(s.incremental_size) if s.incremental_size is not None else "-",
+             _in_flight(s), str(s.num_operators) if s.num_operators is not None else "-", s.path)
+            for s in summaries]
+    if not console.is_terminal:
+        # A pipe or a file: every value in full, tab-separated (a table would cut them to the
+        # 80 columns Rich assumes without a terminal).
+        for row in (columns, *rows):
+            print("\t".join(row))
+    else:
+        table = Table(title=f"checkpoints under {directory}")
+        for column in columns[:-1]:
+            table.add_column(column, no_wrap=True)
+        table.add_column("path", overflow="fold")
+        for row in rows:
+            table.add_row(row[0][:12], *row[1:])
+        console.print(table)
     bad = [s for s in summaries if s.status != "COMPLETED"]
     if bad:
         console.print(f"[yellow]{len(bad)} incomplete or corrupt checkpoint(s) are not usable for restore[/yellow]")

@@ -12,14 +12,18 @@ class ConfigurationError(StreamsnapError, ValueError):
 
 
 class JobExecutionError(StreamsnapError):
-    """The job failed. `cause` is the root cause as text (user traceback, lost task, ...)."""
+    """The job failed. `cause` is the root cause as text (user traceback, lost task, ...);
+    `history` the job's exception history, oldest first (cluster/exception_history.py:
+    one entry per failed attempt — exception, root cause, time, task, attempt, and the
+    failures of other subtasks that followed from it)."""
 
     def __init__(self, message: str, *, job_name: str | None = None, cause: str | None = None,
-                 reason: str | None = None):
+                 reason: str | None = None, history: tuple = ()):
         super().__init__(message)
         self.job_name = job_name
         self.cause = cause
         self.reason = reason
+        self.history = tuple(history)
 
 
 def describe_row(row) -> str:
@@ -31,8 +35,8 @@ def describe_row(row) -> str:
 class UserFunctionError(StreamsnapError):
     """A user function raised while processing a record.
 
-    Names the operator, the subtask and the offending record, and carries the user's own
-    traceback (not Spark's) so the error can be read without digging.
+    Carries the user's own traceback (not Spark's) first, then where it happened: the
+    operator, the subtask and the offending record.
     """
 
     def __init__(self, operator: str, subtask: str, record, traceback_text: str):
@@ -41,8 +45,8 @@ class UserFunctionError(StreamsnapError):
         self.record = record
         self.traceback_text = traceback_text
         super().__init__(
-            f"user function of operator '{operator}' (subtask {subtask}) failed on record {describe_row(record)}\n"
-            f"{traceback_text.rstrip()}")
+            f"{traceback_text.rstrip()}\n"
+            f"where: the user function of operator '{operator}', subtask {subtask}, on record {describe_row(record)}")
 
 
 class RestoreError(StreamsnapError):

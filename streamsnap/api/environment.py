@@ -280,7 +280,7 @@ class StreamEnvironment:
     def _start(self, job_name: str, restore_from: str | None, allow_non_restored_state: bool,
                job_id: str | None = None, detached: bool = False):
         from streamsnap.cluster.jobmaster import JobMaster, JobSettings
-        from streamsnap.cluster.spark_session import embedded_session, require_slots
+        from streamsnap.cluster.spark_session import align_executor_python, embedded_session, require_slots
 
         if restore_from is None and CLI_DEFAULTS.get("restore_from"):
             restore_from = CLI_DEFAULTS["restore_from"]
@@ -314,7 +314,6 @@ class StreamEnvironment:
             resumed = latest_restore_point(CheckpointStorage(self.checkpointing.directory, job_id).job_directory)
             if resumed is not None:
                 restored_uids = set(read_metadata(filesystem.join(resumed, METADATA_FILE_NAME)).operators)
-        self._prepare_sources(job_id, restored_uids)
         # Directories, pickling, sink output: before any Spark job (api/preflight.py).
         preflight.run(self._graph, self.checkpointing, restored_uids)
         slots = len(plan_slots(execution_graph, self.slot_sharing))
@@ -325,7 +324,10 @@ class StreamEnvironment:
             ConnectBridge(spark).check_reachable()   # a silent server fails here, not after minutes
         require_slots(spark, slots, execution_graph.num_tasks)
         if self._spark is not None:
-            preflight.check_executors(spark)   # a user's session: can executors import us?
+            align_executor_python(spark)       # a user's session: its workers' Python, as meant
+            preflight.check_executors(spark)   # can executors import us?
+        # After every check: a failed one leaves no copy of a DataFrame behind.
+        self._prepare_sources(job_id, restored_uids)
         hooks = json.loads(os.environ.get(TEST_HOOKS_ENV, "{}"))
         settings = JobSettings(job_name, self.checkpointing, self.restart, self.network, self.state_backend,
                                restore_from, allow_non_restored_state, self.log_level, hooks, job_id=job_id,

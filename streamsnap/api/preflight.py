@@ -207,6 +207,7 @@ def check_executors(spark) -> None:
     """Make sure the executors' Python imports streamsnap (shipping it if needed), once per
     application (classic session) or Connect session."""
     from streamsnap.cluster.spark_bridge import bridge_for
+    from streamsnap.cluster.spark_session import executor_python_fix
 
     bridge = bridge_for(spark)
     key = bridge.identity
@@ -233,9 +234,8 @@ def check_executors(spark) -> None:
             f"{how}({shipped!r}): {error} (executor Python {version} at {executable}, started "
             f"as {bridge.python or 'python3'!r}).{mismatch} "
             f"Fix: install streamsnap and its dependencies (pip install streamsnap, or your project's "
-            f"requirements) into the executors' Python, or point the executors at a Python that has them "
-            f"with PYSPARK_PYTHON / spark.pyspark.python (e.g. {sys.executable} when the executors run "
-            f"on this machine); for dependencies packaged as zips use spark.submit.pyFiles (--py-files)")
+            f"requirements) into the executors' Python, or {executor_python_fix(bridge)}; for dependencies "
+            f"packaged as zips use spark.submit.pyFiles (--py-files)")
     with _verified_lock:
         _verified_contexts.add(key)
 

@@ -35,15 +35,16 @@ class OperatorMetrics:
 
 @dataclass(frozen=True)
 class SubtaskInfo:
-    """One running subtask, so that operators can be watched (and tests can kill them).
+    """One subtask of the current attempt, so that operators can be watched (and tests can kill them).
 
     vertex: the vertex id — the uid of the chain's first operator, e.g. "source__events-0"
       (the uid the summary shows in brackets, the REST API's vertex `id`);
     vertex_name: the chain's operator names, e.g. "Source: events -> Map" (the REST API's
       vertex `name`); index: the subtask index, 0-based; attempt: the deployment attempt, 0 =
-      the first; host, pid: where it runs; state: "DEPLOYING", "RUNNING", "FINISHED", ...;
-      task_index: its position in the job's barrier stage; data_address: where upstream
-      subtasks connect (None: a source).
+      the first; host, pid: where it runs — `pid` is None once it ended (FINISHED, FAILED,
+      CANCELED): its process may be an idle Spark Python worker by then, not the subtask's;
+      state: "DEPLOYING", "RUNNING", "FINISHED", ...; task_index: its position in the job's
+      barrier stage; data_address: where upstream subtasks connect (None: a source).
     """
 
     vertex: str
@@ -104,6 +105,11 @@ class JobResult:
     # With local recovery, over the last attempt's subtasks: local copies written (files,
     # bytes, failures to write one) and what their restore read locally and remotely.
     local_recovery: dict | None = None
+    # The job's exception history (Flink's exceptions tab), oldest first: one
+    # cluster.exception_history.ExceptionHistoryEntry per failed attempt — `exception`,
+    # `root_cause` (the user's traceback first, then where), `timestamp`, `task`, `attempt`,
+    # `reason` and the `concurrent` failures of other subtasks that followed from it.
+    exceptions: tuple = ()
 
     def rows(self, sink: str | None = None) -> list[dict]:
         """Rows of the Collect sink `sink` (the only one when omitted)."""

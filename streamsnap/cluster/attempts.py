@@ -15,8 +15,9 @@ Sans-I/O: plain state fed attempt numbers, returning whether an event counts.
 
 from __future__ import annotations
 
-# Failure reasons that name a root cause, by precedence (others, e.g. a lost upstream, rank 0).
-_CAUSE_RANK = {"USER_FUNCTION": 1, "DATA_ERROR": 2}
+# Failure reasons that name a root cause, by precedence (others, e.g. a lost task, rank 0; a
+# subtask that failed because it lost a neighbour — FOLLOW_ON — ranks below all of them).
+_CAUSE_RANK = {"FOLLOW_ON": -1, "USER_FUNCTION": 1, "DATA_ERROR": 2}
 
 
 def replaces_cause(reason: str, current: str | None) -> bool:

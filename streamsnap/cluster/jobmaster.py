@@ -36,6 +36,7 @@ from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpo
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import SystemClock, TimerQueue
 from streamsnap.cluster.attempts import AttemptTracker, replaces_cause
+from streamsnap.cluster.exception_history import ExceptionHistory, one_line
 from streamsnap.cluster.restart import RestartBackoff
 from streamsnap.cluster.spark_bridge import bridge_for
 from streamsnap.cluster.spark_session import control_host, is_local
@@ -78,9 +79,17 @@ class JobSettings:
 
 
 def _failure_reason(message: dict) -> str:
-    """The reason a task's `failed` report gives: a data error, a user function's error, or other."""
+    """The reason a task's `failed` report gives: a data error, a user function's error, a
+    neighbour's failure it followed from (a lost input or output connection), or other."""
     return ("DATA_ERROR" if message.get("data_error") else
-            "USER_FUNCTION" if message.get("user_error") else "TASK_FAILURE")
+            "USER_FUNCTION" if message.get("user_error") else
+            "FOLLOW_ON" if message.get("follow_on") else "TASK_FAILURE")
+
+
+def _failure_report(message: dict) -> dict:
+    """`_handle_failure`'s arguments from a task's `failed` report, but the attempt."""
+    return {"cause": str(message["error"]), "reason": _failure_reason(message), "task": message.get("task"),
+            "exception": message.get("exception")}
 
 
 @dataclass
@@ -189,6 +198,8 @@ class JobMaster:
         # Per failure: when it was noticed, when the job ran again, when the first row reached a
         # driver-side sink after the restore (wall-clock seconds) — the recovery-time figures.
         self.recovery_log: list[dict] = []
+        # Flink's exceptions tab: each failed attempt's root cause, with its follow-on failures.
+        self.exceptions = ExceptionHistory()
         # Task-local recovery: (host, root) of the subtasks' local stores, cleaned at the end.
         self._local_roots: set[tuple[str | None, str]] = set()
         # The checkpoint the current attempt restored (None: a fresh start); the result's record
@@ -274,10 +285,13 @@ class JobMaster:
                     for s in self._subtasks.values() if s.metrics is not None}
 
     def subtasks(self) -> list[SubtaskInfo]:
+        """The current attempt's subtasks; an ended one (FINISHED, FAILED, CANCELED) has no pid:
+        the process it ran in may by then be an idle Spark Python worker, or another task's."""
         names = {vertex_id: vertex.name for vertex_id, vertex in self.job_graph.vertices.items()}
+        ended = (ExecutionState.FINISHED, ExecutionState.FAILED, ExecutionState.CANCELED)
         with self._lock:
             return [SubtaskInfo(s.attempt_id.vertex_id, s.attempt_id.index, s.attempt_id.attempt, s.host,
-                                s.pid, s.state.value, s.task_index,
+                                None if s.state in ended else s.pid, s.state.value, s.task_index,
                                 tuple(s.data_address) if s.data_address else None,
                                 names.get(s.attempt_id.vertex_id, ""))
                     for s in sorted(self._subtasks.values(), key=lambda s: s.task_index)]
@@ -532,8 +546,12 @@ class JobMaster:
         subtask = self._subtask_of(attempt)
         if kind == "failed" and subtask is not None and self._upgrades_cause(_failure_reason(message), attempt.attempt):
             # The attempt ended with an earlier report (a knock-on failure); this is its root cause.
-            self._handle_failure(str(message["error"]), _failure_reason(message), attempt.attempt)
+            self._handle_failure(attempt=attempt.attempt, **_failure_report(message))
             return
+        if kind == "failed" and not self._attempts.is_live(attempt.attempt):
+            # A neighbour of the failure that ended the attempt: counted in its history entry.
+            self.exceptions.follow_on(attempt.attempt, message.get("task"),
+                                      message.get("exception") or one_line(str(message["error"])))
         if subtask is None or not self._attempts.is_live(attempt.attempt):
             # A previous attempt, or the current one after it failed or was cancelled: whatever
             # its tasks still say (errors, rows for a sink) is past the checkpoint we restore.
@@ -589,7 +607,7 @@ class JobMaster:
         elif kind == "failed":
             with self._lock:
                 subtask.state = ExecutionState.FAILED
-            self._handle_failure(str(message["error"]), _failure_reason(message), attempt.attempt)
+            self._handle_failure(attempt=attempt.attempt, **_failure_report(message))
         elif kind == "first_output":
             if self.recovery_log and "first_output_at" not in self.recovery_log[-1]:
                 self.recovery_log[-1]["first_output_at"] = float(message["at"])
@@ -669,7 +687,8 @@ class JobMaster:
             self._handle_failure(_spark_error_summary(error) if error else
                                  "the Spark job ended before all subtasks finished", "SPARK_JOB_FAILED", attempt)
 
-    def _handle_failure(self, cause: str, reason: str, attempt: int) -> None:
+    def _handle_failure(self, cause: str, reason: str, attempt: int, task: str | None = None,
+                        exception: str | None = None) -> None:
         """A failure of `attempt`: charged once, and only while that attempt is current and live.
 
         The first report ends the attempt, but it is not always the root cause: a task whose user
@@ -680,23 +699,27 @@ class JobMaster:
         if self._upgrades_cause(reason, attempt):
             log.info("job '%s' attempt %d: root cause %s replaces %s", self.settings.job_name, attempt,
                      reason, self._failure_reason)
+            self.exceptions.replace_root(attempt, cause, reason, task, exception)
             self._failure, self._failure_reason = cause, reason
             if self.recovery_log:
                 self.recovery_log[-1]["cause"] = cause
             return
         if self.status.is_terminal or not self._attempts.charge_failure(attempt):
-            log.debug("failure of attempt %d not charged (current attempt %d, %s): %s", attempt,
-                      self._attempt, "ended" if self._attempts.ended else "live", cause.splitlines()[0])
+            # Folded into the attempt's history entry (one count in the job's error), not logged.
+            self.exceptions.follow_on(attempt, task, exception or one_line(cause))
             return
         self._failing = True
         self._failure, self._failure_reason = cause, reason
+        self.exceptions.root(attempt, cause, reason, task, exception)
         if self._stopping is not None and not self._stopping[2]:
             path, stop, _ = self._stopping
             self._stopping = None
             stop.set_exception(self._stop_interrupted(path))
         # A drained stop stays in `_stopping`: the restart restores its savepoint, commits and
         # finishes (`_ends_at_restore`), and the stop resolves when the job is FINISHED.
-        log.info("job '%s' attempt %d failed: %s", self.settings.job_name, self._attempt, cause.splitlines()[0])
+        # The cause itself is shown once: in the restart's warning, or in the job's error.
+        log.info("job '%s' attempt %d failed (%s%s); stopping it", self.settings.job_name, self._attempt, reason,
+                 f" in {task}" if task else "")
         self.recovery_log.append({"failed_at": time.time(), "cause": cause})
         if self._deploy_timer is not None:
             self._deploy_timer.cancel()
@@ -764,8 +787,13 @@ class JobMaster:
             self._backoff.notify_restart()
             self._set_status(JobStatus.RESTARTING)
             delay = self._backoff.backoff_time
-            log.warning("job '%s' restarting (restart %d, %s) in %.1f s", self.settings.job_name,
-                        self._backoff.restarts, self._backoff.describe(), delay)
+            latest = self.exceptions.latest()
+            log.warning("job '%s' restarting (restart %d, %s) in %.1f s after %s%s%s", self.settings.job_name,
+                        self._backoff.restarts, self._backoff.describe(), delay,
+                        latest.exception if latest else self._failure_reason,
+                        f" in {latest.task}" if latest and latest.task else "",
+                        f" (and {len(latest.concurrent)} follow-on failure(s) of other subtasks)"
+                        if latest and latest.concurrent else "")
             self._schedule_restart(delay)
             return
         restarts = self._backoff.restarts
@@ -775,11 +803,17 @@ class JobMaster:
                        f"whenever the same input is replayed, so restarting cannot help:\n{message}")
         elif restarts:
             message = f"job failed after {restarts} restart(s) ({self._backoff.describe()}); last failure:\n{message}"
+        elif message.startswith("Traceback"):   # a user function's: its traceback first, then where
+            message = f"job '{self.settings.job_name}' failed in your code:\n{message}"
+        latest = self.exceptions.latest()
+        if latest is not None and latest.follow_on_line():
+            message += "\n" + latest.follow_on_line()
         if self._stopping is not None:
             message += (f"\nThe stop-with-savepoint's savepoint {self._stopping[0]} had completed and drained: a new "
                         f"run of this job (same checkpoint directory) commits what it covers and finishes")
         self._finalize(JobStatus.FAILED, JobExecutionError(message, job_name=self.settings.job_name,
-                                                            cause=self._failure, reason=self._failure_reason))
+                                                            cause=self._failure, reason=self._failure_reason,
+                                                            history=self.exceptions.entries()))
 
     def _schedule_restart(self, delay: float) -> None:
         self._restart_timer = self._timers.call_later(delay, self._deploy)
@@ -957,7 +991,7 @@ class JobMaster:
                          time.monotonic() - self._started_at, operators, collected, stats,
                          self._backoff.restarts, network, tuple(dict(r) for r in self.recovery_log),
                          attempt=self._attempt, restored_checkpoint=self._restored_checkpoint_id,
-                         local_recovery=self._local_recovery_totals())
+                         local_recovery=self._local_recovery_totals(), exceptions=self.exceptions.entries())
 
     def _local_recovery_totals(self) -> dict | None:
         """The finished subtasks' local stores summed: copies written, and the restore's reads."""
@@ -985,7 +1019,8 @@ def new_deployment(job_id: str, run_id: str, settings: JobSettings, eg: Executio
         restore=plan.states if plan else {}, restore_base=plan.base_location if plan else None,
         restored_operators=plan.restored_operators if plan else frozenset(),
         restored_checkpoint_id=plan.checkpoint_id if plan else None, finish_at_restore=finish_at_restore,
-        log_level=settings.log_level, test_hooks=settings.test_hooks, local_recovery=settings.local_recovery,
+        log_level=settings.log_level, echo_logs=not local, test_hooks=settings.test_hooks,
+        local_recovery=settings.local_recovery,
         local_recovery_dir=settings.local_recovery_dir, slots=slots)
 
 

@@ -140,3 +140,50 @@ def _address_towards(host: str) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((socket.gethostbyname(host), 9))
         return probe.getsockname()[0]
+
+
+def align_executor_python(spark) -> str | None:
+    """Point a classic session's Python workers at the Python meant for them; what changed, or None.
+
+    PySpark starts its workers with `SparkContext.pythonExec`, fixed when the context is created
+    from the PYSPARK_PYTHON environment variable (default `python3`, which may lack pyarrow
+    and streamsnap); `spark.pyspark.python` set in the builder is read only by spark-submit.
+    Here, for the jobs of this session from now on: `spark.pyspark.python` applies when it is
+    set; else, on a local master whose Python was not chosen (no PYSPARK_PYTHON), the workers
+    run this driver's interpreter — they run on this machine, and it has what the job needs.
+    Spark Connect sessions are the server's business (its own spark.pyspark.python)."""
+    from streamsnap.cluster.spark_bridge import is_connect
+
+    if is_connect(spark):
+        return None
+    sc = spark.sparkContext
+    current = getattr(sc, "pythonExec", None)
+    configured = sc.getConf().get("spark.pyspark.python", None)
+    if configured:
+        if configured == current:
+            return None
+        sc.pythonExec = configured
+        change = f"as spark.pyspark.python says, instead of {current!r}"
+    elif is_local(spark) and not os.environ.get("PYSPARK_PYTHON") and current != sys.executable:
+        sc.pythonExec = sys.executable
+        change = (f"this driver's interpreter, instead of {current!r} (no PYSPARK_PYTHON was set); set "
+                  f"spark.pyspark.python in the builder to choose another")
+    else:
+        return None
+    note = f"the Python workers of this Spark session start {sc.pythonExec}: {change}"
+    log.info(note)
+    return note
+
+
+def executor_python_fix(bridge) -> str:
+    """The one setting that chooses the executors' Python for this session (preflight's advice)."""
+    if bridge.kind == "connect":
+        return ("set spark.pyspark.python on the Spark Connect server (its spark-defaults.conf, or --conf when "
+                "starting it): a Connect client cannot choose the Python of the server's executors")
+    where = f"e.g. {sys.executable!r}, this driver's" if bridge.master.startswith("local") else \
+        "its path on every executor"
+    started = os.environ.get("PYSPARK_PYTHON")
+    return (f"set spark.pyspark.python to a Python that has them ({where}) in the builder — "
+            f"SparkSession.builder.config('spark.pyspark.python', PATH); streamsnap applies it to this "
+            f"session's jobs"
+            + (f" (it overrides PYSPARK_PYTHON={started!r}, which this session was started with)" if started else ""))

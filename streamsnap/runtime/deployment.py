@@ -40,6 +40,9 @@ class Deployment:
     # finish without reading or firing anything (the job must not run past its drain).
     finish_at_restore: bool = False
     log_level: str = "WARNING"
+    # Whether a task's own stderr handlers also print what is relayed to the driver: not on a
+    # local master, whose workers' stderr is the driver's terminal (runtime/log_relay.py).
+    echo_logs: bool = True
     # Task-local recovery (state.local_recovery): keep keyed snapshots on the task's disk too.
     local_recovery: bool = False
     local_recovery_dir: str | None = None

@@ -3,22 +3,25 @@ driver's own log).
 
 Why: a subtask runs in a Spark Python worker (or a process it forked); what it logs goes to that
 worker's stderr, i.e. the executor's log file on a cluster, which the person who started the job
-rarely reads. A warning of a user function, or the traceback of the error that failed the job,
-belongs in the log of the process that runs the job.
+rarely reads. A warning of a user function belongs in the log of the process that runs the job.
 
 How: each task process adds a `TaskLogHandler` to its root logger at the job's level
-(`StreamEnvironment(log_level=...)`, WARNING by default), so streamsnap's own loggers, the user's
-`logging` calls and the uncaught error that fails the task (logged with its traceback) are all
-caught. A record becomes a small dict of its fields (level, logger, formatted message, time,
+(`StreamEnvironment(log_level=...)`, WARNING by default), so streamsnap's own loggers and the
+user's `logging` calls are caught (the error that fails the task travels in its failure report). A record becomes a small dict of its fields (level, logger, formatted message, time,
 source line, traceback text; never a pickle) and waits in a `LogBatcher`, the sans-I/O core:
 batches of up to `BATCH_RECORDS` leave every `FLUSH_INTERVAL` seconds (sooner when a batch
 fills) as one `{"type": "logs"}` message on the task's authenticated control connection; a
 token bucket (`RATE` records/s, bursts of `BURST`) and a bounded queue keep a chatty task from
 flooding that connection — what it drops is counted and reported as a warning. A failing task
 sends its failure report first (the job master should learn the root cause before a downstream
-task reports the channel this one closes), then flushes, so its last records and its error with
-the traceback follow the report (only a SIGKILL can lose the last `FLUSH_INTERVAL`). When the
-driver is unreachable the records go to the worker's stderr instead.
+task reports the channel this one closes), then flushes, so its last records follow the report
+(only a SIGKILL can lose the last `FLUSH_INTERVAL`). The failure itself is not relayed: records
+marked `NOT_RELAYED` (the report carries them) stay in the worker's own log. When the driver is
+unreachable the records go to the worker's stderr instead.
+
+On a local master the worker's stderr is the driver's terminal: there (`echo=False`) the
+worker's stderr handlers skip what the relay takes or the report carries, so nothing is
+printed twice.
 
 On the driver, `emit_on_driver` re-emits each record under the logger
 `streamsnap.task.<operator chain>.<subtask index>` with the original time, level, source line
@@ -42,6 +45,8 @@ BURST = 1000            # records at once
 QUEUE_LIMIT = 2000      # records waiting at most; beyond it they are dropped and counted
 MESSAGE_CHARS = 8192
 TRACEBACK_CHARS = 32768
+# `extra={NOT_RELAYED: True}`: a record for this process's own log only (the driver has it otherwise).
+NOT_RELAYED = "streamsnap_not_relayed"
 
 
 def encode_record(record: logging.LogRecord, formatter: logging.Formatter) -> dict:
@@ -139,8 +144,8 @@ class TaskLogHandler(logging.Handler):
         self._thread.start()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name.startswith("streamsnap.task."):      # a relayed record: not ours to relay again
-            return
+        if record.name.startswith("streamsnap.task.") or getattr(record, NOT_RELAYED, False):
+            return      # a relayed record (not ours to relay again), or one the driver has otherwise
         entry = encode_record(record, self._formatter)
         with self._guard:
             self._batcher.add(entry, self._clock())
@@ -193,9 +198,30 @@ def _to_stderr(message: dict, exc: BaseException) -> None:
             sys.stderr.write(entry["traceback"] + "\n")
 
 
+class _ShownByTheDriver(logging.Filter):
+    """On a stderr handler of a worker whose stderr is the driver's terminal: drop the records
+    the driver shows (those the relay takes, those a report carries)."""
+
+    def __init__(self, relay: TaskLogHandler):
+        super().__init__()
+        self._relay = relay
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, NOT_RELAYED, False):
+            return False
+        return record.levelno < self._relay.level or record.name.startswith("streamsnap.task.")
+
+
+def _stderr_handlers(root: logging.Logger) -> list[logging.Handler]:
+    return [h for h in root.handlers if isinstance(h, logging.StreamHandler)
+            and getattr(h, "stream", None) in (sys.stderr, sys.__stderr__)]
+
+
 def install(send: Callable[[dict], None], level: str, operator: str, subtask: int, parallelism: int,
-            host: str, pid: int) -> TaskLogHandler:
-    """Relay this process's records at `level` and above through `send`; `uninstall` undoes it."""
+            host: str, pid: int, echo: bool = True) -> TaskLogHandler:
+    """Relay this process's records at `level` and above through `send`; `uninstall` undoes it.
+    `echo=False`: this process's stderr is the driver's (a local master), so its stderr handlers
+    skip what the driver shows."""
     numeric = logging.getLevelName(level)
     handler = TaskLogHandler(send, numeric, {"operator": operator, "subtask": subtask,
                                              "parallelism": parallelism, "host": host, "pid": pid})
@@ -203,6 +229,12 @@ def install(send: Callable[[dict], None], level: str, operator: str, subtask: in
     handler.previous_root_level = root.level
     if root.level > numeric or root.level == logging.NOTSET:
         root.setLevel(numeric)
+    handler.quieted = []
+    if not echo:
+        quiet = _ShownByTheDriver(handler)
+        for stream_handler in _stderr_handlers(root):
+            stream_handler.addFilter(quiet)
+            handler.quieted.append((stream_handler, quiet))
     root.addHandler(handler)
     logging.captureWarnings(True)      # warnings.warn from user code too
     return handler
@@ -212,6 +244,8 @@ def uninstall(handler: TaskLogHandler) -> None:
     """Flush and remove the handler (Spark reuses Python workers for later tasks)."""
     root = logging.getLogger()
     root.removeHandler(handler)
+    for stream_handler, quiet in handler.quieted:
+        stream_handler.removeFilter(quiet)
     handler.close()
     root.setLevel(handler.previous_root_level)
     logging.captureWarnings(False)

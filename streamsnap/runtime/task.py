@@ -37,7 +37,7 @@ from streamsnap.graph.stream_graph import NodeKind
 from streamsnap.network.channels import InputChannel, OutputChannel
 from streamsnap.network.control import connect_control
 from streamsnap.network.debloat import BufferDebloater
-from streamsnap.network.poller import DataServer, TaskNetwork, connect_output
+from streamsnap.network.poller import ConnectionLost, DataServer, TaskNetwork, connect_output
 from streamsnap.runtime.allocator import tune_allocator
 from streamsnap.runtime.collector import freeze_after_setup, unfreeze_at_teardown
 from streamsnap.runtime.aborted_ids import AbortedIds
@@ -48,7 +48,7 @@ from streamsnap.runtime.events import (
     Watermark, WatermarkStatus,
 )
 from streamsnap.runtime.channel_state import overtake_outputs, queue_timeoutable_barrier, restore_channel_state
-from streamsnap.runtime.input import CheckpointedInput
+from streamsnap.runtime.input import CheckpointedInput, UpstreamLostError
 from streamsnap.runtime.mailbox import Mailbox
 from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.runtime import log_relay, schemas, trace
@@ -222,7 +222,8 @@ class StreamTask:
                                         self._on_control_message, self._on_control_close)
         self.driver = DriverLink(self._control, self.attempt_id.to_wire())
         self._log_relay = log_relay.install(self.driver.send, d.log_level, self.job_vertex.name,
-                                            self.vertex.index, self.vertex.parallelism, self.host, os.getpid())
+                                            self.vertex.index, self.vertex.parallelism, self.host, os.getpid(),
+                                            echo=d.echo_logs)
         self.driver.send({"type": "register", "task_index": self.vertex.task_index, "pid": os.getpid(),
                           "host": self.host, "data_address": self._data_address()})
         self._await_peers()
@@ -769,11 +770,30 @@ def _describe_failure(exc: BaseException, task_name: str) -> tuple[str, bool]:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), False
 
 
+# A task failing with one of these lost a neighbour (its input or its output connection): a
+# follow-on of another subtask's failure, which the JobMaster counts, not a cause of its own.
+FOLLOW_ON_ERRORS = (UpstreamLostError, ConnectionLost)
+
+
+def _exception_line(exc: BaseException) -> str:
+    """The failure in one line: the exception's class and message (the user's own exception
+    for a UserFunctionError)."""
+    if isinstance(exc, UserFunctionError):
+        last = [line for line in exc.traceback_text.rstrip().splitlines() if line and not line.startswith(" ")]
+        if last:
+            return last[-1]
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
 def run_task(deployment: Deployment, task_index: int, host: str | None = None) -> tuple:
     """Run one subtask to its end; failures are reported to the driver, not raised into Spark.
 
     Raising would make Spark print its own stack trace in front of ours; the driver already
-    knows (from our report, or from the dropped connection) and cancels the job.
+    knows (from our report, or from the dropped connection) and cancels the job. The failure
+    is not relayed as a log record as well: the report is how the driver learns it, and the
+    JobMaster shows it once (the job's error, its exception history), with the follow-on
+    failures of neighbouring subtasks folded into a count.
     """
     logging.basicConfig(level=getattr(logging, deployment.log_level, logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -798,15 +818,28 @@ def run_task(deployment: Deployment, task_index: int, host: str | None = None) -
     except BaseException as exc:
         status = "FAILED"
         text, user = _describe_failure(exc, task.name)
+        follow_on = isinstance(exc, FOLLOW_ON_ERRORS)
+        line = _exception_line(exc)
         # The report goes first: the log records relayed before it would delay it at the driver,
         # where a downstream task's report of the channel this one is about to close could win.
+        told = False
         try:
             if task.driver is not None:
                 task.driver.send({"type": "failed", "error": text, "user_error": user,
-                                  "data_error": isinstance(exc, DataError)})
+                                  "data_error": isinstance(exc, DataError), "follow_on": follow_on,
+                                  "task": task.name, "exception": line})
+                told = True
         except (TaskCancelled, OSError):
-            log.error("%s failed and could not tell the driver: %s", task.name, text)
-        log.error("%s failed: %s", task.name, text)      # relayed: the driver's log has it in full
+            pass
+        # For this process's own log (the executor's, on a cluster), never relayed: the driver
+        # has the report. A follow-on failure is one line, and so is one the driver hung up on
+        # (it stopped the attempt for another failure, or it is gone: that is the cause then).
+        unrelayed = {log_relay.NOT_RELAYED: True}
+        if told and not follow_on:
+            log.error("%s failed: %s", task.name, text, extra=unrelayed)
+        else:
+            log.info("%s failed %s: %s", task.name, "after losing a neighbour" if told else
+                     "after the driver closed its connection", line, extra=unrelayed)
         task.flush_logs()
         _close_quietly(task)
     finally:

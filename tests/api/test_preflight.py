@@ -113,6 +113,7 @@ class _StandInContext:
     def __init__(self, tmp_path, shadow: str | None = None):
         import pyarrow
         self.applicationId = f"stand-in-{uuid.uuid4().hex}"
+        self.master = "local[2]"
         self.defaultParallelism = 2
         self.py_files: list[str] = []
         self.probes = 0
@@ -168,7 +169,41 @@ def test_executors_that_cannot_import_it_even_shipped_say_what_to_install_or_set
     text = str(info.value)
     assert "the Spark executors cannot import streamsnap, even after it was shipped" in text
     assert "No module named 'pyarrow'" in text and sys.executable in text
-    assert "PYSPARK_PYTHON" in text and "spark.submit.pyFiles" in text
+    assert "SparkSession.builder.config('spark.pyspark.python', PATH)" in text and "spark.submit.pyFiles" in text
+
+
+def test_the_executors_python_advice_names_the_setting_that_works_for_the_session(monkeypatch):
+    from streamsnap.cluster.spark_session import executor_python_fix
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    local = executor_python_fix(SimpleNamespace(kind="classic", master="local[4]"))
+    assert "spark.pyspark.python" in local and repr(sys.executable) in local and "PYSPARK_PYTHON" not in local
+    cluster = executor_python_fix(SimpleNamespace(kind="classic", master="spark://head:7077"))
+    assert "spark.pyspark.python" in cluster and "its path on every executor" in cluster
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
+    assert "overrides PYSPARK_PYTHON='/opt/py/bin/python'" in executor_python_fix(
+        SimpleNamespace(kind="classic", master="yarn"))
+    connect = executor_python_fix(SimpleNamespace(kind="connect", master="sc://h:15002"))
+    assert "on the Spark Connect server" in connect and "builder" not in connect
+
+
+@pytest.mark.spark
+def test_a_failed_preflight_leaves_no_copy_of_a_dataframe_behind(spark, tmp_path):
+    lock = threading.Lock()
+
+    def guarded(row):
+        with lock:
+            return row
+
+    frame = spark.createDataFrame([(i % 3, i) for i in range(1000)], "k long, v long")
+    env = ss.StreamEnvironment(parallelism=1, spark=spark,
+                               checkpointing=ss.CheckpointConfig(directory=str(tmp_path / "ckpt")))
+    env.from_dataframe(frame, name="frame").map(guarded, name="locked").sink_to(ss.sinks.Collect())
+    for _ in range(2):
+        with pytest.raises(ss.PreflightError, match="operator 'locked'"):
+            env.execute("fails its preflight")
+    written = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files]
+    assert written == [], written      # no Parquet copy, per try or at all
 
 
 def test_the_shipped_package_zip_is_complete_and_deleted_when_the_process_exits(tmp_path):

@@ -111,3 +111,20 @@ def test_an_unaligned_checkpoint_lists_its_in_flight_data(tmp_path):
     assert out.exit_code == 0, out.output
     assert "in flight" in out.output and _size(2000) in out.output
     assert "3/4 subtasks unaligned" in out.output
+
+
+def test_cli_into_a_pipe_prints_every_value_in_full(job):
+    """Without a terminal (a pipe, a file, CI) nothing is cut to "chec…": tab-separated rows."""
+    typer_testing = pytest.importorskip("typer.testing")
+    from streamsnap.cli import app
+
+    result = typer_testing.CliRunner().invoke(app, ["checkpoints", job.job_directory], env={"COLUMNS": "40"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output
+    lines = result.output.splitlines()
+    assert lines[0].split("\t") == ["job", "checkpoint", "type", "status", "completed at", "state size",
+                                    "checkpointed", "in flight", "operators", "path"]
+    rows = [line.split("\t") for line in lines[1:] if "\t" in line]
+    assert [(r[0], r[1], r[3]) for r in rows][:3] == [("jobA", "1", "COMPLETED"), ("jobA", "2", "INCOMPLETE"),
+                                                     ("jobA", "3", "CORRUPT")]
+    assert all(r[-1].startswith(job.job_directory) and len(r) == 10 for r in rows)

@@ -127,3 +127,65 @@ def test_executors_without_streamsnap_get_it_shipped_and_the_job_runs_or_fail_na
     assert "No module named 'pyarrow'" in error and no_pyarrow in error
     assert "PYSPARK_PYTHON" in error and "spark.pyspark.python" in error and "spark.submit.pyFiles" in error
     assert report["seconds_to_error"] < 120   # seconds, not a barrier stage's retries
+
+
+BUILDER_DRIVER = textwrap.dedent('''
+    import json, os, sys, time
+    started = time.monotonic()
+    assert "PYSPARK_PYTHON" not in os.environ and "PYSPARK_DRIVER_PYTHON" not in os.environ
+    from pyspark.sql import SparkSession
+    import streamsnap as ss
+
+    spark = (SparkSession.builder.master("local[2]").appName("as a user builds it")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .getOrCreate())
+    report = {"default_python": spark.sparkContext.pythonExec}
+    def pyarrow_imports(_):
+        try:
+            import pyarrow
+            return True
+        except ImportError:
+            return False
+
+    # What PySpark alone starts: the `python3` on PATH, here one without pyarrow.
+    report["plain_worker_has_pyarrow"] = spark.sparkContext.parallelize([0], 1).map(pyarrow_imports).collect()[0]
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    rows = env.from_collection([{"key": i % 5, "value": i} for i in range(200)], name="rows")
+    (rows.key_by("key").map(lambda r: {**r, "python": "%s no_site=%d" % (__import__("sys").executable, __import__("sys").flags.no_site)}, name="tag")
+        .sink_to(ss.sinks.Collect(), name="out"))
+    result = env.execute("builder session")
+    report["rows"] = sorted([r["key"], r["value"]] for r in result.rows("out"))
+    report["seconds"] = time.monotonic() - started
+    report["task_pythons"] = sorted({r["python"] for r in result.rows("out")})
+    report["python_after"] = spark.sparkContext.pythonExec
+    spark.stop()
+    print("REPORT " + json.dumps(report))
+''')
+
+
+def test_a_builder_session_without_environment_variables_runs_on_the_drivers_python(tmp_path):
+    """SparkSession.builder.master("local[2]").getOrCreate() with no PYSPARK_PYTHON, and a
+    `python3` on PATH that lacks pyarrow (as a system Python often does): streamsnap's tasks run
+    on the driver's interpreter, and the job's output is exact."""
+    shadowed = _python_without_streamsnap(tmp_path, shadow="pyarrow")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(shadowed)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    # This checkout's streamsnap for the driver (and, through the environment, its local workers).
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = tmp_path / "driver.py"
+    script.write_text(BUILDER_DRIVER)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert done.returncode == 0 and lines, f"driver failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    report = json.loads(lines[0][len("REPORT "):])
+    print(f"builder session: {report['seconds']:.1f} s from the session's start to the job's result")
+    assert report["default_python"] == "python3"
+    assert report["plain_worker_has_pyarrow"] is False        # the set-up: PySpark's default lacks pyarrow
+    assert report["python_after"] == sys.executable and report["task_pythons"] == [f"{sys.executable} no_site=0"]
+    assert report["rows"] == sorted([i % 5, i] for i in range(200))

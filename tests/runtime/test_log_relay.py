@@ -4,6 +4,7 @@ on the driver (runtime/log_relay.py)."""
 from __future__ import annotations
 
 import logging
+import sys
 
 import msgpack
 
@@ -134,3 +135,37 @@ def test_a_batch_the_driver_cannot_re_emit_is_reported_and_does_not_escape(caplo
     reported = [r for r in caplog.records if r.name == "streamsnap.runtime.log_relay"]
     assert len(reported) == 1 and "could not be re-emitted" in reported[0].getMessage()
     assert "a driver-side filter that raises" in reported[0].exc_text
+
+
+def _stderr_lines_with_relay(echo: bool, capsys) -> tuple[list[str], list[str]]:
+    """(what the worker's own stderr handler printed, what the relay sent) for one relayed
+    warning, one record the failure report carries, and one below the relay's level."""
+    root = logging.getLogger()
+    own = logging.StreamHandler(sys.stderr)
+    own.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    level = root.level
+    root.addHandler(own)
+    root.setLevel(logging.DEBUG)
+    sent = []
+    try:
+        handler = log_relay.install(sent.append, "WARNING", "op", 0, 1, "h", 1, echo=echo)
+        logging.getLogger("user").warning("relayed")
+        logging.getLogger("streamsnap.runtime.task").error("op failed: reported", extra={log_relay.NOT_RELAYED: True})
+        logging.getLogger("user").info("below the relay's level")
+        log_relay.uninstall(handler)
+        logging.getLogger("user").warning("after the task")
+    finally:
+        root.removeHandler(own)
+        root.setLevel(level)
+    printed = [line for line in capsys.readouterr().err.splitlines() if line]
+    return printed, [r["message"] for m in sent for r in m["records"]]
+
+
+def test_a_worker_whose_stderr_is_the_drivers_prints_nothing_the_driver_shows(capsys):
+    printed, relayed = _stderr_lines_with_relay(False, capsys)
+    assert relayed == ["relayed"]                    # the reported failure is never relayed
+    assert printed == ["INFO below the relay's level", "WARNING after the task"]
+    printed, relayed = _stderr_lines_with_relay(True, capsys)   # a cluster's executor log keeps it all
+    assert relayed == ["relayed"]
+    assert printed == ["WARNING relayed", "ERROR op failed: reported", "INFO below the relay's level",
+                       "WARNING after the task"]
