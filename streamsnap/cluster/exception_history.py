@@ -96,6 +96,10 @@ class ExceptionHistory:
         if current is not None:
             self._entries[-1] = replace(current, concurrent=current.concurrent + (ConcurrentFailure(task, exception),))
 
+    def extend(self, earlier: tuple[ExceptionHistoryEntry, ...]) -> None:
+        """Entries of earlier attempts led by another JobMaster (cluster/in_cluster.py), in front."""
+        self._entries[:0] = list(earlier)
+
     def latest(self) -> ExceptionHistoryEntry | None:
         return self._entries[-1] if self._entries else None
 

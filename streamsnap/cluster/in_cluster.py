@@ -95,6 +95,7 @@ class ClusterJobMaster(JobMaster):
         self.epoch = self.registry.take_epoch({"host": self._host, "pid": os.getpid(), "task0_tid": self._task0_tid})
         self._attempts.current = self.epoch - 1       # the deploy below runs attempt == epoch
         self.recovery_log = list(record.get("recoveries", []))
+        self.exceptions.extend(wire_objects.decode(record["exceptions"]) if record.get("exceptions") else ())
         self._restore_backoff(record.get("backoff"))
         first = record.get("epoch") is None
         if self.settings.checkpoint is not None:
@@ -112,6 +113,7 @@ class ClusterJobMaster(JobMaster):
             lost = (f"the JobMaster of epoch {record.get('epoch')} (pid {record.get('pid')} on {record.get('host')}) "
                     f"was lost: its process died or was killed")
             self.recovery_log.append({"failed_at": time.time(), "cause": lost})
+            self.exceptions.root(int(record.get("attempt", self.epoch - 1)), lost, "JOBMASTER_LOST", "JobMaster")
             self._backoff.notify_failure(self._clock.monotonic())
             if self._backoff.can_restart():
                 self._backoff.notify_restart()
@@ -174,7 +176,7 @@ class ClusterJobMaster(JobMaster):
             status=status or self.status.value, epoch=self.epoch, attempt=self._attempt,
             control=self.advertised_address, host=self._host, pid=os.getpid(), task0_tid=self._task0_tid,
             restarts=self._backoff.restarts, backoff=self._saved_backoff(), recoveries=self.recovery_log,
-            last_failure=self._failure, **extra)
+            last_failure=self._failure, exceptions=wire_objects.encode(self.exceptions.entries()), **extra)
         try:
             self.registry.fence(self.epoch)
         except FencedError as exc:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 # The modules whose dataclasses and enums may be rebuilt from the wire.
 ALLOWED_MODULES = frozenset({"streamsnap.api.result", "streamsnap.checkpoint.stats",
                              "streamsnap.checkpoint.reasons", "streamsnap.checkpoint.messages",
-                             "streamsnap.graph.ids", "streamsnap.runtime.events"})
+                             "streamsnap.graph.ids", "streamsnap.runtime.events", "streamsnap.cluster.exception_history"})
 
 
 def encode(value):

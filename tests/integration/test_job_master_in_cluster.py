@@ -53,6 +53,9 @@ def test_a_job_with_its_job_master_in_task_0_survives_sigkills_of_the_job_master
     assert result.status == "FINISHED" and result.restarts == 2, result
     causes = [r["cause"] for r in result.recoveries]
     assert "JobMaster of epoch 0" in causes[0] and "was lost" in causes[0], causes
+    # The exception history spans the JobMasters that led the job: one entry per failed attempt.
+    assert [(e.attempt, e.reason) for e in result.exceptions][0] == (0, "JOBMASTER_LOST")
+    assert len(result.exceptions) == 2 and result.exceptions[1].attempt == 1, result.exceptions
     assert registry.read()["status"] == "FINISHED" and registry.latest_epoch() == 2
     rows = read_output(tmp_path / "out")
     assert len(rows) == len(set(rows)), "duplicates in the committed output"
