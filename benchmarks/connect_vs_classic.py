@@ -174,7 +174,7 @@ def driver(kind: str, url: str | None, n: int) -> dict:
 
     spark = SparkSession.builder.remote(url).getOrCreate() if kind == "connect" else embedded_session(4)
     _w1(spark, max(1, n // 10), "row")        # warm the workers and imports
-    out = {"w1_row": _w1(spark, n, "row"), "w1_batch": _w1(spark, n * 4, "batch")}
+    out = {"w1_row": _w1(spark, n, "row"), "w1_batch": _w1(spark, n * 20, "batch")}
     if kind == "classic":
         out["recovery_client_slot"] = _recovery(spark, "client", "slot")
     out["recovery_cluster_slot"] = _recovery(spark, "cluster", "slot")
@@ -188,7 +188,7 @@ def driver(kind: str, url: str | None, n: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--n", type=int, default=1_000_000, help="per-row W1 rows (vectorized: 4x)")
+    parser.add_argument("--n", type=int, default=1_000_000, help="per-row W1 rows (vectorized: 20x)")
     parser.add_argument("--driver", choices=("classic", "connect"), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -197,8 +197,10 @@ def main() -> None:
         os._exit(0)    # a Connect client's clean-up must not hold the process
     server_dir = tempfile.mkdtemp(prefix="ssbench-connect-server-")
     script = os.path.join(ROOT, "scripts", "spark-connect")
+    # The executors import this module's jobs (benchmarks/ is not a package they have installed).
+    server_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     url = subprocess.run([sys.executable, script, "start", server_dir, "--master", "local[4]"], check=True,
-                         capture_output=True, text=True).stdout.strip().splitlines()[-1]
+                         capture_output=True, text=True, env=server_env).stdout.strip().splitlines()[-1]
     results: dict[str, list[dict]] = {"classic": [], "connect": []}
     try:
         for _ in range(args.rounds):
