@@ -91,17 +91,17 @@ def _run_detached(job: Path) -> None:
     sys.path.insert(0, str(job.resolve().parent))
     try:
         runpy.run_path(str(job), run_name="__main__")
+    except environment.DetachedSubmission as submitted:
+        print(f"job {submitted.client.job_id} is RUNNING, detached "
+              f"(streamsnap list / stop / cancel DIR {submitted.client.job_id})")
+        return
     except StreamsnapError as exc:
         console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     finally:
         environment.CLI_DEFAULTS.pop("detached", None)
-    clients = environment.CLI_DEFAULTS.pop("detached_jobs", [])
-    if not clients:
-        console.print(f"[yellow]{job} submitted no job (does it call env.execute()?)[/yellow]")
-        raise typer.Exit(1)
-    for client in clients:
-        print(f"job {client.job_id} is RUNNING, detached (streamsnap list / stop / cancel DIR {client.job_id})")
+    console.print(f"[yellow]{job} submitted no job (does it call env.execute()?)[/yellow]")
+    raise typer.Exit(1)
 
 
 @app.command("list")

@@ -392,7 +392,10 @@ class StreamEnvironment:
         settings = dataclasses.replace(settings, web=self.web)   # served by the JobMaster, in the cluster
         template = new_deployment(settings.job_id, uuid.uuid4().hex[:12], settings, execution_graph, auth.new_secret(),
                                   plan_slots(execution_graph, self.slot_sharing), local)
-        job = ClusterJob(template, settings, self.checkpointing.directory, local)
+        directory = self.checkpointing.directory if self.checkpointing is not None else None
+        if directory is None:   # StreamEnvironment(job_master="cluster") refused this already
+            raise ConfigurationError("a JobMaster in the cluster needs CheckpointConfig(directory=...)")
+        job = ClusterJob(template, settings, directory, local)
         _refuse_running_twice(job.registry)
         if detached:
             from streamsnap.cluster.detached import launch
@@ -409,7 +412,7 @@ class StreamEnvironment:
         directory in checkpoint storage, where every Spark task can read it; a source whose
         state is restored reads the files its checkpointed splits name."""
         job_directory = None
-        if self.checkpointing is not None:
+        if self.checkpointing is not None and self.checkpointing.directory is not None:
             from streamsnap.checkpoint.storage import CheckpointStorage
 
             job_directory = CheckpointStorage(self.checkpointing.directory, job_id).job_directory
@@ -427,10 +430,9 @@ class StreamEnvironment:
         its driver died resumes from its latest checkpoint (see `CheckpointConfig.resume`).
         """
         if CLI_DEFAULTS.get("detached"):    # `streamsnap run --detach`: submit, report, do not wait
-            client = self.execute_async(job_name, restore_from=restore_from,
-                                        allow_non_restored_state=allow_non_restored_state, job_id=job_id, detached=True)
-            CLI_DEFAULTS.setdefault("detached_jobs", []).append(client)
-            return None
+            raise DetachedSubmission(self.execute_async(
+                job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state, job_id=job_id,
+                detached=True))
         master, _web = self._start(job_name, restore_from, allow_non_restored_state, job_id)
         try:
             result = master.wait()
@@ -455,6 +457,16 @@ class StreamEnvironment:
             raise ConfigurationError(f"execute_async(detached=...) must be True or False, got {detached!r}")
         master, web = self._start(job_name, restore_from, allow_non_restored_state, job_id, detached)
         return JobClient(master, web)
+
+
+class DetachedSubmission(BaseException):
+    """`execute()` under `streamsnap run --detach`, once the job runs detached: the job file
+    stops there (its job now belongs to the cluster) and the CLI reports the job. A
+    BaseException, so a job file's own `except Exception` does not swallow it."""
+
+    def __init__(self, client: JobClient):
+        super().__init__(client.job_id)
+        self.client = client
 
 
 def _refuse_running_twice(registry) -> None:

@@ -1,5 +1,5 @@
-"""Detached jobs (issue 29): a process submits through Spark Connect with detached=True and
-exits; another process — this one, with no Spark session of its kind — lists the job, attaches,
+"""Detached jobs (issue 29): `streamsnap run --detach` submits through Spark Connect
+(execute_async(detached=True)) and exits; another process — this one, with no Spark session of its kind — lists the job, attaches,
 takes a savepoint and stops it with a savepoint through its JobMaster in the cluster, and the
 committed output is exact."""
 
@@ -28,7 +28,7 @@ SUBMIT = textwrap.dedent('''
     from pyspark.sql import SparkSession
     import streamsnap as ss
 
-    url, out, ckpt = sys.argv[1], sys.argv[2], sys.argv[3]
+    url, out, ckpt = os.environ["CONNECT_URL"], os.environ["OUT"], os.environ["CKPT"]
     spark = SparkSession.builder.remote(url).getOrCreate()
 ''') + SCRIPT_EVENT_AND_SUM + textwrap.dedent('''
     env = ss.StreamEnvironment(parallelism=2, spark=spark,
@@ -36,9 +36,8 @@ SUBMIT = textwrap.dedent('''
     (env.from_source(ss.sources.Generator(event, count=10 ** 9, rate=1000), name="events", uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.FileSink(out, format="parquet"), name="files", uid="files"))
-    client = env.execute_async("detached job", detached=True)
-    print("JOB", client.job_id, client.status(), flush=True)
-    os._exit(0)     # the submitting process goes away at once
+    env.execute("detached job")     # under `streamsnap run --detach`: submits, and the file stops here
+    raise AssertionError("execute() returned under --detach")
 ''')
 
 
@@ -67,11 +66,13 @@ def test_a_detached_job_outlives_its_submitter_and_is_stopped_with_a_savepoint_f
     script = tmp_path / "submit.py"
     script.write_text(SUBMIT)
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(script), connect_server, out, ckpt], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    # `streamsnap run --detach`: the job file's execute() submits with execute_async(detached=True).
+    done = subprocess.run([sys.executable, "-m", "streamsnap.cli", "run", "--detach", str(script)], capture_output=True,
+                          text=True, timeout=300,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1", CONNECT_URL=connect_server, OUT=out, CKPT=ckpt))
     assert done.returncode == 0, done.stdout + done.stderr
-    job_id, status = done.stdout.split("JOB", 1)[1].split()[:2]
-    assert status == "RUNNING"
+    job_id, _, status = done.stdout.split("job ", 1)[1].split()[:3]
+    assert status == "RUNNING,", done.stdout
     print(f"detached submit: {time.monotonic() - started:.1f} s including the client's start")
 
     [info] = ss.jobs.list(ckpt)
