@@ -48,7 +48,7 @@ def failing_job(spark, build, name, parallelism=2, **settings):
 
 class _StatusTimes(logging.Handler):
     """When the JobMaster logged each status change of a job ("job 'x' A -> B") and its first
-    failure ("job 'x' attempt 0 failed: ...")."""
+    failure ("job 'x' attempt 0 failed (REASON in TASK); ...")."""
 
     def __init__(self):
         super().__init__(logging.INFO)
@@ -56,7 +56,7 @@ class _StatusTimes(logging.Handler):
 
     def emit(self, record):
         message = record.getMessage().split("\n", 1)[0]
-        if " attempt 0 failed: " in message:
+        if " attempt 0 failed" in message:
             self.times.setdefault("first failure", record.created)
         elif " -> " in message:
             self.times.setdefault(message.rsplit(" -> ", 1)[1], record.created)

@@ -311,4 +311,4 @@ def test_bad_timestamps_fail_at_build_or_name_operator_field_and_row(spark):
     with pytest.raises(ss.JobExecutionError) as failure:
         env.execute("missing timestamps")
     text = f"{failure.value} {failure.value.cause}"
-    assert "operator 'Source: events'" in text and "'ts'" in text and "row 3" in text and "'other': 3" in text
+    assert "operator 'Source: events'" in text and "'ts'" in text and "split 0 of 1, offset 3" in text and "'other': 3" in text
