@@ -24,3 +24,20 @@ def test_a_lost_executor_and_a_plain_error_are_named_as_they_are():
     lost = _spark_error_summary(Exception(BARRIER + "ExecutorLostFailure (executor driver exited) Reason: gone"))
     assert lost.endswith("the task's failure: ExecutorLostFailure (executor driver exited) Reason: gone")
     assert _spark_error_summary(Exception("plain failure")) == "the Spark job failed: plain failure"
+
+
+def test_a_connect_server_s_error_names_the_python_exception_not_the_jvm_one_after_it():
+    """Spark Connect puts the JVM exception's name after the Python traceback."""
+    error = Exception(
+        "[STAGE_FAILED] Job aborted due to stage failure: ShuffleMapStage 1 (repartition) has failed the maximum "
+        "allowable number of times: 4. Most recent failure reason: Stage failed because barrier task "
+        "ShuffleMapTask(1, 0) finished unsuccessfully.\n"
+        "org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown from the Python "
+        "worker: Traceback (most recent call last):\n"
+        '  File "/x/pyspark/worker.py", line 2145, in process\n'
+        "ModuleNotFoundError: No module named 'benchmarks'\n"
+        " SQLSTATE: 38000\n"
+        "JVM stacktrace:\n"
+        "org.apache.spark.SparkException: Job aborted due to stage failure\n")
+    summary = _spark_error_summary(error)
+    assert summary.endswith("ModuleNotFoundError: No module named 'benchmarks'"), summary
