@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import psutil
 import pytest
@@ -59,10 +60,14 @@ def test_a_slot_hosts_one_subtask_of_each_vertex_and_dies_whole(spark, tmp_path)
 
 def test_without_slot_sharing_every_subtask_is_a_slot(spark):
     env = ss.StreamEnvironment(parallelism=2, spark=spark, slot_sharing=False)
-    (env.from_source(ss.sources.Generator(event, count=200), name="events")
+    (env.from_source(ss.sources.Generator(event, count=200, rate=100), name="events")
         .key_by("key").process(RunningSum(), name="sum").sink_to(ss.sinks.Collect()))
     client = env.execute_async("no slot sharing")
     assert client.slots == 4
+    pids: dict = {}          # while they run (an ended subtask reports no pid)
+    while client.status() not in ("FINISHED", "FAILED", "CANCELED"):
+        pids.update({(s.vertex, s.index): s.pid for s in client.subtasks() if s.state == "RUNNING" and s.pid})
+        time.sleep(0.02)
     result = client.wait(60)
     assert len(result.rows()) == 200
-    assert len({s.pid for s in client.subtasks()}) == 4
+    assert len(pids) == 4 and len(set(pids.values())) == 4, pids
