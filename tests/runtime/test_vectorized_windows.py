@@ -99,7 +99,7 @@ def test_lateness_refires_and_too_late_rows_go_to_the_side_output():
 
 def test_a_bad_column_names_the_operator_and_the_column_type():
     op, _, _ = operator(W.TumblingEventTimeWindows.of(10), (ColumnAggregate("s", "sum", "value"),))
-    with pytest.raises(ss.UserFunctionError, match=r"(?s)vwindow.*type string cannot be aggregated"):
+    with pytest.raises(ss.UserFunctionError, match=r"(?s)type string cannot be aggregated.*where: .*operator 'vwindow'"):
         op.process([{"key": 1, "ts": 1, "value": "x"}])
 
 

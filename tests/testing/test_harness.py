@@ -463,7 +463,7 @@ def test_a_user_function_error_names_the_operator_and_the_row():
             raise ValueError("boom")
 
     h = harness(Failing(), key_by="key")
-    with pytest.raises(ss.UserFunctionError, match=r"(?s)Failing.*'key': 'x'.*boom"):
+    with pytest.raises(ss.UserFunctionError, match=r"(?s)ValueError: boom.*where: .*operator 'Failing'.*'key': 'x'"):
         h.process({"key": "x"})
 
 
