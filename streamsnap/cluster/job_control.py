@@ -16,6 +16,10 @@ from streamsnap.errors import StreamsnapError
 from streamsnap.network.control import connect_control
 
 
+class LeaderUnavailable(StreamsnapError):
+    """No JobMaster answers right now (it failed over, or has not started): ask again."""
+
+
 class JobControl:
     def __init__(self, address: tuple[str, int], secret: bytes, job_id: str):
         self.address = tuple(address)
@@ -38,14 +42,14 @@ class JobControl:
         with self._lock:
             self._waiting[request_id] = slot
         if not self._connection.send({"type": "client", "id": request_id, "call": call, **arguments}):
-            raise StreamsnapError(f"the JobMaster of job {self.job_id} at {self.address} is gone")
+            raise LeaderUnavailable(f"the JobMaster of job {self.job_id} at {self.address} is gone")
         if not slot[0].wait(timeout):
             with self._lock:
                 self._waiting.pop(request_id, None)
             raise TimeoutError(f"the JobMaster of job {self.job_id} did not answer {call!r} within {timeout:g} s")
         reply = slot[1]
         if reply is None:
-            raise StreamsnapError(f"the connection to the JobMaster of job {self.job_id} closed before it "
+            raise LeaderUnavailable(f"the connection to the JobMaster of job {self.job_id} closed before it "
                                   f"answered {call!r} (it failed over or ended; ask again)")
         if not reply.get("ok"):
             raise StreamsnapError(f"job {self.job_id}: {call} failed: {reply.get('error')}")

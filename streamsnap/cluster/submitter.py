@@ -17,7 +17,7 @@ import threading
 import time
 
 from streamsnap.cluster import wire_objects
-from streamsnap.cluster.job_control import JobControl
+from streamsnap.cluster.job_control import JobControl, LeaderUnavailable
 from streamsnap.cluster.registry import TERMINAL, JobRegistry
 from streamsnap.cluster.status import JobStatus
 from streamsnap.errors import JobExecutionError, StreamsnapError
@@ -86,7 +86,7 @@ class RemoteJob:
     def _leader(self) -> JobControl:
         record = self.record()
         if "control" not in record:
-            raise StreamsnapError(f"job {self.job_id} has no JobMaster yet (status {record.get('status')})")
+            raise LeaderUnavailable(f"job {self.job_id} has no JobMaster yet (status {record.get('status')})")
         with self._lock:
             if self._control is not None and (self._control.closed or self._control_epoch != record.get("epoch")):
                 self._control.close()
@@ -104,10 +104,8 @@ class RemoteJob:
         while True:
             try:
                 return self._leader().call(call, max(0.1, deadline - time.monotonic()), **arguments)
-            except (OSError, StreamsnapError) as exc:
-                retryable = isinstance(exc, OSError) or "closed before it answered" in str(exc) \
-                    or "has no JobMaster yet" in str(exc) or "is gone" in str(exc)
-                if not retryable or self.ended() or time.monotonic() > deadline:
+            except (OSError, LeaderUnavailable) as exc:
+                if self.ended() or time.monotonic() > deadline:
                     raise
                 log.debug("job %s: %s; asking again", self.job_id, exc)
                 time.sleep(RETRY)
@@ -210,6 +208,7 @@ class SubmittedJob(RemoteJob):
         self._result = None
         self._error: BaseException | None = None
         self._tag = f"streamsnap-{self.job_id}-{job.deployment.run_id}"
+        self._cancelled_locally = False   # no leader answered a cancel: the Spark job was interrupted here
         self._thread = threading.Thread(target=self._run, name=f"submitter-{self.job_id[:8]}", daemon=True)
 
     def start(self, record: bool = True) -> None:
@@ -255,8 +254,6 @@ class SubmittedJob(RemoteJob):
                 self._error.job_name = self._name
             self._done.set()
             return
-
-    _cancelled_locally = False
 
     @property
     def slots(self) -> tuple:
