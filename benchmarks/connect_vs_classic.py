@@ -41,24 +41,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # ------------------------------------------------------------------------ inside one driver process
 def _file_end_sink(directory: str):
-    from streamsnap.connectors.base import Sink, SinkWriter
+    """workloads.EndSink reporting through files: with the JobMaster in the cluster a sink's
+    driver-side component lives in the JobMaster's process, not in this one."""
+    from benchmarks.workloads import EndSink, _EndWriter
 
-    class _Writer(SinkWriter):
-        def __init__(self, ctx):
-            self.ctx, self.rows = ctx, 0
-
-        def write(self, batch) -> None:
-            self.rows += batch.num_rows if hasattr(batch, "num_rows") else len(batch)
-
+    class _FileEndWriter(_EndWriter):
         def end_input(self) -> None:
-            with open(os.path.join(directory, f"end-{self.ctx.subtask_index}-{os.getpid()}"), "w") as f:
+            with open(os.path.join(directory, f"end-{self._ctx.subtask_index}-{os.getpid()}"), "w") as f:
                 json.dump({"end": time.time(), "rows": self.rows}, f)
 
-    class FileEndSink(Sink):
-        checks_schema = False
-
+    class FileEndSink(EndSink):
         def create_writer(self, ctx):
-            return _Writer(ctx)
+            return _FileEndWriter(ctx)
+
+        def create_driver_component(self):
+            return None
     return FileEndSink()
 
 
@@ -101,7 +98,7 @@ def _w1(spark, n: int, form: str) -> float:
 
 def _recovery(spark, job_master: str, victim: str) -> float:
     import streamsnap as ss
-    from benchmarks import workloads
+    from benchmarks import per_row, workloads
     from streamsnap.cluster.registry import JobRegistry
 
     directory = workloads._checkpoint_dir("recovery-")
@@ -110,7 +107,7 @@ def _recovery(spark, job_master: str, victim: str) -> float:
                                restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.0))
     (env.from_source(ss.sources.Generator(lambda i: {"key": i % 100, "value": i}, count=10 ** 9, rate=2000),
                      name="events", uid="events")
-        .key_by("key").process(_sum(), name="sum", uid="sum").sink_to(ss.sinks.Discard(), name="out"))
+        .key_by("key").process(per_row.RunningSum(), name="sum", uid="sum").sink_to(ss.sinks.Discard(), name="out"))
     client = env.execute_async(f"recovery {job_master} {victim}")
     try:
         _until(lambda: client.status() == "RUNNING" and client.checkpoint_stats().counts.completed >= 1)
@@ -127,22 +124,9 @@ def _recovery(spark, job_master: str, victim: str) -> float:
         client.cancel()
 
 
-def _sum():
-    import streamsnap as ss
-
-    class Sum(ss.KeyedProcessFunction):
-        def open(self, ctx):
-            self.total = ctx.get_state(ss.ValueStateDescriptor("total", default=0))
-
-        def process_element(self, row, ctx):
-            self.total.update(self.total.value() + row["value"])
-            yield {"key": ctx.current_key, "total": self.total.value()}
-    return Sum()
-
-
 def _detached(spark) -> dict:
     import streamsnap as ss
-    from benchmarks import workloads
+    from benchmarks import per_row, workloads
     from streamsnap.cluster.registry import JobRegistry
 
     directory = workloads._checkpoint_dir("detached-")
@@ -150,7 +134,7 @@ def _detached(spark) -> dict:
                                checkpointing=ss.CheckpointConfig(interval=1.0, directory=directory))
     (env.from_source(ss.sources.Generator(lambda i: {"key": i % 100, "value": i}, count=10 ** 9, rate=500),
                      name="events", uid="events")
-        .key_by("key").process(_sum(), name="sum", uid="sum").sink_to(ss.sinks.Discard(), name="out"))
+        .key_by("key").process(per_row.RunningSum(), name="sum", uid="sum").sink_to(ss.sinks.Discard(), name="out"))
     started = time.time()
     client = env.execute_async("detached submit", detached=True)
     returned = time.time()
