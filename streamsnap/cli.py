@@ -255,7 +255,7 @@ def ui(directory: str = typer.Argument(..., help="Checkpoint directory (or one j
         raise typer.Exit(2) from None
     for job in running:
         state = "running, live UI at" if job["live"] else "announced but not answering (stale: its driver is gone?) at"
-        console.print(f"job '{job['job_name']}' ({job['job_id']}) {state} {job['url']}", markup=False,
+        console.print(f"job '{job['job_name']}' ({job['job_id']}) {state} {job['ui_url']}", markup=False,
                       highlight=False, soft_wrap=True)
     if not jobs:
         server.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 
 from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy, validate_state_backend
 from streamsnap.api import preflight
@@ -74,8 +75,11 @@ class StreamEnvironment:
     slot_sharing: Flink's slot sharing — Spark task slot i runs subtask i of every operator, so
       a job needs as many slots as its largest parallelism (each subtask still gets a process
       of its own). False: one slot per subtask (the sum of all operators' parallelism).
-    web: an ss.WebConfig to serve the job's REST API, Prometheus `/metrics` and web UI from
-      the driver while it runs (`JobClient.web_url`); None (the default) serves nothing.
+    web: the job's REST API, Prometheus `/metrics` and web UI, served from the driver while it
+      runs. True (the default): on 127.0.0.1, a free port, its URL logged at INFO and printed on
+      a terminal as the job is submitted (`JobClient.web_url`, `.ui_url`); an ss.WebConfig to
+      choose port, address and token; False (or None) serves nothing. A JobMaster in the cluster
+      (job_master="cluster") serves only with an explicit WebConfig.
     job_master: where the job's JobMaster (checkpoint coordinator, restarts) runs — "cluster":
       inside the job's own barrier stage, hosted by its task 0, so nothing in the cluster
       connects back to this process and Spark's stage retry restarts it if its process dies;
@@ -92,7 +96,7 @@ class StreamEnvironment:
                  restart: RestartStrategy | None = None, spark=None, network: NetworkConfig | None = None,
                  buffer_timeout: float | None = None, log_level: str = "WARNING",
                  auto_watermark_interval=0.2, local_recovery: bool = False,
-                 local_recovery_dir: str | None = None, slot_sharing: bool = True, web=None,
+                 local_recovery_dir: str | None = None, slot_sharing: bool = True, web=True,
                  job_master: str | None = None):
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise ConfigurationError(f"StreamEnvironment.parallelism must be an integer >= 1, got {parallelism!r}")
@@ -140,9 +144,12 @@ class StreamEnvironment:
                 f"SparkSession.builder.remote(...)), got {type(spark).__module__}.{type(spark).__name__}")
         from streamsnap.web.config import WebConfig
 
-        if web is not None and not isinstance(web, WebConfig):
-            raise ConfigurationError(f"StreamEnvironment.web must be an ss.WebConfig or None, got {web!r}")
-        self.web = web
+        if web is not None and not isinstance(web, (WebConfig, bool)):
+            raise ConfigurationError(f"StreamEnvironment.web must be True (a UI on 127.0.0.1, the default), False "
+                                     f"(none) or an ss.WebConfig(port=..., bind=..., token=...), got {web!r}")
+        # True: the default UI of a JobMaster in this process; a cluster JobMaster's needs a WebConfig.
+        self._web_by_default = web is True
+        self.web = WebConfig() if web is True else (web or None)
         if job_master not in (None, "client", "cluster"):
             raise ConfigurationError(f"StreamEnvironment.job_master must be 'client', 'cluster' or None, got {job_master!r}")
         if job_master == "cluster" and checkpointing is None:
@@ -316,6 +323,29 @@ class StreamEnvironment:
                 restored_uids = set(read_metadata(filesystem.join(resumed, METADATA_FILE_NAME)).operators)
         # Directories, pickling, sink output: before any Spark job (api/preflight.py).
         preflight.run(self._graph, self.checkpointing, restored_uids)
+        web = None
+        if self.web is not None and not detached and self.job_master != "cluster":
+            from streamsnap.web.rest import WebServer
+
+            # Listening now, before a cold Spark session takes its seconds: the URL is printed at
+            # once and the page says what the job waits for. A taken port fails here.
+            web = WebServer(self.web)
+            web.starting(job_id, job_name, execution_graph, self.checkpointing is not None,
+                         "starting Spark" if self._spark is None and not _spark_active() else "deploying")
+            _announce_web(job_name, web.ui_url)
+        try:
+            return self._start_with(job_name, job_id, execution_graph, restore_from, allow_non_restored_state,
+                                    restored_uids, detached, web)
+        except BaseException:
+            if web is not None:
+                web.close()
+            raise
+
+    def _start_with(self, job_name, job_id, execution_graph, restore_from, allow_non_restored_state, restored_uids,
+                    detached, web):
+        from streamsnap.cluster.jobmaster import JobMaster, JobSettings
+        from streamsnap.cluster.spark_session import align_executor_python, embedded_session, require_slots
+
         slots = len(plan_slots(execution_graph, self.slot_sharing))
         spark = self._spark or embedded_session(slots)
         from streamsnap.cluster.spark_bridge import ConnectBridge, is_connect
@@ -336,23 +366,13 @@ class StreamEnvironment:
         if detached:
             self._check_detachable(spark)
         if detached or self._job_master_in_cluster(spark):
-            return self._start_in_cluster(spark, execution_graph, settings, detached), None
-        web = None
-        if self.web is not None:
-            from streamsnap.web.rest import WebServer
-
-            web = WebServer(self.web)   # binds now: a taken port fails execute(), before any Spark job
-        try:
-            master = JobMaster(spark, execution_graph, settings)
-            master.start()
-        except BaseException:
-            if web is not None:
+            if web is not None:   # the JobMaster in the cluster serves the UI (an explicit WebConfig)
                 web.close()
-            raise
+            return self._start_in_cluster(spark, execution_graph, settings, detached), None
+        master = JobMaster(spark, execution_graph, settings)
+        master.start()
         if web is not None:
             web.serve(master)
-            if CLI_DEFAULTS.get("on_web_url"):
-                CLI_DEFAULTS["on_web_url"](job_name, web.url)
         if CLI_DEFAULTS.get("on_job_started"):   # `streamsnap run`: its live status line
             CLI_DEFAULTS["on_job_started"](master)
         return master, web
@@ -389,7 +409,8 @@ class StreamEnvironment:
         from streamsnap.network import auth
 
         local = is_local(spark)
-        settings = dataclasses.replace(settings, web=self.web)   # served by the JobMaster, in the cluster
+        # Served by the JobMaster, in the cluster: only when asked for (its loopback is the executor's).
+        settings = dataclasses.replace(settings, web=None if self._web_by_default else self.web)
         template = new_deployment(settings.job_id, uuid.uuid4().hex[:12], settings, execution_graph, auth.new_secret(),
                                   plan_slots(execution_graph, self.slot_sharing), local)
         directory = self.checkpointing.directory if self.checkpointing is not None else None
@@ -467,6 +488,22 @@ class DetachedSubmission(BaseException):
     def __init__(self, client: JobClient):
         super().__init__(client.job_id)
         self.client = client
+
+
+def _spark_active() -> bool:
+    """Whether a SparkSession is already up in this process (else the job waits for one to start)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() is not None
+
+
+def _announce_web(job_name: str, url: str) -> None:
+    """Say where the job's UI is: `streamsnap run`'s console, else the log (INFO) and a terminal."""
+    log.info("job '%s': web UI at %s", job_name, url)
+    if CLI_DEFAULTS.get("on_web_url"):
+        CLI_DEFAULTS["on_web_url"](job_name, url)
+    elif sys.stderr is not None and sys.stderr.isatty():
+        print(f"streamsnap: job '{job_name}' web UI at {url}", file=sys.stderr, flush=True)
 
 
 def _refuse_running_twice(registry) -> None:

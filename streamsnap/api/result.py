@@ -198,12 +198,18 @@ class JobClient:
 
     @property
     def web_url(self) -> str | None:
-        """Where the job's REST API, `/metrics` and web UI are served while it runs (None without
-        `StreamEnvironment(web=ss.WebConfig(...))`)."""
+        """Where the job's REST API, `/metrics` and web UI are served while it runs (None with
+        `StreamEnvironment(web=False)`)."""
         if self._web is not None:
             return self._web.url
         record = getattr(self._master, "record", None)   # a JobMaster in the cluster serves it there
         return record().get("web_url") if record is not None else None
+
+    @property
+    def ui_url(self) -> str | None:
+        """The web UI's address with the token its actions need (savepoint, stop, cancel) in
+        the fragment: what the job printed when it started; None without a UI in this process."""
+        return self._web.ui_url if self._web is not None else None
 
     @property
     def job_id(self) -> str:

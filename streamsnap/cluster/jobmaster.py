@@ -38,6 +38,7 @@ from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import SystemClock, TimerQueue
 from streamsnap.cluster.attempts import AttemptTracker, replaces_cause
 from streamsnap.cluster.exception_history import ExceptionHistory, one_line
+from streamsnap.web.job_summary import describe_graph, summary_of, write_summary
 from streamsnap.cluster.restart import RestartBackoff
 from streamsnap.cluster.spark_bridge import bridge_for
 from streamsnap.cluster.spark_session import control_host, is_local
@@ -191,7 +192,7 @@ class JobMaster:
         self._stopping: tuple[str, concurrent.futures.Future, bool] | None = None
         # The current attempt restored a drained stop-with-savepoint: it commits and finishes at once.
         self._ends_at_restore = False
-        self._started_at = time.monotonic()
+        self.started_at = time.monotonic()
         self._done = threading.Event()
         self._result: JobResult | None = None
         self._error: BaseException | None = None
@@ -440,11 +441,7 @@ class JobMaster:
                 node = self.job_graph.node(node_id)
                 operators[node.uid] = OperatorInfo(vertex.id, vertex.parallelism, node.max_parallelism)
         self.coordinator.set_execution_attempts(sources, attempts, attempts, operators)
-        self.coordinator.describe_job({"name": self.settings.job_name, "vertices": [
-            {"id": v.id, "name": v.name, "parallelism": v.parallelism,
-             "inputs": list(dict.fromkeys(e.source_vertex for e in v.inputs)),
-             "operators": [{"uid": self.job_graph.node(n).uid, "name": self.job_graph.node(n).name} for n in v.nodes]}
-            for v in self.job_graph.vertices.values()]})
+        self.coordinator.describe_job(describe_graph(self.job_graph, self.settings.job_name))
 
     def _run_spark_job(self, deployment: Deployment, group: str, attempt: int) -> None:
         error = None
@@ -934,6 +931,8 @@ class JobMaster:
         if self.coordinator is not None:
             stats = self.coordinator.stats.snapshot()
             self.coordinator.shutdown(status)
+            # How it ended, for `streamsnap ui DIR` (web/job_summary.py).
+            write_summary(self.coordinator.storage.job_directory, summary_of(self, status.value, stats))
         if self._stopping is not None:
             path, stop, _ = self._stopping
             self._stopping = None
@@ -989,7 +988,7 @@ class JobMaster:
             network["refused_connections"] += m.get("refused_connections", 0)
         collected = {self._sink_names[uid]: c.rows() for uid, c in self._sinks.items() if hasattr(c, "rows")}
         return JobResult(self.job_id, self.settings.job_name, JobStatus.FINISHED.value,
-                         time.monotonic() - self._started_at, operators, collected, stats,
+                         time.monotonic() - self.started_at, operators, collected, stats,
                          self._backoff.restarts, network, tuple(dict(r) for r in self.recovery_log),
                          attempt=self._attempt, restored_checkpoint=self._restored_checkpoint_id,
                          local_recovery=self._local_recovery_totals(), exceptions=self.exceptions.entries())

@@ -7,6 +7,11 @@ figures and the job graph, which `_metadata` records (files of older versions wi
 still list, per operator, with sizes only). The directory is listed again on each request —
 a job may still be writing to it — while a parsed `_metadata` is kept, as it never changes.
 Nothing here can trigger anything: the endpoint answers POSTs with 405.
+
+How the job ended comes from its summary (`web/job_summary.py`, written as it ends): its real
+final status, records per operator, every checkpoint it completed (also those its retention
+deleted since: their rows say `retained: false`) and its exception history. A job without one
+is still running or lost its driver: it shows as ARCHIVED, with what its checkpoints hold.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from streamsnap.checkpoint.stats import CheckpointStatsSnapshot, CheckpointStats
 from streamsnap.checkpoint.storage import METADATA_FILE_NAME
 from streamsnap.checkpoint import filesystem
 from streamsnap.graph.ids import ExecutionAttemptId
+from streamsnap.web import views
+from streamsnap.web.job_summary import SUMMARY_FILE, exceptions_of, read_summary
 from streamsnap.web.progress import JobSample, OperatorSample, VertexSample
 
 ARCHIVED = "ARCHIVED"
@@ -88,19 +95,51 @@ class ArchivedJob:
     def stats_or_none(self) -> CheckpointStatsSnapshot:
         return self.checkpoint_stats()
 
+    @property
+    def job_directory(self) -> str:
+        base = filesystem.normalize(self.directory).rstrip("/")
+        return base if base.rsplit("/", 1)[-1] == self.job_id else filesystem.join(base, self.job_id)
+
+    def summary(self) -> dict | None:
+        return read_summary(self.job_directory)
+
     def sample(self) -> JobSample:
         checkpoints, _ = self._completed()
-        if not checkpoints:
+        summary = self.summary()
+        graph = summary["job_graph"] if summary else (checkpoints[-1].job_graph if checkpoints else None)
+        if summary is None and not checkpoints:
             return JobSample(self.job_id, self.job_id, ARCHIVED, 0.0, 0.0, 0, (), (), True, read_only=True)
-        latest = checkpoints[-1]
-        name = latest.job_graph.get("name", self.job_id) if latest.job_graph else self.job_id
-        vertices = tuple(VertexSample(
-            v["id"], v["name"], int(v["parallelism"]), {i: ARCHIVED for i in range(int(v["parallelism"]))},
-            tuple(OperatorSample(op["uid"], op["name"], v["id"], int(v["parallelism"]), {}, {})
-                  for op in v["operators"]),
-            tuple(v.get("inputs", ()))) for v in job_vertices(latest))
+        name = graph.get("name", self.job_id) if graph else self.job_id
+        status = summary["status"] if summary else ARCHIVED
+        records = summary["records"] if summary else {}
+        vertices = job_vertices(checkpoints[-1]) if graph is None else list(graph["vertices"])
+
+        def counts(uid: str, direction: str) -> dict[int, int]:
+            return {int(i): n for i, n in records.get(uid, {}).get(direction, {}).items()}
+        samples = tuple(VertexSample(
+            v["id"], v["name"], int(v["parallelism"]), {i: status for i in range(int(v["parallelism"]))},
+            tuple(OperatorSample(op["uid"], op["name"], v["id"], int(v["parallelism"]), counts(op["uid"], "in"),
+                                 counts(op["uid"], "out")) for op in v["operators"]),
+            tuple(v.get("inputs", ())), input_edges=tuple(tuple(e) for e in v.get("input_edges", ())))
+            for v in vertices)
+        if summary is not None:
+            return JobSample(self.job_id, name, status, summary["started_at"], summary["ended_at"],
+                             summary["restarts"], (), samples, summary["checkpoints"] is not None, read_only=True,
+                             exceptions=exceptions_of(summary), ended_at=summary["ended_at"])
         return JobSample(self.job_id, name, ARCHIVED, checkpoints[0].trigger_timestamp,
-                         latest.completion_timestamp, 0, (), vertices, True, read_only=True)
+                         checkpoints[-1].completion_timestamp, 0, (), samples, True, read_only=True)
+
+    def checkpoints_document(self) -> dict:
+        """The summary's checkpoint statistics when the job ended (each history row saying
+        whether its files are still here), else what the retained checkpoints show."""
+        summary = self.summary()
+        checkpoints, _ = self._completed()
+        if summary is None or summary["checkpoints"] is None:
+            return views.checkpoints_overview(tracker_from(*self._completed()).snapshot())
+        retained = {c.checkpoint_id for c in checkpoints}
+        document = dict(summary["checkpoints"])
+        document["history"] = [dict(h, retained=h["id"] in retained) for h in document["history"]]
+        return document
 
     def vertices(self) -> list[tuple[str, str, int]]:
         checkpoints, _ = self._completed()
@@ -114,8 +153,11 @@ class ArchivedJob:
     def trigger_checkpoint(self) -> str:
         raise self._refused("trigger a checkpoint")
 
-    def trigger_savepoint(self, body: dict) -> str:
-        raise self._refused("take a savepoint")
+    def trigger_savepoint(self, body: dict, stop: bool = False) -> str:
+        raise self._refused("stop the job with a savepoint" if stop else "take a savepoint")
+
+    def cancel(self) -> None:
+        raise self._refused("cancel the job")
 
     def _refused(self, what: str):
         from streamsnap.web.rest import HttpError
@@ -126,6 +168,13 @@ class ArchivedJob:
 
 
 def archived_jobs(directory: str) -> list[ArchivedJob]:
-    """One `ArchivedJob` per job id with checkpoints under `directory` (see `list_checkpoints`)."""
+    """One `ArchivedJob` per job id under `directory` with checkpoints (see `list_checkpoints`)
+    or a summary of how it ended (a finished job may have deleted all its checkpoints)."""
     job_ids = dict.fromkeys(s.job_id for s in list_checkpoints(directory))
+    base = filesystem.normalize(directory).rstrip("/")
+    fs, path = filesystem.filesystem(base)
+    for found in sorted(fs.glob(f"{path.rstrip('/')}/*/{SUMMARY_FILE}")):
+        job_ids.setdefault(found.rstrip("/").rsplit("/", 2)[-2], None)
+    if fs.isfile(f"{path.rstrip('/')}/{SUMMARY_FILE}"):   # DIR is one job's directory
+        job_ids.setdefault(base.rsplit("/", 1)[-1], None)
     return [ArchivedJob(directory, job_id) for job_id in job_ids]

@@ -5,7 +5,9 @@ cannot guess it. While a job with `web=` and checkpointing runs, its endpoint an
 the job's directory of checkpoint storage (`<directory>/<job id>/web.json`: name, id, URL) and
 withdraws the file when the job ends. `live_jobs(DIR)` reads those files and keeps the jobs
 whose endpoint answers — a driver that was killed leaves a file behind, which is reported as
-stale, not as running. The file holds no token: a protected endpoint still needs it.
+stale, not as running. The file never holds `WebConfig.token` (a protected endpoint still needs
+it); it holds the UI's URL with the token drawn for the job's actions (`rest.WebServer.ui_url`),
+so whoever can read the job's directory — who could read its state and secret anyway — can act.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ log = logging.getLogger(__name__)
 LIVE_FILE = "web.json"
 
 
-def announce(directory: str, job_id: str, job_name: str, url: str) -> str:
+def announce(directory: str, job_id: str, job_name: str, url: str, ui_url: str | None = None) -> str:
     """Write the live-endpoint file of a job into its directory; returns the file's URL."""
     target = filesystem.join(filesystem.join(filesystem.normalize(directory), job_id), LIVE_FILE)
     record = {"job_id": job_id, "job_name": job_name, "url": url, "host": socket.gethostname(),
               "pid": os.getpid()}
+    if ui_url is not None:
+        record["ui_url"] = ui_url
     filesystem.write_atomic(target, json.dumps(record).encode())
     return target
 
@@ -49,7 +53,7 @@ def _announcements(directory: str) -> list[dict]:
         try:
             record = json.loads(fs.cat_file(candidate))
             found.append({"job_id": str(record["job_id"]), "job_name": str(record["job_name"]),
-                          "url": str(record["url"])})
+                          "url": str(record["url"]), "ui_url": str(record.get("ui_url") or record["url"])})
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{candidate} is not a streamsnap live-endpoint file ({exc}); delete it") from None
     return found

@@ -59,6 +59,8 @@ class VertexSample:
     # By subtask index: milliseconds per second idle / backpressured / busy over the last poll
     # interval (runtime/task_time.py); absent until two readings of the subtask arrived.
     time_shares: dict[int, dict[str, float]] = field(default_factory=dict)
+    # (upstream vertex id, partitioning: forward/hash/rebalance/broadcast) per input edge
+    input_edges: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,9 @@ class JobSample:
     vertices: tuple[VertexSample, ...]
     checkpointing: bool = True
     read_only: bool = False         # a checkpoint directory after the fact (web/archive.py)
+    detail: str = ""                # what the status waits for ("starting Spark")
+    exceptions: tuple = ()          # cluster.exception_history.ExceptionHistoryEntry, oldest first
+    ended_at: float | None = None   # wall-clock seconds the job ended (archived jobs)
 
     @property
     def uptime(self) -> float:
@@ -153,35 +158,43 @@ class JobProgress:
 
     def sample(self) -> JobSample:
         master = self._master
-        graph = master.execution_graph.job_graph
-        metrics = master.operator_metrics()
-        counters = _counters(metrics)
         states: dict[str, dict[int, str]] = {}
         for s in master.subtasks():
             states.setdefault(s.vertex, {})[s.index] = s.state
         with self._lock:
             rates = dict(self._rates)
             shares = dict(self._time_shares)
-        vertices = []
-        for vertex in graph.vertices.values():
-            operators = []
-            for node_id in vertex.nodes:
-                node = graph.node(node_id)
-                by_index = counters.get(node.uid, {})
-                rate_in, rate_out = rates.get(node.uid, (0.0, 0.0))
-                watermarks = _watermarks(metrics, vertex.id, node.uid)
-                operators.append(OperatorSample(
-                    node.uid, node.name, vertex.id, node.parallelism,
-                    {i: c[0] for i, c in sorted(by_index.items())}, {i: c[1] for i, c in sorted(by_index.items())},
-                    rate_in, rate_out, {i: w[0] for i, w in watermarks.items()},
-                    {i: w[1] for i, w in watermarks.items()}, _rocksdb(metrics, vertex.id, node.uid)))
-            network = {index: m for (vertex_id, index), m in metrics.items() if vertex_id == vertex.id}
-            vertices.append(VertexSample(
-                vertex.id, vertex.name, vertex.parallelism, states.get(vertex.id, {}), tuple(operators),
-                tuple(dict.fromkeys(e.source_vertex for e in vertex.inputs)),
-                {i: int(m.get("bytes_received", 0)) for i, m in sorted(network.items())},
-                {i: int(m.get("bytes_sent", 0)) for i, m in sorted(network.items())},
-                {index: share for (vertex_id, index), share in sorted(shares.items()) if vertex_id == vertex.id}))
+        vertices = vertex_samples(master.execution_graph.job_graph, master.operator_metrics(), states, rates, shares)
         failures = tuple({"failed_at": r["failed_at"], "cause": r.get("cause", "")} for r in list(master.recovery_log))
         return JobSample(master.job_id, master.settings.job_name, master.status.value, self._start, self._clock(),
-                         master.restarts, failures, tuple(vertices), master.settings.checkpoint is not None)
+                         master.restarts, failures, vertices, master.settings.checkpoint is not None,
+                         exceptions=master.exceptions.entries())
+
+
+def vertex_samples(graph, metrics: dict | None = None, states: dict | None = None, rates: dict | None = None,
+                   shares: dict | None = None) -> tuple[VertexSample, ...]:
+    """The job graph's vertices with what is known of them (nothing yet for a job still starting)."""
+    metrics, states, rates, shares = metrics or {}, states or {}, rates or {}, shares or {}
+    counters = _counters(metrics)
+    vertices = []
+    for vertex in graph.vertices.values():
+        operators = []
+        for node_id in vertex.nodes:
+            node = graph.node(node_id)
+            by_index = counters.get(node.uid, {})
+            rate_in, rate_out = rates.get(node.uid, (0.0, 0.0))
+            watermarks = _watermarks(metrics, vertex.id, node.uid)
+            operators.append(OperatorSample(
+                node.uid, node.name, vertex.id, node.parallelism,
+                {i: c[0] for i, c in sorted(by_index.items())}, {i: c[1] for i, c in sorted(by_index.items())},
+                rate_in, rate_out, {i: w[0] for i, w in watermarks.items()},
+                {i: w[1] for i, w in watermarks.items()}, _rocksdb(metrics, vertex.id, node.uid)))
+        network = {index: m for (vertex_id, index), m in metrics.items() if vertex_id == vertex.id}
+        vertices.append(VertexSample(
+            vertex.id, vertex.name, vertex.parallelism, states.get(vertex.id, {}), tuple(operators),
+            tuple(dict.fromkeys(e.source_vertex for e in vertex.inputs)),
+            {i: int(m.get("bytes_received", 0)) for i, m in sorted(network.items())},
+            {i: int(m.get("bytes_sent", 0)) for i, m in sorted(network.items())},
+            {index: share for (vertex_id, index), share in sorted(shares.items()) if vertex_id == vertex.id},
+            tuple(dict.fromkeys((e.source_vertex, e.partitioner.name) for e in vertex.inputs))))
+    return tuple(vertices)

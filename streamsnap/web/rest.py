@@ -1,10 +1,18 @@
 """The driver's monitoring endpoint: REST routes, the web UI page and Prometheus `/metrics`.
 
 One `WebServer` per job, started with it and closed when it ends (standard-library
-ThreadingHTTPServer, one thread per request). HTTP threads never touch the JobMaster's state:
+ThreadingHTTPServer, one thread per request). It listens from the moment the job is submitted
+(`starting`: the job graph, status INITIALIZING "starting Spark") so its URL can be printed
+before a cold Spark session is up; `serve` hands it the JobMaster. HTTP threads never touch the JobMaster's state:
 they read immutable samples (`web.progress`) and checkpoint stats snapshots, and act only
 through the JobMaster's public trigger methods, which post to its own thread and return
 futures; a POST answers at once with a request id whose status can be polled, as in Flink.
+
+Actions (POST, PATCH: checkpoint, savepoint, stop-with-savepoint, cancel) always need a bearer
+token, also on a loopback endpoint whose reads are open: `WebConfig.token`, or else a token
+drawn per job and handed out only in the URL the job prints (`ui_url`, `#token=...`, a
+fragment the browser never sends) and the live-endpoint file in the job's directory. A header
+token also makes the actions CSRF-safe: another site's page cannot set it.
 """
 
 from __future__ import annotations
@@ -13,8 +21,10 @@ import concurrent.futures
 import json
 import logging
 import re
+import secrets
 import socket
 import threading
+import time
 import urllib.parse
 import uuid
 from collections import OrderedDict
@@ -26,12 +36,15 @@ from streamsnap.errors import ConfigurationError, StreamsnapError
 from streamsnap.web import discovery, views
 from streamsnap.web.auth import authorized, foreign_request
 from streamsnap.web.config import WebConfig, is_loopback
-from streamsnap.web.progress import DEFAULT_POLL_INTERVAL, JobProgress
+from streamsnap.web.progress import DEFAULT_POLL_INTERVAL, JobProgress, JobSample, vertex_samples
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024
 MAX_OPERATIONS = 100   # triggered checkpoints/savepoints whose status stays queryable
+# The tasks are asked for fresh counters only while someone looked at the endpoint within this
+# many seconds: a job nobody watches (most test and batch jobs) pays nothing for its UI.
+WATCHED_FOR = 15.0
 
 
 class HttpError(Exception):
@@ -73,6 +86,53 @@ class _Operations:
         return {"status": {"id": "COMPLETED"}, "operation": operation}
 
 
+class StartingJob:
+    """A job submitted whose JobMaster does not exist yet (a cold Spark session is starting):
+    its graph and status INITIALIZING with what it waits for; actions are refused until it runs."""
+
+    read_only = False
+
+    def __init__(self, job_id: str, name: str, execution_graph, checkpointing: bool, detail: str):
+        self.job_id = job_id
+        self._name = name
+        self._graph = execution_graph.job_graph
+        self._checkpointing = checkpointing
+        self.detail = detail
+        self._start = time.time()
+
+    def sample(self) -> JobSample:
+        return JobSample(self.job_id, self._name, "INITIALIZING", self._start, time.time(), 0, (),
+                         vertex_samples(self._graph), self._checkpointing, detail=self.detail)
+
+    def checkpoint_stats(self):
+        raise self._not_yet("has no checkpoints yet")
+
+    def stats_or_none(self):
+        return None
+
+    def checkpoint_config(self) -> dict:
+        raise self._not_yet("has no checkpoint configuration to show yet")
+
+    def checkpoints_document(self) -> dict:
+        raise self._not_yet("has no checkpoints yet")
+
+    def vertices(self) -> list[tuple[str, str, int]]:
+        return [(v.id, v.name, v.parallelism) for v in self._graph.vertices.values()]
+
+    def trigger_checkpoint(self) -> str:
+        raise self._not_yet("cannot take a checkpoint yet")
+
+    def trigger_savepoint(self, body: dict, stop: bool = False) -> str:
+        raise self._not_yet("cannot take a savepoint yet")
+
+    def cancel(self) -> None:
+        raise self._not_yet("cannot be cancelled over REST before it is deployed; interrupt execute() instead")
+
+    def _not_yet(self, what: str) -> HttpError:
+        return HttpError(HTTPStatus.CONFLICT, f"job {self.job_id} is INITIALIZING ({self.detail}) and {what}; "
+                                              f"try again once it is RUNNING")
+
+
 class JobEndpoint:
     """What the routes of one job need: its JobMaster (read-only accessors, trigger methods).
     `web.archive.ArchivedJob` answers the same calls for a checkpoint directory."""
@@ -97,6 +157,9 @@ class JobEndpoint:
     def stats_or_none(self):
         return self.master.checkpoint_stats()
 
+    def checkpoints_document(self) -> dict:
+        return views.checkpoints_overview(self.checkpoint_stats())
+
     def checkpoint_config(self) -> dict:
         self.checkpoint_stats()   # 404 without checkpointing
         settings = self.master.settings
@@ -110,22 +173,30 @@ class JobEndpoint:
         self._require_checkpointing("trigger a checkpoint")
         return self.operations.add("checkpoint", self.master.trigger_checkpoint())
 
-    def trigger_savepoint(self, body: dict) -> str:
+    def trigger_savepoint(self, body: dict, stop: bool = False) -> str:
+        """A savepoint into body's "target-directory"; `stop` (or "cancel-job": true, as in Flink)
+        stops the job once it completed, "drain": true first ends event time (Flink's --drain)."""
         from streamsnap.api.preflight import check_directory
 
-        self._require_checkpointing("take a savepoint")
-        directory = body.get("target-directory")
+        what = "stop the job with a savepoint" if stop else "take a savepoint"
+        self._require_checkpointing(what)
+        directory = body.get("target-directory", body.get("targetDirectory"))
         if not isinstance(directory, str) or not directory:
-            raise HttpError(HTTPStatus.BAD_REQUEST, 'a savepoint needs a target directory: POST {"target-directory": '
-                                                    '"<path or fsspec URL>"}')
-        if body.get("cancel-job"):
-            raise HttpError(HTTPStatus.BAD_REQUEST, "cancel-job is not supported over REST; use "
-                                                    "JobClient.stop_with_savepoint")
+            raise HttpError(HTTPStatus.BAD_REQUEST, f'cannot {what} without a target directory: POST '
+                                                    f'{{"target-directory": "<path or fsspec URL>"}}')
+        drain = body.get("drain", False)
+        if not isinstance(drain, bool):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f'"drain" must be true or false, got {drain!r}')
         try:
             check_directory(directory, "the savepoint directory", '"target-directory"')
         except StreamsnapError as exc:
             raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from exc
-        return self.operations.add("savepoint", self.master.trigger_savepoint(directory, terminate=False))
+        terminate = stop or body.get("cancel-job") is True
+        return self.operations.add("savepoint", self.master.trigger_savepoint(directory, terminate=terminate,
+                                                                              drain=drain))
+
+    def cancel(self) -> None:
+        self.master.cancel()
 
     def _require_checkpointing(self, what: str) -> None:
         if self.master.settings.checkpoint is None:
@@ -141,6 +212,9 @@ _ROUTES = [
     ("GET", re.compile(r"^/jobs$"), "jobs"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)$"), "job"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints$"), "checkpoints"),
+    ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/exceptions$"), "exceptions"),
+    ("PATCH", re.compile(r"^/jobs/(?P<job>[^/]+)$"), "cancel"),
+    ("POST", re.compile(r"^/jobs/(?P<job>[^/]+)/stop$"), "post_stop"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/vertices/(?P<vertex>[^/]+)/backpressure$"), "backpressure"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/vertices/(?P<vertex>[^/]+)/watermarks$"), "watermarks"),
     ("GET", re.compile(r"^/jobs/(?P<job>[^/]+)/checkpoints/config$"), "checkpoint_config"),
@@ -174,6 +248,10 @@ class WebServer:
         self._threads: list[threading.Thread] = []
         self._metrics = None   # the prometheus_client registry of the jobs served
         self._announced: str | None = None   # the running job's live-endpoint file (web/discovery.py)
+        # What actions need (module docstring): the configured token, else one drawn for this job.
+        self.action_token = config.token or secrets.token_urlsafe(24)
+        self.read_only = False
+        self._last_request = float("-inf")   # time.monotonic() of the latest request (WATCHED_FOR)
 
     @property
     def url(self) -> str:
@@ -181,6 +259,25 @@ class WebServer:
         if host in ("0.0.0.0", "::"):
             host = socket.gethostname()
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    @property
+    def ui_url(self) -> str:
+        """The web UI's address to print: with the job's drawn action token in its fragment (never
+        sent to the server, so it stays out of access logs and Referer headers)."""
+        return f"{self.url}/" if self.config.token else f"{self.url}/#token={self.action_token}"
+
+    def starting(self, job_id: str, name: str, execution_graph, checkpointing: bool,
+                 detail: str = "starting Spark") -> None:
+        """Serve a submitted job's graph as INITIALIZING (`detail`) until `serve` has its JobMaster."""
+        self._jobs[job_id] = StartingJob(job_id, name, execution_graph, checkpointing, detail)
+        self._start_serving(job_id)
+
+    def _start_serving(self, job_id: str) -> None:
+        if self._threads:
+            return
+        self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                                          name=f"web-{job_id[:8]}", daemon=True)]
+        self._threads[0].start()
 
     def serve(self, master) -> None:
         """Start serving `master`'s job; the endpoint closes itself when the job has ended."""
@@ -190,23 +287,20 @@ class WebServer:
         endpoint = JobEndpoint(master, progress)
         self._jobs[master.job_id] = endpoint
         self._metrics = metrics_registry([endpoint])
-        short = master.job_id[:8]
-        self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                          name=f"web-{short}", daemon=True),
-                         threading.Thread(target=self._poll, args=(endpoint,), name=f"web-poll-{short}", daemon=True)]
+        self._start_serving(master.job_id)
+        poller = threading.Thread(target=self._poll, args=(endpoint,), name=f"web-poll-{master.job_id[:8]}", daemon=True)
+        self._threads.append(poller)
         checkpointing = master.settings.checkpoint
         if checkpointing is not None and checkpointing.directory:
             # `streamsnap ui DIR` finds the running job's endpoint from its checkpoint directory.
             try:
-                self._announced = discovery.announce(checkpointing.directory, master.job_id,
-                                                     master.settings.job_name, self.url)
+                self._announced = discovery.announce(checkpointing.directory, master.job_id, master.settings.job_name,
+                                                     self.url, None if self.config.token else self.ui_url)
             except OSError as exc:
                 log.warning("job '%s': its web endpoint could not be announced in %s (%s); `streamsnap ui` "
                             "on that directory will not find it, use %s", master.settings.job_name,
                             checkpointing.directory, exc, self.url)
-        for thread in self._threads:
-            thread.start()
-        log.info("job '%s' monitoring at %s", master.settings.job_name, self.url)
+        poller.start()
 
     def serve_archive(self, jobs) -> None:
         """Serve checkpoint directories' jobs (`web.archive.ArchivedJob`) read-only until `close()`."""
@@ -215,6 +309,7 @@ class WebServer:
         for job in jobs:
             self._jobs[job.job_id] = job
         self._metrics = metrics_registry(jobs)
+        self.read_only = True
         self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
                                           name="web-archive", daemon=True)]
         self._threads[0].start()
@@ -222,7 +317,8 @@ class WebServer:
     def _poll(self, endpoint: JobEndpoint) -> None:
         try:
             while True:
-                endpoint.progress.poll()
+                if time.monotonic() - self._last_request < WATCHED_FOR:
+                    endpoint.progress.poll()
                 if endpoint.master.wait_terminal(self.poll_interval):
                     break
         finally:   # also if polling failed: the endpoint never outlives its job
@@ -290,7 +386,7 @@ class WebServer:
         return _json(views.vertex_watermarks(self._vertex(job, vertex)[1]))
 
     def _route_checkpoints(self, body, job):
-        return _json(views.checkpoints_overview(self.job(job).checkpoint_stats()))
+        return _json(self.job(job).checkpoints_document())
 
     def _route_checkpoint_config(self, body, job):
         return _json(self.job(job).checkpoint_config())
@@ -306,6 +402,16 @@ class WebServer:
             raise HttpError(HTTPStatus.NOT_FOUND, f"checkpoint {cid} is not in the retained history "
                                                   f"(ids {ids or 'none'}); GET .../checkpoints lists it")
         return _json(views.checkpoint_details(found, endpoint.vertices()))
+
+    def _route_exceptions(self, body, job):
+        return _json(views.exception_history(self.job(job).sample()))
+
+    def _route_cancel(self, body, job):
+        self.job(job).cancel()
+        return _json({}, HTTPStatus.ACCEPTED)
+
+    def _route_post_stop(self, body, job):
+        return _json({"request-id": self.job(job).trigger_savepoint(body or {}, stop=True)}, HTTPStatus.ACCEPTED)
 
     def _route_checkpoint_status(self, body, job, request):
         return _json(self.job(job).operations.status("checkpoint", request))
@@ -336,6 +442,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         self._serve("POST")
 
+    def do_PATCH(self):
+        self._serve("PATCH")
+
     def _serve(self, method: str) -> None:
         app = self.server_app
         try:
@@ -343,10 +452,16 @@ class _Handler(BaseHTTPRequestHandler):
                                       is_loopback(app.config.bind))
             if foreign is not None:
                 raise HttpError(HTTPStatus.FORBIDDEN, foreign)
+            app._last_request = time.monotonic()
             if not authorized(self.headers.get("Authorization"), app.config.token):
                 raise HttpError(HTTPStatus.UNAUTHORIZED, "this endpoint needs 'Authorization: Bearer <token>' "
                                                          "(the token of the job's WebConfig)")
-            body = self._read_body() if method == "POST" else None
+            if method != "GET" and not app.read_only and not authorized(self.headers.get("Authorization"),
+                                                                        app.action_token):
+                raise HttpError(HTTPStatus.UNAUTHORIZED, f"{method} acts on the job and needs 'Authorization: Bearer "
+                                                         f"<token>': the token after #token= in the URL the job "
+                                                         f"printed when it started (or WebConfig.token)")
+            body = self._read_body() if method != "GET" else None
             status, content_type, payload = app.handle(method, self.path.split("?", 1)[0], body)
         except HttpError as exc:
             status, content_type = exc.status, "application/json"

@@ -16,6 +16,7 @@ from streamsnap.checkpoint.stats import (
 )
 from streamsnap.runtime.task_time import backpressure_level
 from streamsnap.time.watermarks import MIN_WATERMARK
+from streamsnap.web import graph_layout
 from streamsnap.web.progress import JobSample, VertexSample
 
 
@@ -72,17 +73,60 @@ def job_details(sample: JobSample) -> dict:
             "tasks": counts, "inputs": list(v.inputs),
             # the chain reads what its head reads and writes what its last operator writes
             "metrics": {"read-records": head.total_in if head else 0, "write-records": tail.total_out if tail else 0,
-                        "read-bytes": sum(v.bytes_in.values()), "write-bytes": sum(v.bytes_out.values())},
+                        "read-bytes": sum(v.bytes_in.values()), "write-bytes": sum(v.bytes_out.values()),
+                        "read-records-per-second": head.records_in_per_second if head else 0.0,
+                        "write-records-per-second": tail.records_out_per_second if tail else 0.0},
             "backpressure": _backpressure_summary(v),
+            "watermark": _vertex_watermark(v, sample.ended_at or sample.now),
             "operators": operators,
         })
     return {
         "jid": sample.job_id, "name": sample.name, "state": sample.status,
         "start-time": _ms(sample.start_time), "now": _ms(sample.now), "duration": _ms(sample.uptime),
         "restarts": sample.restarts, "checkpointing": sample.checkpointing, "read-only": sample.read_only,
+        "status-detail": sample.detail, "end-time": _ms(sample.ended_at),
         "exceptions": [{"timestamp": _ms(f["failed_at"]), "exception": f["cause"]} for f in sample.failures],
         "vertices": vertices,
+        "plan": job_plan(sample),
     }
+
+
+def job_plan(sample: JobSample) -> dict:
+    """Where the UI draws each task and each edge with its partitioning (`web.graph_layout`)."""
+    edges = [(source, v.id, partitioning) for v in sample.vertices for source, partitioning in v.input_edges]
+    linked = {(source, target) for source, target, _ in edges}
+    # An archive of an older version recorded inputs without their partitioning.
+    edges += [(source, v.id, "") for v in sample.vertices for source in v.inputs if (source, v.id) not in linked]
+    return graph_layout.to_json(graph_layout.layout([v.id for v in sample.vertices], edges))
+
+
+def _vertex_watermark(v: VertexSample, now: float) -> dict:
+    """The task's output watermark (its last operator's, the minimum over subtasks) and how far
+    it is behind the wall clock (`lag`, ms): what the graph shows per task."""
+    tail = v.operators[-1] if v.operators else None
+    head = v.operators[0] if v.operators else None
+    output = min(tail.output_watermarks.values(), default=MIN_WATERMARK) if tail else MIN_WATERMARK
+    given = min(head.input_watermarks.values(), default=MIN_WATERMARK) if head else MIN_WATERMARK
+    value = _watermark(output)
+    return {"input": _watermark(given), "output": value,
+            "lag": None if value is None else max(0, _ms(now) - value)}
+
+
+def exception_history(sample: JobSample) -> dict:
+    """Flink's /jobs/:id/exceptions: the root cause of each failed attempt, newest first, with the
+    failures of other subtasks that followed from it (`concurrentExceptions`)."""
+    entries = [{
+        "exceptionName": e.exception.split(":", 1)[0], "exception": e.exception, "stacktrace": e.root_cause,
+        "timestamp": _ms(e.timestamp), "taskName": e.task, "attempt": e.attempt, "reason": e.reason,
+        "failureLabels": {"reason": e.reason},
+        "concurrentExceptions": [{"exceptionName": c.exception.split(":", 1)[0], "exception": c.exception,
+                                  "taskName": c.task} for c in e.concurrent],
+        "followOn": e.follow_on_line(),
+    } for e in reversed(sample.exceptions)]
+    latest = entries[0] if entries else None
+    return {"root-exception": latest["stacktrace"] if latest else None,
+            "timestamp": latest["timestamp"] if latest else None,
+            "exceptionHistory": {"entries": entries, "truncated": False}}
 
 
 def _watermark(value: int) -> int | None:

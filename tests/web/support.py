@@ -17,7 +17,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @contextlib.contextmanager
-def browser_page(problems: list[str]):
+def browser_page(problems: list[str], width: int = 1280):
     """A page in headless Chromium (Debian's, driven by Playwright) that records console errors
     and warnings, page errors and failed requests in `problems`."""
     import pytest
@@ -26,7 +26,7 @@ def browser_page(problems: list[str]):
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page = browser.new_page(viewport={"width": width, "height": 1000})
             page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
                     if m.type in ("error", "warning") else None)
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
@@ -40,7 +40,7 @@ def event(i: int) -> dict:
     return {"key": i % 20, "value": 1}
 
 
-def start_job(spark, tmp_path, web: ss.WebConfig, name: str, state_backend: str = "hashmap"):
+def start_job(spark, tmp_path, web: ss.WebConfig | bool, name: str, state_backend: str = "hashmap"):
     """Generator (2 subtasks, unbounded) → key_by → running sum → Collect, no periodic checkpoints."""
     config = ss.CheckpointConfig(interval=None, directory=str(tmp_path / "ckpt"))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, web=web, state_backend=state_backend)

@@ -16,10 +16,13 @@ def test_an_announcement_whose_endpoint_does_not_answer_is_stale_and_withdrawing
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
     path = discovery.announce(str(tmp_path), "job-1", "a job", url)
     assert discovery.live_jobs(str(tmp_path), timeout=0.5) == [
-        {"job_id": "job-1", "job_name": "a job", "url": url, "live": False}]
+        {"job_id": "job-1", "job_name": "a job", "url": url, "ui_url": url, "live": False}]
     assert discovery.live_jobs(str(tmp_path / "job-1"), timeout=0.5)[0]["job_id"] == "job-1"  # a job's own directory
     discovery.withdraw(path)
     assert discovery.live_jobs(str(tmp_path)) == []
+    # The UI's URL with the job's action token is for whoever can read the job's directory.
+    discovery.announce(str(tmp_path), "job-1", "a job", url, f"{url}/#token=abc")
+    assert discovery.live_jobs(str(tmp_path), timeout=0.5)[0]["ui_url"] == f"{url}/#token=abc"
     assert discovery.live_jobs(str(tmp_path / "missing")) == []
 
 

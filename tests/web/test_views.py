@@ -138,10 +138,15 @@ def test_job_details_and_jobs_overview():
     assert doc["exceptions"] == [{"timestamp": 1_005_000, "exception": "lost subtask"}]
     src, chain = doc["vertices"]
     assert (src["parallelism"], src["status"]) == (2, "RUNNING")
-    assert src["metrics"] == {"read-records": 0, "write-records": 100, "read-bytes": 0, "write-bytes": 10000}
+    assert src["metrics"] == {"read-records": 0, "write-records": 100, "read-bytes": 0, "write-bytes": 10000,
+                              "read-records-per-second": 0.0, "write-records-per-second": 25.0}
     assert doc["checkpointing"] is True
     assert chain["inputs"] == ["src"] and chain["status"] == "INITIALIZING"
-    assert chain["metrics"] == {"read-records": 100, "write-records": 0, "read-bytes": 0, "write-bytes": 0}
+    assert chain["metrics"] == {"read-records": 100, "write-records": 0, "read-bytes": 0, "write-bytes": 0,
+                                "read-records-per-second": 25.0, "write-records-per-second": 0.0}
+    # The chain's output watermark is its last operator's (none yet), its input its head's.
+    assert chain["watermark"] == {"input": 5_000, "output": None, "lag": None}
+    assert src["watermark"] == {"input": None, "output": None, "lag": None}
     ops = {op["uid"]: op for op in chain["operators"]}
     assert ops["sum"]["read-records-per-second"] == 25.0 and ops["sum"]["subtasks"] == [
         {"subtask": 0, "read-records": 100, "write-records": 100, "input-watermark": 5000, "output-watermark": 4000}]

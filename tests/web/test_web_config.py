@@ -41,7 +41,7 @@ def test_good_web_configs_and_the_token_stays_out_of_repr():
 
 
 def test_stream_environment_checks_its_web_argument():
-    with pytest.raises(ss.ConfigurationError, match="StreamEnvironment.web must be an ss.WebConfig"):
+    with pytest.raises(ss.ConfigurationError, match=r"StreamEnvironment.web must be True .* False \(none\) or an ss.WebConfig"):
         ss.StreamEnvironment(web={"port": 8081})
 
 
