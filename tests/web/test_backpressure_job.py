@@ -63,11 +63,12 @@ def test_a_slow_sink_backpressures_its_upstream_and_event_time_advances(spark, t
         assert 'currentOutputWatermark{' in text and 'busyTimeMsPerSecond{' in text
 
         # `streamsnap ui DIR` finds the running job's endpoint through its checkpoint directory.
+        # Its UI's URL with the token for actions: for whoever can read the job's directory.
         assert live_jobs(directory) == [{"job_id": client.job_id, "job_name": "backpressure job",
-                                         "url": client.web_url, "live": True}]
+                                         "url": client.web_url, "ui_url": client.ui_url, "live": True}]
         shown = CliRunner().invoke(app, ["ui", directory], env={"COLUMNS": "300"})
         assert shown.exit_code == 0, shown.output
-        assert f"job 'backpressure job' ({client.job_id}) running, live UI at {client.web_url}" in shown.output
+        assert f"job 'backpressure job' ({client.job_id}) running, live UI at {client.ui_url}" in shown.output
     finally:
         client.cancel()
     wait_for(lambda: live_jobs(directory) == [], "the ended job's endpoint to withdraw its announcement")
