@@ -45,6 +45,9 @@ MAX_OPERATIONS = 100   # triggered checkpoints/savepoints whose status stays que
 # The tasks are asked for fresh counters only while someone looked at the endpoint within this
 # many seconds: a job nobody watches (most test and batch jobs) pays nothing for its UI.
 WATCHED_FOR = 15.0
+# How often the serving thread checks for shutdown: the endpoint closes this quickly after its
+# job ends (or fails to start), which every job and test waits for.
+SHUTDOWN_POLL = 0.02
 
 
 class HttpError(Exception):
@@ -275,7 +278,7 @@ class WebServer:
     def _start_serving(self, job_id: str) -> None:
         if self._threads:
             return
-        self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
+        self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL},
                                           name=f"web-{job_id[:8]}", daemon=True)]
         self._threads[0].start()
 
@@ -310,7 +313,7 @@ class WebServer:
             self._jobs[job.job_id] = job
         self._metrics = metrics_registry(jobs)
         self.read_only = True
-        self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
+        self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL},
                                           name="web-archive", daemon=True)]
         self._threads[0].start()
 

@@ -43,10 +43,17 @@ def _restore_exactly(spark, tmp_path, savepoint: str) -> None:
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine: apt-get install chromium")
 def test_the_web_ui_draws_the_graph_shows_failures_and_its_actions_work(spark, tmp_path, monkeypatch,
                                                                         no_leaked_threads):
-    announced = []   # what `streamsnap run` prints
-    monkeypatch.setitem(CLI_DEFAULTS, "on_web_url", lambda name, url: announced.append((name, url)))
+    announced = []   # what `streamsnap run` prints, and what the endpoint says at that moment
+
+    def on_web_url(name, url):
+        jobs = call(url.split("/#")[0] + "/jobs")[1]["jobs"]
+        job = call(f"{url.split('/#')[0]}/jobs/{jobs[0]['id']}")[1]
+        announced.append((name, url, job["state"], job["status-detail"], len(job["plan"]["nodes"])))
+    monkeypatch.setitem(CLI_DEFAULTS, "on_web_url", on_web_url)
     client = start_job(spark, tmp_path, True, "web ui job")    # the default UI: web=True
-    assert announced == [("web ui job", client.ui_url)] and client.web_url.startswith("http://127.0.0.1:")
+    # Serving as the job is submitted, before it is deployed: its graph, and what it waits for.
+    assert announced == [("web ui job", client.ui_url, "INITIALIZING", "deploying", 2)]
+    assert client.web_url.startswith("http://127.0.0.1:")
     assert client.ui_url.startswith(client.web_url + "/#token=")
     problems: list[str] = []
     with browser_page(problems, width=1400) as page:
