@@ -324,7 +324,9 @@ class StreamEnvironment:
         # Directories, pickling, sink output: before any Spark job (api/preflight.py).
         preflight.run(self._graph, self.checkpointing, restored_uids)
         web = None
-        if self.web is not None and not detached and self.job_master != "cluster":
+        # A JobMaster in the cluster serves its own UI; an embedded session is classic: client.
+        in_cluster = self._job_master_in_cluster(self._spark) if self._spark is not None else self.job_master == "cluster"
+        if self.web is not None and not detached and not in_cluster:
             from streamsnap.web.rest import WebServer
 
             # Listening now, before a cold Spark session takes its seconds: the URL is printed at
@@ -366,7 +368,7 @@ class StreamEnvironment:
         if detached:
             self._check_detachable(spark)
         if detached or self._job_master_in_cluster(spark):
-            if web is not None:   # the JobMaster in the cluster serves the UI (an explicit WebConfig)
+            if web is not None:   # decided before the session existed; its JobMaster serves the UI
                 web.close()
             return self._start_in_cluster(spark, execution_graph, settings, detached), None
         master = JobMaster(spark, execution_graph, settings)
