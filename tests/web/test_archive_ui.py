@@ -31,6 +31,7 @@ def _check_in_a_browser(base: str, tmp_path) -> None:
         page.wait_for_selector("#job-state.CANCELED")
         page.wait_for_selector('#history tr[data-checkpoint="3"]')
         assert page.locator("#history tr").count() == 3 and not page.is_visible("#trigger")
+        assert page.locator('#history tr[data-retained="no"]').count() == 1   # checkpoint 1, deleted since
         assert not page.is_visible("#actions")
         assert page.inner_text('#operators tr[data-operator="sum"] td:nth-child(5)') != "0"   # records in
         page.click('#history tr[data-checkpoint="3"]')
