@@ -13,6 +13,7 @@ import pytest
 
 import streamsnap as ss
 from streamsnap.checkpoint.job_end import JOB_END_FILE
+from streamsnap.web.job_summary import SUMMARY_FILE
 from streamsnap.checkpoint.storage import checkpoint_id_of
 from streamsnap.connectors.sources import Generator, GeneratorReader
 
@@ -259,8 +260,8 @@ def _referenced_shared_files(job_dir) -> set[str]:
 def stray_checkpoint_files(checkpoint_root) -> list[str]:
     """Everything under a checkpoint directory (a pathlib.Path) that no retained checkpoint
     owns: files outside a `chk-<n>` holding `_metadata`, `chk-<n>` directories without one, and
-    files in `shared/` no retained checkpoint references. Only the id counter and the record of
-    how the job ended (`_job_end`) may stand beside them."""
+    files in `shared/` no retained checkpoint references. Only the id counter and the records of
+    how the job ended (`_job_end`, and `_job_summary.json` for `streamsnap ui`) may stand beside them."""
     stray = []
     for job_dir in checkpoint_root.iterdir():
         shared = _referenced_shared_files(job_dir)
@@ -271,7 +272,7 @@ def stray_checkpoint_files(checkpoint_root) -> list[str]:
                 if checkpoint_id_of(top) is not None and not (job_dir / top / "_metadata").exists():
                     stray.append(str(entry))
                 continue
-            if relative.as_posix() in ("_checkpoint_id", JOB_END_FILE):
+            if relative.as_posix() in ("_checkpoint_id", JOB_END_FILE, SUMMARY_FILE):
                 continue
             if top == "shared" and str(entry) in shared:
                 continue
