@@ -272,7 +272,10 @@ class WebServer:
     def starting(self, job_id: str, name: str, execution_graph, checkpointing: bool,
                  detail: str = "starting Spark") -> None:
         """Serve a submitted job's graph as INITIALIZING (`detail`) until `serve` has its JobMaster."""
-        self._jobs[job_id] = StartingJob(job_id, name, execution_graph, checkpointing, detail)
+        from streamsnap.web.metrics import metrics_registry
+
+        self._jobs[job_id] = starting = StartingJob(job_id, name, execution_graph, checkpointing, detail)
+        self._metrics = metrics_registry([starting])
         self._start_serving(job_id)
 
     def _start_serving(self, job_id: str) -> None:

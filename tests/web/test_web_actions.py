@@ -33,6 +33,9 @@ def test_a_starting_job_shows_its_graph_and_what_it_waits_for(starting):
     assert len(job["plan"]["nodes"]) == 3
     assert call(f"{base}/jobs/job-1/exceptions", token=None)[1]["exceptionHistory"] == {"entries": [],
                                                                                          "truncated": False}
+    status, text = call(f"{base}/metrics", token=None)
+    assert status == 200 and 'numRestarts{job="starting job",job_id="job-1"} 0.0' in text
+    assert call(f"{base}/jobs/job-1/checkpoints", token=None)[0] == 409   # none yet, and it says why
 
 
 def test_actions_need_the_jobs_token_even_on_loopback(starting):
