@@ -58,6 +58,9 @@ def test_a_slow_sink_backpressures_its_upstream_and_event_time_advances(spark, t
         head = {v["id"]: v for v in job["vertices"]}
         assert head[source]["backpressure"]["level"] in ("low", "high")
         assert head[sink]["operators"][0]["input-watermark"] >= first
+        # The graph's per-task watermark: the chain's output (its last operator's) and its lag.
+        mark = head[sink]["watermark"]
+        assert mark["output"] >= first and mark["lag"] == job["now"] - mark["output"]
         text = call(f"{client.web_url}/metrics")[1]
         assert f'backPressuredTimeMsPerSecond{{job="backpressure job",job_id="{client.job_id}",subtask="0",task="events"}}' in text
         assert 'currentOutputWatermark{' in text and 'busyTimeMsPerSecond{' in text
