@@ -189,6 +189,8 @@ class StreamEnvironment:
             raise ConfigurationError(
                 f"from_source takes a source such as ss.sources.Generator(...), got {source!r}")
         source.validate()
+        if watermark_strategy is None:
+            watermark_strategy = source.default_watermark_strategy()
         if watermark_strategy is not None:
             check_watermark_strategy(watermark_strategy, source.schema,
                                      f"from_source '{name or type(source).__name__}'")
