@@ -92,6 +92,8 @@ class IcebergSource(TableSource):
         self.snapshot_id = snapshot_id
 
     def load_table(self):
+        """The pyiceberg Table, loaded from the catalog anew (on the driver or a worker);
+        ConfigurationError naming the table or catalog when that fails."""
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
         catalog = load_catalog(self.catalog_name, self.catalog_properties, "Iceberg")
