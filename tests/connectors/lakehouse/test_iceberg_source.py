@@ -1,7 +1,7 @@
 """ss.sources.Iceberg: an Iceberg table (SQL catalog over SQLite) read bounded or continuously.
 
-As test_delta_source.py: readers as real SourceOperators without Spark, then on Spark a bounded
-job with event time and a continuous job whose table is appended to while a reader is SIGKILLed.
+As test_delta_source.py: readers as real SourceOperators without Spark, then on Spark a continuous
+job whose table is appended to while a reader is SIGKILLed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pyiceberg.catalog import load_catalog
 
 import streamsnap as ss
 from streamsnap.errors import ConfigurationError, StreamsnapError
-from tests.connectors.lakehouse.support import appended_while_running, bounded_event_times
+from tests.connectors.lakehouse.support import appended_while_running
 from tests.connectors.test_files import Subtask, assert_exactly_once, snapshot_and_assign
 
 SCHEMA = pa.schema([("i", pa.int64()), ("key", pa.string()), ("ms", pa.int64())])
@@ -126,12 +126,8 @@ def test_unknown_snapshot_and_event_time_column_are_named_when_the_pipeline_is_b
 
 # ===================================================================== on Spark
 @pytest.mark.spark
-def test_bounded_job_reads_every_row_with_its_event_time(spark, catalog):
-    bounded_event_times(spark, ss.sources.Iceberg("db.events", catalog=catalog, event_time="ms"), 50)
-
-
-@pytest.mark.spark
 def test_rows_appended_while_a_reader_is_killed_are_read_exactly_once(spark, catalog, tmp_path):
-    source = ss.sources.Iceberg("db.events", catalog=catalog, bounded=False, poll_interval=0.1, batch_size=32)
+    source = ss.sources.Iceberg("db.events", catalog=catalog, bounded=False, poll_interval=0.1,
+                                batch_size=32, event_time="ms")
     appended_while_running(spark, tmp_path, source, lambda first, n: append(catalog, first, n),
                            first=50, per_append=100, appends=8)
