@@ -29,7 +29,7 @@ from streamsnap.clock import Clock, SystemClock
 from streamsnap.connectors.base import Source, SourceReader
 from streamsnap.connectors.files import _FileCursor
 from streamsnap.connectors.lakehouse.enumeration import Enumeration
-from streamsnap.errors import ConfigurationError, StreamsnapError
+from streamsnap.errors import ConfigurationError, FileReadError, StreamsnapError
 from streamsnap.runtime.operators.base import OperatorContext
 from streamsnap.time.durations import to_millis
 from streamsnap.time.watermarks import WatermarkStrategy
@@ -216,8 +216,7 @@ class TableReader(SourceReader):
         while self._queue:
             split = self._queue[0]
             if self._cursor is None:
-                self._cursor = _FileCursor(log.filesystem(), split[1], split[2], self._settings,
-                                           log.file_schema())
+                self._cursor = self._open_file(log, split)
             batch = self._cursor.next_batch()
             if batch is None:
                 self._cursor.close()
@@ -228,6 +227,20 @@ class TableReader(SourceReader):
             split[2] += batch.num_rows
             return log.conform(batch, split[3])
         return None
+
+    def _open_file(self, log: TableLog, split: list):
+        version, path, position, _ = split
+        try:
+            return _FileCursor(log.filesystem(), path, position, self._settings, log.file_schema())
+        except FileReadError as exc:
+            if not isinstance(exc.__cause__, FileNotFoundError):
+                raise
+            raise FileReadError(
+                f"{self._name}: the data file {path!r} of version {version} is gone ({position} of its "
+                f"rows were read): the table's files were cleaned up (Delta VACUUM, Iceberg "
+                f"expire_snapshots / remove_orphan_files) before this job read them. Keep the table's "
+                f"file retention longer than the job can lag behind (and be down), or restart the job "
+                f"from a later version", path) from exc
 
     def discover(self) -> int:
         """Enumerate the versions committed since the last look; returns how many."""

@@ -8,6 +8,9 @@ Spark in the docs' snippets (docs/how-to/lakehouse-sources.md).
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -16,7 +19,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 import streamsnap as ss
-from streamsnap.errors import ConfigurationError, StreamsnapError
+from streamsnap.errors import ConfigurationError, FileReadError, StreamsnapError
 from streamsnap.runtime.operators.timestamps_and_watermarks import batch_timestamps
 from tests.connectors.test_files import Subtask, assert_exactly_once, snapshot_and_assign
 from tests.connectors.lakehouse.support import appended_while_running
@@ -127,6 +130,18 @@ def test_a_timestamp_column_is_the_event_time_of_its_rows(table):
     generator.on_batch(times, None)
     generator.on_periodic_emit(SimpleNamespace(emit_watermark=emitted.append))
     assert emitted == [max(times) - 2000 - 1]     # max_out_of_orderness=2 s
+
+
+def test_a_data_file_cleaned_up_before_it_was_read_is_named_with_its_version(table):
+    source = ss.sources.Delta(table, bounded=False)
+    source.validate()
+    write_deltalake(table, rows(50, 5), mode="append", partition_by=["key"])     # version 2
+    with open(os.path.join(table, "_delta_log", f"{2:020d}.json")) as log:
+        added = sorted(json.loads(line)["add"]["path"] for line in log if '"add"' in line)
+    os.remove(os.path.join(table, added[0]))                        # as a too-early VACUUM
+    subtask = Subtask(source, 0, 1)
+    with pytest.raises(FileReadError, match=rf"data file '{re.escape(added[0])}' of version 2 is gone .*VACUUM"):
+        subtask.run_dry()
 
 
 # ===================================================================== bad input
