@@ -182,11 +182,24 @@ class DeltaLog(TableLog):
             return None
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
+    def _check_not_cleaned_up(self, version: int) -> None:
+        """A missing commit is either not written yet or removed by log cleanup: the latter when
+        the next one exists (the log has a gap) — the job could only wait forever."""
+        if self._fs.get_file_info(f"_delta_log/{version + 1:020d}.json").type == pafs.FileType.NotFound:
+            return
+        raise StreamsnapError(
+            f"Delta: the log entry of version {version} of {self._source.path!r} is gone while later "
+            f"versions exist: the log was cleaned up (delta.logRetentionDuration) before this job "
+            f"read it. Its rows cannot be streamed; start a new job from the current snapshot, and "
+            f"keep the log retention longer than the job can lag behind")
+
     def versions_from(self, version: int, limit: int) -> list[NewVersion]:
         out = []
         while len(out) < limit:
             actions = self._commit(version)
             if actions is None:
+                if not out:
+                    self._check_not_cleaned_up(version)
                 break
             out.append(classify_commit(version, actions, self._schema.names, self._source.path))
             version += 1

@@ -144,6 +144,16 @@ def test_a_data_file_cleaned_up_before_it_was_read_is_named_with_its_version(tab
         subtask.run_dry()
 
 
+def test_a_log_entry_cleaned_up_before_it_was_read_is_named(table):
+    source = ss.sources.Delta(table, starting_version=0, bounded=False)
+    source.validate()
+    write_deltalake(table, rows(50, 5), mode="append", partition_by=["key"])     # version 2
+    os.remove(os.path.join(table, "_delta_log", f"{1:020d}.json"))
+    subtask = Subtask(source, 0, 1)
+    with pytest.raises(StreamsnapError, match=r"log entry of version 1 .* is gone while later versions exist"):
+        subtask.run_dry()
+
+
 # ===================================================================== bad input
 def test_a_path_that_is_not_a_delta_table_is_named(tmp_path):
     with pytest.raises(ConfigurationError, match="is not a Delta table: the path does not exist"):
