@@ -179,8 +179,9 @@ class StreamEnvironment:
 
         watermark_strategy: an ss.WatermarkStrategy for event time; each split of the source
           gets its own watermark generator, the source's watermark is their minimum. None (or
-          WatermarkStrategy.no_watermarks()): no event-time progress until a bounded source
-          ends (then every event-time timer fires).
+          WatermarkStrategy.no_watermarks()): the source's own strategy if it has one (e.g. a
+          table source's `event_time=` column), else no event-time progress until a bounded
+          source ends (then every event-time timer fires).
         """
         from streamsnap.api.datastream import check_watermark_strategy
         from streamsnap.connectors.base import Source, SourceOperatorFactory

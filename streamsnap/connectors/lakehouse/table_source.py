@@ -19,7 +19,7 @@ only reorganise files without changing data (compaction, `dataChange=false` / Ic
 
 from __future__ import annotations
 
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 
@@ -138,7 +138,7 @@ class TableSource(Source):
         return TableReader(self, ctx)
 
 
-class TableLog:
+class TableLog(ABC):
     """A worker's view of one table: its versions after the snapshot, and its data files."""
 
     @abstractmethod
