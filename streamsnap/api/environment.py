@@ -186,8 +186,9 @@ class StreamEnvironment:
 
         watermark_strategy: an ss.WatermarkStrategy for event time; each split of the source
           gets its own watermark generator, the source's watermark is their minimum. None (or
-          WatermarkStrategy.no_watermarks()): no event-time progress until a bounded source
-          ends (then every event-time timer fires).
+          WatermarkStrategy.no_watermarks()): the source's own strategy if it has one (e.g. a
+          table source's `event_time=` column), else no event-time progress until a bounded
+          source ends (then every event-time timer fires).
         """
         from streamsnap.api.datastream import check_watermark_strategy
         from streamsnap.connectors.base import Source, SourceOperatorFactory
@@ -196,6 +197,8 @@ class StreamEnvironment:
             raise ConfigurationError(
                 f"from_source takes a source such as ss.sources.Generator(...), got {source!r}")
         source.validate()
+        if watermark_strategy is None:
+            watermark_strategy = source.default_watermark_strategy()
         if watermark_strategy is not None:
             check_watermark_strategy(watermark_strategy, source.schema,
                                      f"from_source '{name or type(source).__name__}'")

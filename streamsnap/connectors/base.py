@@ -125,6 +125,11 @@ class Source(ABC):
     def validate(self) -> None:
         """Raise ConfigurationError for settings that cannot work (called at build time)."""
 
+    def default_watermark_strategy(self) -> WatermarkStrategy | None:
+        """The strategy `from_source` uses when given none (e.g. a table source's `event_time`
+        column); None: no event time unless the pipeline asks for it."""
+        return None
+
     def prepare(self, job_directory: str | None, restored: bool) -> None:
         """Called on the driver by every execute(), before anything is pickled for Spark: write
         what the readers need to storage they all reach (`job_directory`: the job's directory in

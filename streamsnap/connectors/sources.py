@@ -247,9 +247,11 @@ class CollectionSource(Generator):
 
 from streamsnap.connectors.files import FileSource  # noqa: E402, F401  (re-export: ss.sources.FileSource)
 from streamsnap.connectors.kafka import KafkaSource as Kafka  # noqa: E402, F401  (ss.sources.Kafka)
+from streamsnap.connectors.lakehouse.delta_source import DeltaSource as Delta  # noqa: E402, F401
+from streamsnap.connectors.lakehouse.iceberg_source import IcebergSource as Iceberg  # noqa: E402, F401
 
 # `ss.sources`: what a job reads from. Custom sources subclass streamsnap.connectors.base.Source.
-__all__ = ["Generator", "FileSource", "Kafka"]
+__all__ = ["Generator", "FileSource", "Kafka", "Delta", "Iceberg"]
 
 
 def __dir__() -> list[str]:

@@ -1,0 +1,1 @@
+"""Lakehouse tables (Delta Lake, Apache Iceberg) as sources and sinks of streamsnap jobs."""
