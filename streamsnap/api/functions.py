@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from numbers import Integral
 from typing import Any, Iterable
 
 from streamsnap.errors import UsageError
@@ -200,15 +199,16 @@ class Context:
         assigner, row = self._assigner, self._row
         if assigner is None or row is None:
             return None
+        from streamsnap.time.timestamps import assign_timestamp, epoch_millis
         if isinstance(assigner, str):
             value = row.get(assigner)
             if value is None:
                 return None
-            if isinstance(value, bool) or not isinstance(value, Integral):
+            millis = epoch_millis(value)
+            if millis is None:
                 raise TypeError(f"timestamp field '{assigner}' is {value!r} "
-                                f"({type(value).__name__}), not int epoch milliseconds")
-            return int(value)
-        from streamsnap.time.timestamps import assign_timestamp
+                                f"({type(value).__name__}), not int epoch milliseconds or a datetime")
+            return millis
         return assign_timestamp(assigner, row, self._runtime.operator_name)
 
     def time_domain(self):

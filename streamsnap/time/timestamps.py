@@ -10,6 +10,7 @@ first offending row and what to do, because a missing timestamp silently becomin
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from numbers import Integral
 
@@ -20,6 +21,7 @@ from streamsnap.errors import DataError, describe_row
 
 _UNIT_DIVISOR = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}   # None: multiply by 1000
 _INT64_MAX = 2 ** 63 - 1
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 Batch = pa.RecordBatch | pa.Table
 
@@ -112,8 +114,14 @@ def _first_non_integer(column: pa.Array) -> tuple[int, object]:
     return 0, (column[0].as_py() if len(column) else None)
 
 
-def _millis(value: object) -> int | None:
-    """`value` as an int64 of milliseconds, or None when it is not one."""
+def epoch_millis(value: object) -> int | None:
+    """`value` as an int64 of epoch milliseconds, or None when it is not one. A `datetime` counts
+    (naive ones as UTC, as Arrow's zone-less timestamps are): a timestamp column reaches per-row
+    functions as datetimes, and the per-row path must accept what the columnar one does."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return (value - _EPOCH) // datetime.timedelta(milliseconds=1)
     if isinstance(value, bool) or not isinstance(value, Integral):
         return None
     value = int(value)
@@ -137,7 +145,7 @@ def assign_timestamp(assigner: str | Callable[[dict], int], record: dict,
             raise _error(operator, assigner, record, row, f"the timestamp field '{assigner}' is missing",
                          "fix the name given to with_timestamp_assigner, or give every row the field")
         value = record[assigner]
-        ts = _millis(value)
+        ts = epoch_millis(value)
         if ts is None:
             what = "None" if value is None else f"{value!r} ({type(value).__name__})"
             raise _error(operator, assigner, record, row,
@@ -146,7 +154,7 @@ def assign_timestamp(assigner: str | Callable[[dict], int], record: dict,
                          "without one (filter) before assigning timestamps")
         return ts
     value = assigner(record)
-    ts = _millis(value)
+    ts = epoch_millis(value)
     if ts is None:
         raise _error(operator, None, record, row,
                      f"the timestamp assigner {assigner!r} returned {value!r} ({type(value).__name__})",

@@ -103,3 +103,15 @@ def test_assign_timestamp_for_one_record():
         assign_timestamp("ts", {"ts": 1.5})
     with pytest.raises(TimestampError, match=r"'ts' is None, not an int.*\n  row: \{'ts': None\}\n  fix: .*filter"):
         assign_timestamp("ts", {"ts": None})
+
+
+def test_the_per_row_path_takes_datetimes_as_the_columnar_path_takes_timestamp_columns():
+    # A timestamp column reaches per-row functions as datetimes (zone-less ones are UTC).
+    column = pa.array([1_500, -1], type=pa.timestamp("ms"))
+    rows = batch(t=column).to_pylist()
+    assert [assign_timestamp("t", row) for row in rows] == extract_timestamps(batch(t=column), "t").tolist()
+    zoned = dt.datetime(2026, 1, 1, 1, 0, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert assign_timestamp("t", {"t": zoned}) == int(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    assert assign_timestamp(lambda r: r["t"], {"t": dt.datetime(1970, 1, 1, 0, 0, 1)}) == 1000
+    with pytest.raises(TimestampError, match=r"'t' is datetime.date"):
+        assign_timestamp("t", {"t": dt.date(2026, 1, 1)})
