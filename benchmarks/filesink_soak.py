@@ -51,7 +51,9 @@ def soak(spark, duration: float, policy: str, interval: float, compact: bool) ->
     seconds = time.perf_counter() - started
     files = sorted(f for f in os.listdir(out) if not f.startswith((".", "_")))
     rows = sum(pq.ParquetFile(os.path.join(out, f)).metadata.num_rows for f in files)
-    hidden = [f for f in os.listdir(out) if f.startswith(".")]
+    hidden = sorted(f for f in os.listdir(out) if f.startswith("."))
+    if os.environ.get("SOAK_SHOW_HIDDEN"):
+        print("hidden:", hidden, "visible:", files)
     shutil.rmtree(out, ignore_errors=True)
     return {"duration_s": duration, "policy": policy, "rollover_interval_s": None if rolling is None else interval,
             "compact": compact, "parallelism": PARALLELISM, "checkpoints": result.checkpoints.counts.completed,

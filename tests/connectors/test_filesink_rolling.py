@@ -252,3 +252,18 @@ def test_compaction_is_redone_after_a_failure_and_never_twice(tmp_path):
         open(path, "wb").write(data)
     compacting(tmp_path, clock, 0, attempt=2).recover(state)
     assert rows_of(tmp_path) == [1, 2] and [f for f in os.listdir(tmp_path) if f.startswith(".")] == []
+
+
+def test_a_stop_with_savepoint_rolls_the_open_part_and_only_that_checkpoint(tmp_path):
+    clock = Clock()
+    w = writer(tmp_path, clock, RollingPolicy(rollover_interval=60))
+    w.write([{"v": 1}])
+    checkpoint(w, 1)
+    assert visible(tmp_path) == []
+    w.prepare_stop(2)                 # the stop's savepoint ...
+    w.write([{"v": 2}])
+    checkpoint(w, 2)                  # ... rolls the part: visible when the job stops
+    assert rows_of(tmp_path) == [1, 2]
+    w.write([{"v": 3}])               # a stop whose savepoint failed: the job runs on, parts roll by policy
+    checkpoint(w, 3)
+    assert rows_of(tmp_path) == [1, 2]

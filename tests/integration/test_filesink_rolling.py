@@ -73,7 +73,8 @@ def test_a_kill_mid_part_and_a_savepoint_resume_keep_the_output_exact(spark, tmp
     assert result.restarts == 1
     before = read_output(out)
     assert len(before) == len(set(before)) and len(before) < n
-    # A part open at the savepoint stays hidden and is in it; the resumed job continues it.
+    # The stop rolled the open parts: what the job wrote is visible, nothing is left hidden.
+    assert hidden(out) == [] and set(before) <= expected_rows(n)
     job(spark, tmp_path, n, interval=2.0, parallelism=3, compact=True).execute("rolling resumed", restore_from=savepoint)
     rows = read_output(out)
     assert len(rows) == len(set(rows)), "duplicated rows"

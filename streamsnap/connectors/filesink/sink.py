@@ -189,6 +189,7 @@ class FileSinkWriter(SinkWriter):
         self._compacting: list[dict] = []  # committed to subtask 0's compaction, source not yet merged
         self._compact = sink.compact and bool(ctx.extra.get("checkpointing"))
         self._ending = False            # input ended: the final checkpoint rolls everything
+        self._stop_at: int | None = None  # a stop-with-savepoint's checkpoint: it rolls everything
 
     def open(self) -> None:
         filesystem.makedirs(self._sink.path)
@@ -261,7 +262,8 @@ class FileSinkWriter(SinkWriter):
         part = self._part
         if part is not None:
             part.close_segment()
-            if self._ending or self._policy.roll_at_checkpoint(part.stats(), self._now_ms()):
+            if (self._ending or checkpoint_id == self._stop_at
+                    or self._policy.roll_at_checkpoint(part.stats(), self._now_ms())):
                 self._roll()
         new = [p for p in self._pending if p.get("checkpoint_id") is None]
         for pending in new:
@@ -291,6 +293,11 @@ class FileSinkWriter(SinkWriter):
         self._pending = keep
         if self._compact and self._ctx.subtask_index == 0:
             compact_completed(self._sink.path, checkpoint_id, self._sink.format)
+
+    def prepare_stop(self, checkpoint_id: int) -> None:
+        """A stop-with-savepoint rolls every open part (drained or not, unlike Flink without
+        drain): what the job wrote is visible when it stops, and a resumed job starts new parts."""
+        self._stop_at = checkpoint_id
 
     def end_input(self) -> None:
         self._ending = True
