@@ -13,6 +13,9 @@ the end); `--compact` adds compaction of a checkpoint's parts of all subtasks.
 
     python -m benchmarks.filesink_soak [--duration 600] [--policy rolling|on-checkpoint]
                                        [--interval 60] [--compact]
+
+Measured (`--duration 60`, loaded 2-core machine, one run each): rolling (60 s) 4 files,
+46.5 M rows, 573 k rows/s; `--policy on-checkpoint` 114 files, 47.0 M rows, 567 k rows/s.
 """
 
 from __future__ import annotations
