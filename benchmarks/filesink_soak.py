@@ -15,7 +15,8 @@ the end); `--compact` adds compaction of a checkpoint's parts of all subtasks.
                                        [--interval 60] [--compact]
 
 Measured (`--duration 60`, loaded 2-core machine, one run each): rolling (60 s) 4 files,
-46.5 M rows, 573 k rows/s; `--policy on-checkpoint` 114 files, 47.0 M rows, 567 k rows/s.
+46.5 M rows, 573 k rows/s; `--policy on-checkpoint` 114 files, 47.0 M rows, 567 k rows/s;
+`--policy on-checkpoint --compact` 58 files (one per checkpoint), 45.7 M rows, 635 k rows/s.
 """
 
 from __future__ import annotations
