@@ -159,6 +159,10 @@ class SinkWriter(ABC):
     def commit(self, checkpoint_id: int) -> None:
         """Checkpoint `checkpoint_id` completed: make its (and older) committables visible."""
 
+    def prepare_stop(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` is a stop-with-savepoint's, drained or not: its pre-commit
+        should cover everything written, as the job ends after it (e.g. roll open files)."""
+
     def recover(self, committables: list) -> None:
         """After a restore: commit these pre-committed leftovers, discard anything else."""
 
@@ -320,6 +324,9 @@ class SinkOperator(StreamOperator):
 
     def end_input(self) -> None:
         self.writer.end_input()
+
+    def prepare_stop(self, checkpoint_id: int) -> None:
+        self.writer.prepare_stop(checkpoint_id)
 
     def snapshot_state(self, checkpoint_id: int, timestamp: float, location: str):
         self._committables.update(self.writer.prepare_commit(checkpoint_id))

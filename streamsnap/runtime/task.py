@@ -624,6 +624,9 @@ class StreamTask:
         discardable = [channel_snapshot] if channel_snapshot else []
         snapshots = []
         try:
+            if options.checkpoint_type is CheckpointType.TERMINATING_SAVEPOINT:
+                for op in self.operators:
+                    op.prepare_stop(checkpoint_id)
             for op in self.operators:
                 snapshots.append(op.snapshot_state(checkpoint_id, timestamp, options.target_location))
         except UserFunctionError:

@@ -250,6 +250,10 @@ class StreamOperator:
     def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
         """Last chance to emit records that belong before the barrier."""
 
+    def prepare_stop(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` is a stop-with-savepoint's: the job ends after it (called
+        before `snapshot_state`; sinks make visible what must be when the job stops)."""
+
     def snapshot_state(self, checkpoint_id: int, timestamp: float, location: str) -> SnapshotInProgress:
         if self.function is not None and hasattr(self.function, "snapshot_state"):
             self.function.snapshot_state(FunctionSnapshotContext(checkpoint_id, timestamp))

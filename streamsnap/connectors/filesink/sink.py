@@ -1,0 +1,378 @@
+"""FileSink: part files in a directory, exactly-once through two-phase commit, rolled by policy.
+
+Exactly-once, per subtask:
+
+* Rows go into the open part's current *segment*, a hidden file (`.inprogress-...`).
+* At a checkpoint's pre-commit the segment is closed (durable). If the rolling policy says roll,
+  the part's segments become the part file (one segment: itself; several: combined, see
+  `compaction.py`), still hidden, and a *pending* committable {hidden path, final path} goes into
+  the checkpoint. If not, the part stays open: its list of closed segments goes into the
+  checkpoint, and the next rows go into a new segment of the same part.
+* When the checkpoint completes, pending files are renamed into place (commit, idempotent) and
+  the segments a combined file was made of are deleted.
+* After a failover, the restored checkpoint's pending files are committed and its open part is
+  resumed from its closed segments — exactly the rows written before the checkpoint's barrier.
+  Any other hidden file (segments or combined files written after that barrier by the failed
+  attempt) is deleted, so nothing is written twice and nothing not covered is lost.
+
+Readers (Spark, DuckDB, `FileSource`) skip hidden names, so they never see a segment, a combined
+file before its commit, or an in-progress leftover.
+
+Latency vs file count: a row is visible at the first completed checkpoint after its part rolled.
+The default (`RollingPolicy.on_checkpoint()`) makes rows visible at every checkpoint and leaves a
+file per subtask per checkpoint; `RollingPolicy(rollover_interval=...)` leaves one per subtask per
+interval (or per `max_part_size`) and shows rows that much later. Segments are written once and
+(for parts of several checkpoints) copied once at the roll.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import time
+import uuid
+from typing import IO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from streamsnap.checkpoint import filesystem
+from streamsnap.connectors.base import Sink, SinkWriter
+from streamsnap.connectors.filesink.compaction import (MANIFEST_PREFIX, combine, compact, compact_completed,
+                                                      delete_quietly_missing, write_manifest)
+from streamsnap.connectors.filesink.rolling import PartStats, RollingPolicy, check_policy
+from streamsnap.errors import ConfigurationError, StreamsnapError
+from streamsnap.runtime.batches import Batch, num_rows, to_record_batch, to_rows
+from streamsnap.runtime.operators.base import OperatorContext
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("parquet", "jsonl")
+MODES = ("error_if_exists", "append", "overwrite")
+INPROGRESS_PREFIX = ".inprogress-"
+
+
+class FileSink(Sink):
+    """Writes part files into a directory (fsspec URL); exactly-once with checkpoints.
+
+    Finished files are `part-<subtask>-<n>-<id>.<ext>`; files in progress are hidden
+    (`.inprogress-...`), so `spark.read.parquet(path)` only ever sees committed output.
+
+    mode: what to do with output already in the directory when the job starts, as Spark's
+      DataFrameWriter — "error_if_exists" (default, as in Spark: refuse, so two runs never mix
+      silently), "append" (add to it) or "overwrite" (delete the directory's contents first).
+      A job restored from a checkpoint or savepoint that has this sink's state (same uid) is
+      continuing its own output: it is neither refused nor overwritten.
+    rolling: when a part file closes (`ss.sinks.RollingPolicy`). None (default): at every
+      checkpoint, as before — rows visible one checkpoint later, one file per subtask per
+      checkpoint. `RollingPolicy(rollover_interval=60)` and friends keep a part open across
+      checkpoints: one file per subtask per interval, rows visible when their part rolls.
+    compact: merge the parts all subtasks rolled for one checkpoint into one file (one per
+      schema), as Flink's `enableCompact`: p times fewer files, at the price of subtask 0 copying
+      them once when the checkpoint completes (`filesink/compaction.py` says why it is
+      exactly-once). Needs checkpointing; without it, parts are committed as they are.
+    """
+
+    def __init__(self, path: str, format: str = "parquet", *, mode: str = "error_if_exists",
+                 rolling: RollingPolicy | None = None, compact: bool = False):
+        if not isinstance(path, str) or not path:
+            raise ConfigurationError(f"FileSink.path must be a directory path or fsspec URL, got {path!r}")
+        if format not in FORMATS:
+            raise ConfigurationError(
+                f"FileSink.format must be one of {', '.join(repr(f) for f in FORMATS)}, got {format!r}")
+        if mode not in MODES:
+            raise ConfigurationError(
+                f"FileSink.mode must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}")
+        self.path = filesystem.normalize(path)
+        self.format = format
+        self.mode = mode
+        self.rolling = check_policy(rolling)
+        if not isinstance(compact, bool):
+            raise ConfigurationError(f"FileSink.compact must be True or False, got {compact!r}")
+        self.compact = compact
+
+    def check_output(self, sink_name: str, resuming: bool) -> None:
+        """Apply `mode` to existing output; called by execute() before the job runs (api/preflight.py)."""
+        if resuming or self.mode == "append":
+            return
+        fs, root = filesystem.filesystem(self.path)
+        if not fs.exists(root):
+            return
+        if not fs.isdir(root):
+            raise ConfigurationError(f"FileSink '{sink_name}': {filesystem.user_path(self.path)!r} is a file, "
+                                     f"not a directory; choose a directory for the output")
+        fs.invalidate_cache(root)
+        entries = fs.ls(root, detail=False)
+        if self.mode == "overwrite":
+            for entry in entries:
+                fs.rm(entry, recursive=True)
+            if entries:
+                log.info("FileSink '%s': mode='overwrite' deleted %d entries of %s", sink_name, len(entries),
+                         filesystem.user_path(self.path))
+            return
+        existing = sorted(posixpath.basename(e.rstrip("/")) for e in entries
+                          if not posixpath.basename(e.rstrip("/")).startswith((".", "_")))
+        if existing:
+            raise ConfigurationError(
+                f"FileSink '{sink_name}': the output directory {filesystem.user_path(self.path)!r} already holds "
+                f"{len(existing)} file(s) ({', '.join(existing[:3])}{', ...' if len(existing) > 3 else ''}); "
+                f"mode='error_if_exists' (the default, as Spark's) refuses to mix two runs' output. Fix: "
+                f"FileSink(..., mode='append') to add to it, mode='overwrite' to replace it, another path, or "
+                f"execute(restore_from=...) to resume the job that wrote it")
+
+    def create_writer(self, ctx: OperatorContext) -> SinkWriter:
+        return FileSinkWriter(self, ctx)
+
+    def to_dataframe(self, spark):
+        """The committed output as a Spark DataFrame — while the job runs, or after it.
+
+        In-progress files are hidden (`.inprogress-...`) and Spark skips hidden files, so this
+        sees exactly the rows of completed checkpoints (exactly-once), never a half-written file.
+        Parquet is read with `mergeSchema` (a `schema="widen"` stream may have widened it)."""
+        if self.format == "parquet":
+            return spark.read.option("mergeSchema", "true").parquet(self.path)
+        return spark.read.json(self.path)
+
+    def __repr__(self) -> str:
+        return f"FileSink({self.path!r}, format={self.format!r}, mode={self.mode!r}, rolling={self.rolling!r}, compact={self.compact})"
+
+
+class _Part:
+    """The open part: its closed segments (URLs) and the segment being written."""
+
+    def __init__(self, created_ms: int, segments: list[str] | None = None, size: int = 0,
+                 last_write_ms: int | None = None, schema: pa.Schema | None = None):
+        self.created_ms = created_ms
+        self.last_write_ms = created_ms if last_write_ms is None else last_write_ms
+        self.segments = list(segments or [])
+        self.closed_size = size           # bytes of the closed segments
+        self.schema = schema              # Parquet: every segment of a part has one schema
+        self.path: str | None = None      # the open segment
+        self.file: IO[bytes] | None = None
+        self.writer: pq.ParquetWriter | None = None
+
+    def stats(self) -> PartStats:
+        open_size = self.file.tell() if self.file is not None else 0
+        return PartStats(self.closed_size + open_size, self.created_ms, self.last_write_ms)
+
+    def close_segment(self) -> None:
+        """Close the open segment (durable from here on) and add it to the part."""
+        if self.file is None:
+            return
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        self.closed_size += self.file.tell()
+        self.file.close()
+        self.file = None
+        assert self.path is not None          # set with the file
+        self.segments.append(self.path)
+        self.path = None
+
+    def state(self) -> dict:
+        return {"part": list(self.segments), "size": self.closed_size, "created": self.created_ms,
+                "last_write": self.last_write_ms}
+
+
+class FileSinkWriter(SinkWriter):
+    def __init__(self, sink: FileSink, ctx: OperatorContext):
+        self._sink = sink
+        self._ctx = ctx
+        self._policy = sink.rolling
+        # Identifies this writer's files, so recovery can tell them from older attempts'.
+        self._run = ctx.run_id or ctx.job_id[:12]
+        self._token = f"{self._run}-a{ctx.attempt}-s{ctx.subtask_index}"
+        self._counter = 0
+        self._part: _Part | None = None
+        self._pending: list[dict] = []  # rolled, not yet committed
+        self._compacting: list[dict] = []  # committed to subtask 0's compaction, source not yet merged
+        self._compact = sink.compact and bool(ctx.extra.get("checkpointing"))
+        self._ending = False            # input ended: the final checkpoint rolls everything
+        self._stop_at: int | None = None  # a stop-with-savepoint's checkpoint: it rolls everything
+
+    def open(self) -> None:
+        filesystem.makedirs(self._sink.path)
+
+    def _now_ms(self) -> int:
+        clock = self._ctx.clock
+        return int((clock.wall() if clock is not None else time.time()) * 1000)
+
+    def _new_name(self) -> tuple[str, str]:
+        """(hidden URL, final URL) of a new file of this writer."""
+        name = (f"part-{self._ctx.subtask_index}-{self._token}-{self._counter}-{uuid.uuid4().hex[:8]}"
+                f".{self._sink.format}")
+        self._counter += 1
+        return (filesystem.join(self._sink.path, INPROGRESS_PREFIX + name),
+                filesystem.join(self._sink.path, name))
+
+    # ------------------------------------------------------------ writing
+    def write(self, batch: Batch) -> None:
+        if not num_rows(batch):
+            return
+        now = self._now_ms()
+        part = self._part
+        if part is not None and self._policy.roll_before_write(part.stats(), now):
+            self._roll()
+        record_batch = to_record_batch(batch) if self._sink.format == "parquet" else None
+        if (record_batch is not None and self._part is not None and self._part.schema is not None
+                and not self._part.schema.equals(record_batch.schema)):
+            # A widening stream grew (connectors.base checks every batch): a new part starts
+            # with the wider schema, as one Parquet file has one schema.
+            self._roll()
+        part = self._part
+        if part is None:
+            part = self._part = _Part(now)
+        if part.file is None:
+            part.path = self._new_name()[0]
+            part.file = filesystem.open_write(part.path)
+            if record_batch is not None:
+                part.schema = record_batch.schema
+                part.writer = pq.ParquetWriter(part.file, record_batch.schema)
+        if part.writer is not None:
+            assert record_batch is not None
+            part.writer.write_batch(record_batch)
+        else:
+            lines = "".join(json.dumps(row, default=str) + "\n" for row in to_rows(batch))
+            part.file.write(lines.encode())
+        part.last_write_ms = now
+        if self._policy.roll_after_write(part.stats()):
+            self._roll()
+
+    def _roll(self) -> None:
+        """Close the open part into a pending file (hidden), committed at the next checkpoint."""
+        part, self._part = self._part, None
+        if part is None:
+            return
+        part.close_segment()
+        self._pending.append(dict(self._part_file(part.segments), checkpoint_id=None))
+
+    def _part_file(self, segments: list[str]) -> dict:
+        """The committable of a part made of `segments`: the one segment itself, or a combined file."""
+        if len(segments) == 1:
+            (segment,) = segments
+            name = posixpath.basename(segment)
+            return {"inprogress": segment, "final": filesystem.join(self._sink.path, name[len(INPROGRESS_PREFIX):])}
+        hidden, final = self._new_name()
+        combine(segments, hidden, self._sink.format)
+        return {"inprogress": hidden, "final": final, "segments": list(segments)}
+
+    # ------------------------------------------------------------ two-phase commit
+    def prepare_commit(self, checkpoint_id: int) -> list:
+        part = self._part
+        if part is not None:
+            part.close_segment()
+            if (self._ending or checkpoint_id == self._stop_at
+                    or self._policy.roll_at_checkpoint(part.stats(), self._now_ms())):
+                self._roll()
+        new = [p for p in self._pending if p.get("checkpoint_id") is None]
+        for pending in new:
+            pending["checkpoint_id"] = checkpoint_id
+            if self._compact:
+                pending["target"] = f"part-compacted-{checkpoint_id:06d}-{self._run}"
+        if self._compact and new:
+            write_manifest(self._sink.path, checkpoint_id, self._token, new)
+        # A compacted file stays in the state until subtask 0 merged it (its source is gone).
+        self._compacting = [c for c in self._compacting if filesystem.exists(c["inprogress"])]
+        state = [dict(p) for p in self._pending + self._compacting]
+        if self._part is not None and self._part.segments:
+            state.append(self._part.state())
+        return state
+
+    def commit(self, checkpoint_id: int) -> None:
+        keep = []
+        for pending in self._pending:
+            cid = pending.get("checkpoint_id")
+            if cid is not None and cid <= checkpoint_id:
+                if "target" in pending:
+                    self._compacting.append(pending)
+                else:
+                    _commit_file(pending)
+            else:
+                keep.append(pending)
+        self._pending = keep
+        if self._compact and self._ctx.subtask_index == 0:
+            compact_completed(self._sink.path, checkpoint_id, self._sink.format)
+
+    def prepare_stop(self, checkpoint_id: int) -> None:
+        """A stop-with-savepoint rolls every open part (drained or not, unlike Flink without
+        drain): what the job wrote is visible when it stops, and a resumed job starts new parts."""
+        self._stop_at = checkpoint_id
+
+    def end_input(self) -> None:
+        self._ending = True
+        if self._ctx.extra.get("checkpointing"):
+            return  # the final checkpoint pre-commits and commits what is left
+        self._roll()
+        for pending in self._pending:
+            _commit_file(pending)
+        self._pending = []
+
+    def recover(self, committables: list) -> None:
+        """Commit the restored checkpoint's pending files, resume its open parts, and delete
+        every other hidden file of earlier attempts."""
+        pending = [c for c in committables if "part" not in c and "target" not in c]
+        compacted = [c for c in committables if "target" in c]
+        parts = [c for c in committables if "part" in c]
+        for committable in pending[self._ctx.subtask_index::self._ctx.parallelism]:
+            _commit_file(committable)
+        if self._ctx.subtask_index == 0:
+            by_target: dict[str, list[dict]] = {}
+            for committable in compacted:
+                by_target.setdefault(committable["target"], []).append(committable)
+            for target in sorted(by_target):
+                compact(self._sink.path, by_target[target], self._sink.format)
+        keep = {posixpath.basename(url) for c in pending + compacted
+                for url in [c["inprogress"], *c.get("segments", [])]}
+        keep |= {posixpath.basename(url) for c in parts for url in c["part"]}
+        mine = parts[self._ctx.subtask_index::self._ctx.parallelism]
+        for state in mine:
+            missing = [url for url in state["part"] if not filesystem.exists(url)]
+            if missing:
+                raise StreamsnapError(
+                    f"FileSink {filesystem.user_path(self._sink.path)!r}: the restored checkpoint's open part "
+                    f"lost {len(missing)} segment(s) ({posixpath.basename(missing[0])}): restoring a checkpoint "
+                    f"or savepoint older than the output's latest commit (its parts were rolled and committed "
+                    f"since) cannot continue that output exactly; restore the latest one, or write to a new "
+                    f"directory")
+        if mine:
+            # Resume one part (with the same parallelism: this subtask's own); more than one after a
+            # scale-in: the others roll now and are committed at the next checkpoint.
+            first = mine[0]
+            for extra in mine[1:]:
+                self._pending.append(dict(self._part_file(list(extra["part"])), checkpoint_id=None))
+            self._part = _Part(int(first["created"]), list(first["part"]), int(first["size"]),
+                               int(first["last_write"]), schema=self._segment_schema(first["part"][0]))
+        if self._ctx.subtask_index == 0:
+            current = f"-{self._run}-a{self._ctx.attempt}-"
+            fs, root = filesystem.filesystem(self._sink.path)
+            for path in fs.ls(root, detail=False):
+                name = posixpath.basename(path)
+                if name.startswith((INPROGRESS_PREFIX, MANIFEST_PREFIX)) and name not in keep and current not in name:
+                    log.info("file sink: deleting uncommitted %s of an earlier attempt", name)
+                    fs.rm(path)
+
+    def _segment_schema(self, url: str) -> pa.Schema | None:
+        if self._sink.format != "parquet":
+            return None
+        with filesystem.open_read(url) as f:
+            return pq.read_schema(f)
+
+    def close(self) -> None:
+        if self._part is not None:
+            self._part.close_segment()  # stays hidden; recovery resumes or deletes it
+
+
+def _commit_file(committable: dict) -> None:
+    """Rename a pending file into place and drop the segments it was combined from; idempotent
+    (a second commit, after a restore, finds it done)."""
+    source, target = committable["inprogress"], committable["final"]
+    fs, source_path = filesystem.filesystem(source)
+    target_path = filesystem.filesystem(target)[1]
+    if fs.exists(source_path):
+        fs.mv(source_path, target_path)
+    elif not fs.exists(target_path):
+        raise FileNotFoundError(
+            f"file sink cannot commit {target}: neither it nor its in-progress file {source} exists "
+            f"(was the output directory modified outside the job?)")
+    delete_quietly_missing(committable.get("segments", []))
