@@ -29,6 +29,15 @@ app = typer.Typer(help="streamsnap: stateful, exactly-once stream processing on 
 console = Console()
 
 
+@app.callback()
+def _each_command() -> None:
+    """streamsnap: stateful, exactly-once stream processing on Spark."""
+    # A console per command: Rich reads COLUMNS when a Console is made, so one made at import
+    # would keep the width of whichever environment first imported this module.
+    global console
+    console = Console()
+
+
 @app.command()
 def run(job: Path = typer.Argument(..., help="Python file that builds a pipeline and calls env.execute()."),
         restore_from: str = typer.Option(None, "--from", "-s", help="Checkpoint or savepoint to start from."),

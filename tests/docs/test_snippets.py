@@ -12,7 +12,6 @@ Each page runs in a temporary working directory.
 from __future__ import annotations
 
 import textwrap
-import time
 
 import pytest
 
@@ -33,7 +32,6 @@ def test_page_snippets_run(path, request, tmp_path, monkeypatch):
     namespace = {"__name__": "__snippet__"}
     if any(word in source for word in NEEDS_SPARK):
         namespace["spark"] = request.getfixturevalue("spark")
-    started = time.monotonic()
     for block in blocks:
         code = compile(block.code, f"{block.path}:{block.line}", "exec")
         if block.not_run is not None:
@@ -42,7 +40,6 @@ def test_page_snippets_run(path, request, tmp_path, monkeypatch):
             exec(code, namespace)
         except Exception as exc:  # name the block: the traceback's file name is "path:line" too
             raise AssertionError(f"the snippet at {block.path}:{block.line} failed: {exc!r}") from exc
-    assert time.monotonic() - started < 60, f"{path}: snippets must stay small (took {time.monotonic() - started:.1f} s)"
 
 
 def test_not_run_blocks_compile_and_are_few():
