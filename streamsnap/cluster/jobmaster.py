@@ -214,6 +214,9 @@ class JobMaster:
                 if component is not None:
                     self._sinks[node.uid] = component
                     self._sink_names[node.uid] = node.name
+                    if callable(getattr(component, "attach", None)):   # a global committer (lakehouse sinks)
+                        component.attach(job_id=self.job_id, run_id=self.run_id, uid=node.uid,
+                                         fail=self._fail_from_sink, hooks=settings.test_hooks)
         self.coordinator = None
         self._checkpoint_io = None
         self._server = ControlServer(control_host(spark) if control_bind is None else control_bind, self._secret, lambda conn: None,
@@ -735,6 +738,11 @@ class JobMaster:
             self._after_attempt_stopped()
         else:
             self._timers.call_later(SPARK_CANCEL_GRACE, lambda a=self._attempt: self._spark_job_overdue(a))
+
+    def _fail_from_sink(self, cause: str) -> None:
+        """A driver-side sink component could not do its part (a global committer's commit):
+        fail over, so the restore commits again what the latest checkpoint pre-committed."""
+        self._post(lambda: self._handle_failure(cause, "SINK_COMMIT_FAILED", self._attempt))
 
     def _upgrades_cause(self, reason: str, attempt: int) -> bool:
         """Whether a failure report is the root cause of the attempt already failing (above)."""

@@ -1,0 +1,154 @@
+"""The global committer's decisions, message by message (connectors/lakehouse/committer.py):
+which files a completed checkpoint commits, what a repeated commit adds (nothing), what a
+failover drops, and what a restore hands back."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from streamsnap.connectors.lakehouse.committer import (Commit, CommitPlan, GlobalCommitter, TableCommitter,
+                                                       application_id)
+
+APP = application_id("job", "delta", "run1")
+OLD = application_id("job", "delta", "run0")
+
+
+def f(path: str, checkpoint_id: int, app: str = APP) -> dict:
+    return {"path": path, "checkpoint_id": checkpoint_id, "app_id": app, "size": 1}
+
+
+def test_a_completed_checkpoint_commits_its_files_and_older_ones_with_its_id_as_the_transaction():
+    plan = CommitPlan(APP)
+    plan.precommitted([f("a", 1), f("b", 2)])
+    plan.precommitted([f("c", 3)])               # checkpoint 3's barrier passed, it has not completed
+    commit = plan.plan(2, {APP: None})
+    assert [x["path"] for x in commit.files] == ["a", "b"] and commit.transactions == {APP: 2}
+    plan.committed(commit)
+    assert [x["path"] for x in plan.uncommitted()] == ["c"]
+
+
+def test_files_the_table_already_has_by_their_apps_transaction_are_not_committed_again():
+    plan = CommitPlan(APP)
+    plan.precommitted([f("a", 4), f("b", 5), f("old", 3, OLD), f("old2", 4, OLD)])
+    commit = plan.plan(5, {APP: 4, OLD: 3})      # a commit of 4 had run before the failover
+    assert [x["path"] for x in commit.files] == ["b", "old2"]
+    assert commit.transactions == {APP: 5, OLD: 5}
+    plan.committed(commit)
+    assert plan.plan(5, {APP: 5, OLD: 5}) is None and plan.uncommitted() == []
+
+
+def test_a_repeated_commit_of_the_same_checkpoint_adds_nothing():
+    plan = CommitPlan(APP)
+    plan.precommitted([f("a", 7)])
+    assert plan.plan(7, {APP: 7}) is None
+    assert plan.uncommitted() == []
+
+
+def test_an_aborted_checkpoints_files_are_committed_by_the_next_completed_one():
+    plan = CommitPlan(APP)
+    plan.precommitted([f("a", 1)])               # checkpoint 1 aborted
+    plan.precommitted([f("b", 2)])
+    assert [x["path"] for x in plan.plan(2, {}).files] == ["a", "b"]
+
+
+def test_a_failover_drops_uncompleted_checkpoints_files_but_keeps_a_completed_one_whose_commit_failed():
+    plan = CommitPlan(APP)
+    plan.precommitted([f("a", 1), f("b", 2)])
+    assert plan.plan(1, {}) is not None          # its commit then failed: not marked committed
+    assert [x["path"] for x in plan.failover()] == ["b"]
+    assert [x["path"] for x in plan.uncommitted()] == ["a"]
+
+
+def test_duplicates_of_a_file_from_a_restore_union_state_count_once():
+    plan = CommitPlan(APP)
+    plan.precommitted([f("a", 1), f("a", 1), f("b", 1)])
+    assert len(plan.plan(1, {}).files) == 2
+
+
+def test_without_checkpointing_the_commit_carries_no_transaction():
+    plan = CommitPlan(APP)
+    plan.precommitted([f("a", 0)])
+    commit = plan.plan(2 ** 62, {}, transactional=False)
+    assert commit.transactions == {} and len(commit.files) == 1
+
+
+class _Table(TableCommitter):
+    """An in-memory table: its log of commits and the apps' transactions."""
+
+    def __init__(self, fail: bool = False):
+        self.commits: list[Commit] = []
+        self.versions: dict[str, int] = {}
+        self.fail = fail
+        self.cleaned: list[tuple] = []
+
+    def committed_versions(self, apps):
+        return {a: self.versions.get(a) for a in apps}
+
+    def commit(self, commit):
+        if self.fail:
+            raise OSError("the object store is down")
+        self.commits.append(commit)
+        self.versions.update(commit.transactions)
+
+    def cleanup(self, keep, current_token):
+        self.cleaned.append((frozenset(keep), current_token))
+        return []
+
+
+def _committer(table: _Table, failures: list) -> GlobalCommitter:
+    committer = GlobalCommitter("Delta(t)", lambda uid: table)
+    committer.attach(job_id="job", run_id="run1", uid="delta", fail=failures.append)
+    return committer
+
+
+def _complete(committer, checkpoint_id):
+    committer.notify_checkpoint_complete(SimpleNamespace(checkpoint_id=checkpoint_id))
+
+
+def test_the_driver_component_commits_once_per_completed_checkpoint_with_every_subtasks_files():
+    table, failures = _Table(), []
+    committer = _committer(table, failures)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 1, "files": [f("s0-1", 1)]})
+    committer.on_message(1, {"op": "precommit", "checkpoint_id": 1, "files": [f("s1-1", 1)]})
+    _complete(committer, 1)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 2, "files": []})
+    _complete(committer, 2)                      # nothing new: no empty commit
+    assert [(c.checkpoint_id, len(c.files)) for c in table.commits] == [(1, 2)]
+    assert table.versions == {APP: 1} and failures == []
+
+
+def test_a_restore_commits_what_the_restored_checkpoint_pre_committed_once_and_cleans_up():
+    table, failures = _Table(), []
+    first = _committer(table, failures)
+    first.on_message(0, {"op": "precommit", "checkpoint_id": 3, "files": [f("a", 3)]})
+    _complete(first, 3)
+    first.on_message(0, {"op": "precommit", "checkpoint_id": 4, "files": [f("b", 4)]})
+    # Checkpoint 4 completes and the JobMaster is SIGKILLed before its commit; the next one
+    # (empty memory) restores 4, whose sink state still lists a (its notification raced) and b.
+    second = _committer(table, failures)
+    second.on_message(0, {"op": "recover", "checkpoint_id": 4, "files": [f("a", 3), f("b", 4)], "token": "-run1-a1-"})
+    assert [[x["path"] for x in c.files] for c in table.commits] == [["a"], ["b"]]
+    assert table.versions == {APP: 4} and table.cleaned == [(frozenset(), "-run1-a1-")]
+    # A second restore of the same checkpoint (another failure at once) commits nothing again.
+    second.on_message(0, {"op": "recover", "checkpoint_id": 4, "files": [f("a", 3), f("b", 4)], "token": "-run1-a2-"})
+    assert len(table.commits) == 2
+
+
+def test_a_failed_commit_fails_the_job_over_and_keeps_the_files_for_the_next_commit():
+    table, failures = _Table(fail=True), []
+    committer = _committer(table, failures)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 1, "files": [f("a", 1)]})
+    _complete(committer, 1)
+    assert len(failures) == 1 and "commit of checkpoint 1 failed" in failures[0] and "object store" in failures[0]
+    table.fail = False
+    committer.on_failover()
+    committer.on_message(0, {"op": "recover", "checkpoint_id": 1, "files": [f("a", 1)], "token": "-run1-a1-"})
+    assert [[x["path"] for x in c.files] for c in table.commits] == [["a"]]
+
+
+def test_an_unknown_message_is_refused_by_name():
+    committer = _committer(_Table(), [])
+    with pytest.raises(ValueError, match="unknown committer message 'data'"):
+        committer.on_message(0, {"op": "data"})
