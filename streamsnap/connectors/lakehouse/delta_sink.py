@@ -121,6 +121,7 @@ class Delta(Sink):
 
     @property
     def table_uri(self) -> str:
+        """The table's location as delta-rs takes it: a plain path for local tables, else the URL."""
         return filesystem.user_path(self.path)
 
     def _where(self) -> str:
