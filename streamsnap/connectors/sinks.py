@@ -397,10 +397,10 @@ def _commit_file(committable: dict) -> None:
 
 
 # `ss.sinks`: what a job writes to. Custom sinks subclass streamsnap.connectors.base.Sink.
-__all__ = ["Collect", "Print", "FileSink", "Discard", "Kafka", "Delta"]
+__all__ = ["Collect", "Print", "FileSink", "Discard", "Kafka", "Delta", "Iceberg"]
 
 from streamsnap.connectors.kafka import KafkaSink as Kafka  # noqa: E402  (ss.sinks.Kafka)
-from streamsnap.connectors.lakehouse import Delta  # noqa: E402  (ss.sinks.Delta; deltalake imported on use)
+from streamsnap.connectors.lakehouse import Delta, Iceberg  # noqa: E402  (table libraries imported on use)
 
 
 def __dir__() -> list[str]:

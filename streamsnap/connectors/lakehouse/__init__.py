@@ -9,5 +9,6 @@ they are imported when a sink is created, so `ss.sinks` loads without them.
 from __future__ import annotations
 
 from streamsnap.connectors.lakehouse.delta_sink import Delta
+from streamsnap.connectors.lakehouse.iceberg_sink import Iceberg
 
-__all__ = ["Delta"]
+__all__ = ["Delta", "Iceberg"]

@@ -104,13 +104,16 @@ class DataFileWriter:
 
     convert: the table format's view of a batch (types it stores), applied before anything else;
     it must give every batch of one stream schema the same output schema.
+    partition_columns_in_files: Iceberg keeps partition source columns in the data files; Delta
+    does not (their values are in the log's partitionValues and the path).
     """
 
     def __init__(self, root: str, partition_by: list[str], name_prefix: str,
                  convert: Callable[[pa.RecordBatch], pa.RecordBatch],
-                 target_file_size: int = TARGET_FILE_SIZE):
+                 target_file_size: int = TARGET_FILE_SIZE, partition_columns_in_files: bool = False):
         self._root = root
         self._partition_by = list(partition_by)
+        self._keep_partition_columns = partition_columns_in_files
         self._prefix = name_prefix
         self._convert = convert
         self._target = target_file_size
@@ -141,7 +144,8 @@ class DataFileWriter:
         groups: dict[tuple, list[int]] = {}
         for index, key in enumerate(keys):
             groups.setdefault(key, []).append(index)
-        data = batch.select([n for n in batch.schema.names if n not in self._partition_by])
+        data = batch if self._keep_partition_columns else batch.select(
+            [n for n in batch.schema.names if n not in self._partition_by])
         for key, indices in groups.items():
             yield key, data if len(groups) == 1 else data.take(pa.array(indices, pa.int32()))
 
@@ -204,3 +208,25 @@ class ColumnStats:
 
 def _plain(value: Any) -> Any:
     return str(value) if isinstance(value, datetime.date) else value
+
+
+def widest_schema(files) -> pa.Schema:
+    """The table schema of a commit's file descriptions: the union of theirs (a widening stream grows)."""
+    decoded = [pa.ipc.read_schema(pa.py_buffer(s)) for s in {f["schema"] for f in files}]
+    return pa.unify_schemas(decoded) if len(decoded) > 1 else decoded[0]
+
+
+def delete_unreferenced(root: str, prefix: str, referenced: set[str], current_token: str) -> list[str]:
+    """Delete the data files under `root` named `prefix...` (one sink's) that no commit references
+    (`referenced`: file names) and the current attempt did not write (`current_token` in their
+    name): files of checkpoints that never completed. Returns their paths."""
+    fs, path = filesystem.filesystem(root)
+    if not fs.exists(path):
+        return []
+    deleted = []
+    for found in fs.find(path):
+        name = posixpath.basename(found)
+        if name.startswith(prefix) and current_token not in name and name not in referenced:
+            fs.rm(found)
+            deleted.append(found)
+    return deleted

@@ -26,58 +26,15 @@ import time
 import pyarrow as pa
 
 from streamsnap.checkpoint import filesystem
-from streamsnap.connectors.base import Sink, SinkWriter
+from streamsnap.connectors.base import SinkWriter
 from streamsnap.connectors.lakehouse.committer import Commit, GlobalCommitter, TableCommitter
-from streamsnap.connectors.lakehouse.data_files import TARGET_FILE_SIZE, file_prefix
+from streamsnap.connectors.lakehouse.data_files import TARGET_FILE_SIZE, delete_unreferenced, file_prefix, widest_schema
+from streamsnap.connectors.lakehouse.table_sink import TableSink, schema_problem, to_table_types
 from streamsnap.connectors.lakehouse.writer import LakeWriter
 from streamsnap.errors import ConfigurationError
 from streamsnap.runtime.operators.base import OperatorContext
 
 log = logging.getLogger(__name__)
-
-SCHEMA_MODES = ("error", "merge")
-_PARTITION_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_date,
-                    pa.types.is_boolean, pa.types.is_timestamp, pa.types.is_decimal)
-
-
-# ===================================================================== types
-def delta_type(name: str, t: pa.DataType) -> pa.DataType:
-    """The Arrow type a stream column of type `t` is stored with in a Delta table."""
-    if pa.types.is_timestamp(t):
-        return pa.timestamp("us", "UTC") if t.tz is not None else pa.timestamp("us")
-    if pa.types.is_dictionary(t):
-        return delta_type(name, t.value_type)
-    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return pa.string()
-    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t) or pa.types.is_fixed_size_binary(t):
-        return pa.binary()
-    if pa.types.is_unsigned_integer(t):
-        if t.bit_width == 64:
-            raise ConfigurationError(f"column {name!r} is uint64, which no Delta integer type holds; "
-                                     f"cast it to int64 (or decimal(20, 0)) before the sink")
-        return {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}[t.bit_width]
-    if pa.types.is_float16(t):
-        return pa.float32()
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, delta_type(f"{name}.{f.name}", f.type), f.nullable) for f in t])
-    if pa.types.is_map(t):
-        return pa.map_(delta_type(f"{name}.key", t.key_type), delta_type(f"{name}.value", t.item_type))
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_list_view(t):
-        return pa.list_(delta_type(f"{name}.element", t.value_type))
-    if pa.types.is_time(t) or pa.types.is_duration(t) or pa.types.is_interval(t) or pa.types.is_null(t):
-        raise ConfigurationError(f"column {name!r} has type {t}, which Delta Lake has no type for; "
-                                 f"convert it (e.g. to int64 or string) before the sink")
-    return t
-
-
-def delta_schema(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([pa.field(f.name, delta_type(f.name, f.type), f.nullable) for f in schema])
-
-
-def _to_delta(batch: pa.RecordBatch) -> pa.RecordBatch:
-    target = delta_schema(batch.schema)
-    return batch if target.equals(batch.schema) else batch.cast(target)
-
 
 def _delta_fields(schema) -> dict[str, str]:
     """name -> Delta type (JSON) of a pa.Schema or a deltalake Schema."""
@@ -89,7 +46,7 @@ def _delta_fields(schema) -> dict[str, str]:
 
 
 # ===================================================================== the sink
-class Delta(Sink):
+class Delta(TableSink):
     """Writes the stream into a Delta Lake table at `path` (local path or object-store URL),
     exactly-once with checkpoints: one Delta commit per completed checkpoint.
 
@@ -106,18 +63,9 @@ class Delta(Sink):
         _require_deltalake()
         if not isinstance(path, str) or not path:
             raise ConfigurationError(f"Delta.path must be a table path or URL, got {path!r}")
-        if schema_mode not in SCHEMA_MODES:
-            raise ConfigurationError(f"Delta.schema_mode must be one of {', '.join(map(repr, SCHEMA_MODES))}, "
-                                     f"got {schema_mode!r}")
-        if not isinstance(target_file_size, int) or target_file_size < 1024:
-            raise ConfigurationError(f"Delta.target_file_size must be an int of bytes >= 1024, got {target_file_size!r}")
+        super().__init__(partition_by, schema_mode, target_file_size)
         self.path = filesystem.normalize(path)
-        self.partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by or [])
         self.storage_options = dict(storage_options or {})
-        self.schema_mode = schema_mode
-        self.target_file_size = target_file_size
-        self._user_partitioning = partition_by is not None
-        self._schema: pa.Schema | None = None
 
     @property
     def table_uri(self) -> str:
@@ -128,22 +76,6 @@ class Delta(Sink):
         return f"Delta sink at {self.table_uri!r}"
 
     # --------------------------------------------------------------- checks before the job runs
-    def validate(self, schema: pa.Schema | None) -> None:
-        if schema is not None:
-            self._schema = delta_schema(schema)
-            for name in self.partition_by:
-                if name not in schema.names:
-                    raise ConfigurationError(f"{self._where()}: partition column {name!r} is not in the stream "
-                                             f"(columns: {', '.join(schema.names)})")
-                if not any(check(schema.field(name).type) for check in _PARTITION_TYPES):
-                    raise ConfigurationError(f"{self._where()}: partition column {name!r} has type "
-                                             f"{schema.field(name).type}; partition by a primitive column")
-        self._check_table()
-
-    def check_output(self, sink_name: str, resuming: bool) -> None:
-        """At `execute()`, before any Spark job: the table may have changed since `sink_to`."""
-        self._check_table()
-
     def _check_table(self) -> None:
         from deltalake import DeltaTable
 
@@ -161,11 +93,7 @@ class Delta(Sink):
                                          f"(deltalake.convert_to_deltalake for Parquet)")
             return
         table = DeltaTable(self.table_uri, storage_options=self.storage_options)
-        table_partitions = list(table.metadata().partition_columns)
-        if self._user_partitioning and self.partition_by != table_partitions:
-            raise ConfigurationError(f"{self._where()}: partition_by={self.partition_by} but the table is partitioned "
-                                     f"by {table_partitions}; pass partition_by={table_partitions} (or None)")
-        self.partition_by = table_partitions
+        self._adopt_partitioning(list(table.metadata().partition_columns))
         if self._schema is not None:
             problem = schema_problem(_delta_fields(self._schema), _delta_fields(table.schema()), self.schema_mode)
             if problem:
@@ -173,23 +101,10 @@ class Delta(Sink):
 
     # --------------------------------------------------------------- runtime parts
     def create_writer(self, ctx: OperatorContext) -> SinkWriter:
-        return LakeWriter(ctx, self.path, self.partition_by, _to_delta, self.target_file_size)
+        return LakeWriter(ctx, self.path, self.partition_by, to_table_types, self.target_file_size)
 
     def create_driver_component(self) -> GlobalCommitter:
         return GlobalCommitter(f"Delta({self.table_uri})", lambda uid: DeltaCommitter(self, uid))
-
-
-def schema_problem(stream: dict[str, str], table: dict[str, str], mode: str) -> str | None:
-    """What stops the stream's columns from going into the table (name -> type), or None."""
-    for name, kind in stream.items():
-        if name not in table:
-            if mode == "error":
-                return (f"the stream has column {name!r}, which the table does not; schema_mode='merge' adds it to "
-                        f"the table, or drop it from the stream")
-        elif table[name] != kind:
-            return (f"column {name!r} is {kind} in the stream but {table[name]} in the table; cast it in the stream "
-                    f"to the table's type")
-    return None
 
 
 def _other_format(fs, root: str) -> str | None:
@@ -235,7 +150,7 @@ class DeltaCommitter(TableCommitter):
         from deltalake.transaction import AddAction, CommitProperties, Transaction, create_table_with_add_actions
 
         sink = self._sink
-        schema = _widest(commit.files)
+        schema = widest_schema(commit.files)
         now = int(time.time() * 1000)
         actions = [AddAction(f["path"], f["size"], dict(zip(sink.partition_by, f["partition"])), now, True,
                              _delta_stats(f["stats"])) for f in commit.files]
@@ -267,26 +182,9 @@ class DeltaCommitter(TableCommitter):
             table.alter.add_columns([Field(f.name, f.type, nullable=True) for f in new])
 
     def cleanup(self, keep: set[str], current_token: str) -> list[str]:
-        fs, root = filesystem.filesystem(self._sink.path)
-        if not fs.exists(root):
-            return []
         table = self._table()
-        referenced = {posixpath.basename(p) for p in (table.file_uris() if table is not None else [])}
-        referenced |= {posixpath.basename(p) for p in keep}
-        deleted = []
-        for path in fs.find(root):
-            name = posixpath.basename(path)
-            if name.startswith(self._prefix) and current_token not in name and name not in referenced:
-                fs.rm(path)
-                deleted.append(path)
-        return deleted
-
-
-def _widest(files) -> pa.Schema:
-    """The schema of a commit's files: the union of theirs (a widening stream grows)."""
-    schemas = {f["schema"] for f in files}
-    decoded = [pa.ipc.read_schema(pa.py_buffer(s)) for s in schemas]
-    return pa.unify_schemas(decoded) if len(decoded) > 1 else decoded[0]
+        referenced = {posixpath.basename(p) for p in [*(table.file_uris() if table is not None else []), *keep]}
+        return delete_unreferenced(self._sink.path, self._prefix, referenced, current_token)
 
 
 def _delta_stats(stats: dict) -> str:

@@ -20,12 +20,13 @@ class LakeWriter(SinkWriter):
     Its operator state holds every file not yet known committed (committed = a completed
     checkpoint's notification reached it): what a restore hands back to the committer."""
 
-    def __init__(self, ctx: OperatorContext, root: str, partition_by: list[str], convert, target_file_size: int):
+    def __init__(self, ctx: OperatorContext, root: str, partition_by: list[str], convert, target_file_size: int,
+                 partition_columns_in_files: bool = False):
         self._ctx = ctx
         self._token = f"-{ctx.run_id or ctx.job_id[:12]}-a{ctx.attempt}-"
         self._app_id = application_id(ctx.job_id, ctx.uid, ctx.run_id)
         self._files = DataFileWriter(root, partition_by, f"{file_prefix(ctx.uid)[:-1]}{self._token}s{ctx.subtask_index}-",
-                                     convert, target_file_size)
+                                     convert, target_file_size, partition_columns_in_files)
         self._pending: list[dict] = []
 
     def _send(self, op: str, **fields) -> None:

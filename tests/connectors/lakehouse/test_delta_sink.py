@@ -106,7 +106,7 @@ def test_chaos_into_delta_leaves_exactly_the_failure_free_rows_and_commits_only_
 
 def test_a_sigkilled_job_master_between_a_checkpoints_completion_and_its_commit_loses_and_repeats_nothing(
         spark, tmp_path, monkeypatch):
-    n, table, markers = 12_000, tmp_path / "table", tmp_path / "markers"
+    n, table, markers = 8_000, tmp_path / "table", tmp_path / "markers"
     markers.mkdir()
     pause_at = 3
     monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({"table_commit_dir": str(markers),
@@ -137,7 +137,7 @@ def test_a_sigkilled_job_master_between_a_checkpoints_completion_and_its_commit_
 
 
 def test_stop_with_savepoint_then_resume_at_another_parallelism_continues_the_same_table(spark, tmp_path):
-    n, table = 8_000, tmp_path / "table"
+    n, table = 6_000, tmp_path / "table"
 
     def job(parallelism):
         env = ss.StreamEnvironment(parallelism=parallelism, spark=spark,
