@@ -121,3 +121,29 @@ def test_a_new_table_is_created_partitioned_with_faithful_types(spark, tmp_path)
     assert {f.name: str(f.field_type) for f in table.schema().fields}["at"] == "timestamptz"
     back = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["at"])
     assert [r["at"] for r in back] == [r["at"] for r in rows] and [r["price"] for r in back] == [r["price"] for r in rows]
+
+
+def test_stop_with_savepoint_then_resume_at_another_parallelism_continues_the_same_iceberg_table(spark, tmp_path):
+    n, catalog = 6_000, _catalog(tmp_path)
+    table = _create(catalog)
+
+    def job(parallelism):
+        env = ss.StreamEnvironment(parallelism=parallelism, spark=spark,
+                                   checkpointing=ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt")))
+        (env.from_source(ss.sources.Generator(event, count=n, rate=2_000), name="events", uid="events")
+            .key_by("key").process(RunningSum(), name="sum", uid="sum")
+            .sink_to(ss.sinks.Iceberg("db.sums", catalog=catalog), name="iceberg", uid="iceberg"))
+        return env
+
+    client = job(2).execute_async("iceberg rescale")
+    wait_status(client, "RUNNING")
+    support.wait_completed(client, 2)
+    savepoint = client.stop_with_savepoint(str(tmp_path / "savepoints"))
+    client.wait(60)
+    assert 0 < table.refresh().scan().to_arrow().num_rows < n
+    job(3).execute("iceberg rescale", restore_from=savepoint)
+    arrow = table.refresh().scan().to_arrow()
+    rows = list(zip(*(arrow.column(c).to_pylist() for c in ("key", "total", "i"))))
+    assert len(rows) == len(set(rows)) and set(rows) == expected_rows(n)
+    apps = {key for s in table.snapshots() for key in s.summary.additional_properties if key.startswith(SUMMARY_PREFIX)}
+    assert len(apps) == 2   # one app id per run (the savepoint's files were committed once, by the first)
