@@ -36,6 +36,7 @@ from streamsnap.runtime.operators.base import OperatorContext
 
 log = logging.getLogger(__name__)
 
+
 def _delta_fields(schema) -> dict[str, str]:
     """name -> Delta type (JSON) of a pa.Schema or a deltalake Schema."""
     from deltalake import Schema
