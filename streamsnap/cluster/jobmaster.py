@@ -739,10 +739,13 @@ class JobMaster:
         else:
             self._timers.call_later(SPARK_CANCEL_GRACE, lambda a=self._attempt: self._spark_job_overdue(a))
 
-    def _fail_from_sink(self, cause: str) -> None:
+    def _fail_from_sink(self, cause: str, recurs: bool = False) -> None:
         """A driver-side sink component could not do its part (a global committer's commit):
-        fail over, so the restore commits again what the latest checkpoint pre-committed."""
-        self._post(lambda: self._handle_failure(cause, "SINK_COMMIT_FAILED", self._attempt))
+        fail over, so the restore commits again what the latest checkpoint pre-committed — or,
+        when the same rows would fail the same way again (`recurs`: the stream's schema does not
+        fit the table), fail the job at once, as a data error does."""
+        self._post(lambda: self._handle_failure(cause, "DATA_ERROR" if recurs else "SINK_COMMIT_FAILED",
+                                                self._attempt))
 
     def _upgrades_cause(self, reason: str, attempt: int) -> bool:
         """Whether a failure report is the root cause of the attempt already failing (above)."""

@@ -42,6 +42,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from streamsnap.errors import ConfigurationError
+
 log = logging.getLogger(__name__)
 
 NO_CHECKPOINT = 0   # the checkpoint id of files written by a job without checkpointing
@@ -148,13 +150,14 @@ class GlobalCommitter:
         self._table: TableCommitter | None = None
         self._uid = ""
         self._plan: CommitPlan | None = None
-        self._fail: Callable[[str], None] | None = None
+        self._fail: Callable[..., None] | None = None
         self._hooks: dict = {}
 
     # --------------------------------------------------------------- wiring (jobmaster.py)
-    def attach(self, *, job_id: str, run_id: str, uid: str, fail: Callable[[str], None],
+    def attach(self, *, job_id: str, run_id: str, uid: str, fail: Callable[..., None],
                hooks: dict | None = None) -> None:
-        """Called by the JobMaster that hosts the component: who we are, and how to fail over."""
+        """Called by the JobMaster that hosts the component: who we are, and how to fail over
+        (`fail(cause, recurs=...)`; recurs: a restart would fail the same way)."""
         self._plan = CommitPlan(application_id(job_id, uid, run_id))
         self._uid = uid
         self._fail = fail
@@ -220,6 +223,11 @@ class GlobalCommitter:
             self._test_pause(checkpoint_id)
             started = time.monotonic()
             self.table.commit(commit)
+        except ConfigurationError as exc:   # the stream does not fit the table: every replay the same
+            log.error("sink %s: the commit of checkpoint %d is refused: %s", self.name, checkpoint_id, exc)
+            if self._fail is not None:
+                self._fail(f"sink {self.name}: the commit of checkpoint {checkpoint_id} is refused: {exc}", recurs=True)
+            return False
         except Exception as exc:   # the files stay pending; the failover's restore commits them
             log.exception("sink %s: the commit of checkpoint %d failed", self.name, checkpoint_id)
             if self._fail is not None:

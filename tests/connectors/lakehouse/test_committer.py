@@ -10,6 +10,7 @@ import pytest
 
 from streamsnap.connectors.lakehouse.committer import (Commit, CommitPlan, GlobalCommitter, TableCommitter,
                                                        application_id)
+from streamsnap.errors import ConfigurationError
 
 APP = application_id("job", "delta", "run1")
 OLD = application_id("job", "delta", "run0")
@@ -77,7 +78,8 @@ def test_without_checkpointing_the_commit_carries_no_transaction():
 class _Table(TableCommitter):
     """An in-memory table: its log of commits and the apps' transactions."""
 
-    def __init__(self, fail: bool = False):
+    def __init__(self, fail: bool = False, refuse: str | None = None):
+        self.refuse = refuse
         self.commits: list[Commit] = []
         self.versions: dict[str, int] = {}
         self.fail = fail
@@ -89,6 +91,8 @@ class _Table(TableCommitter):
     def commit(self, commit):
         if self.fail:
             raise OSError("the object store is down")
+        if self.refuse:
+            raise ConfigurationError(self.refuse)
         self.commits.append(commit)
         self.versions.update(commit.transactions)
 
@@ -99,7 +103,8 @@ class _Table(TableCommitter):
 
 def _committer(table: _Table, failures: list) -> GlobalCommitter:
     committer = GlobalCommitter("Delta(t)", lambda uid: table)
-    committer.attach(job_id="job", run_id="run1", uid="delta", fail=failures.append)
+    committer.attach(job_id="job", run_id="run1", uid="delta",
+                     fail=lambda cause, recurs=False: failures.append((cause, recurs)))
     return committer
 
 
@@ -141,11 +146,21 @@ def test_a_failed_commit_fails_the_job_over_and_keeps_the_files_for_the_next_com
     committer = _committer(table, failures)
     committer.on_message(0, {"op": "precommit", "checkpoint_id": 1, "files": [f("a", 1)]})
     _complete(committer, 1)
-    assert len(failures) == 1 and "commit of checkpoint 1 failed" in failures[0] and "object store" in failures[0]
+    [(cause, recurs)] = failures
+    assert "commit of checkpoint 1 failed" in cause and "object store" in cause and not recurs
     table.fail = False
     committer.on_failover()
     committer.on_message(0, {"op": "recover", "checkpoint_id": 1, "files": [f("a", 1)], "token": "-run1-a1-"})
     assert [[x["path"] for x in c.files] for c in table.commits] == [["a"]]
+
+
+def test_a_stream_that_does_not_fit_the_table_fails_the_job_without_a_restart():
+    table, failures = _Table(refuse="column 'total' is long in the stream but string in the table"), []
+    committer = _committer(table, failures)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 1, "files": [f("a", 1)]})
+    _complete(committer, 1)
+    [(cause, recurs)] = failures
+    assert recurs and "column 'total'" in cause and table.commits == []
 
 
 def test_an_unknown_message_is_refused_by_name():

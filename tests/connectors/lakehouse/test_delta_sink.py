@@ -196,6 +196,21 @@ def test_types_are_stored_faithfully_and_a_widening_stream_merges_its_new_column
     assert merged.num_rows == 8 and sorted(merged.column("note").to_pylist(), key=str) == [None] * 4 + ["n"] * 4
 
 
+def test_a_stream_whose_schema_shows_only_at_run_time_and_does_not_fit_the_table_fails_without_restarts(
+        spark, tmp_path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"key": pa.array([1], pa.int64()), "total": pa.array(["x"]), "i": [1]}))
+    env = ss.StreamEnvironment(parallelism=1, spark=spark,
+                               checkpointing=ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt")),
+                               restart=ss.RestartStrategy.fixed_delay(attempts=3, delay=0.0))
+    # A process function's output schema is not known at build time: the first commit finds it.
+    (env.from_source(ss.sources.Generator(event, count=200)).key_by("key").process(RunningSum())
+        .sink_to(ss.sinks.Delta(path), uid="delta"))
+    with pytest.raises(ss.JobExecutionError, match=r"(?s)without a restart.*column 'total' is \"long\" in the stream"):
+        env.execute("never fits")
+    assert DeltaTable(path).version() == 0
+
+
 # ===================================================================== bad input, before the job runs
 def _sink_to(tmp_path, sink, rows=({"key": 1, "total": 2, "i": 3},)):
     env = ss.StreamEnvironment(parallelism=1)
