@@ -104,11 +104,13 @@ def test_chaos_into_delta_leaves_exactly_the_failure_free_rows_and_commits_only_
         f"a commit of an uncompleted checkpoint: {[c['checkpoint'] for c in commits]} vs {sorted(completed)}")
 
 
-def test_a_sigkilled_job_master_between_a_checkpoints_completion_and_its_commit_loses_and_repeats_nothing(
-        spark, tmp_path, monkeypatch):
-    n, table, markers = 8_000, tmp_path / "table", tmp_path / "markers"
+def kill_job_master_before_commit(spark, tmp_path, monkeypatch, sink, committed, n: int, pause_at: int = 3):
+    """Run the keyed job into `sink` with the JobMaster in the cluster, SIGKILL the JobMaster's
+    process once checkpoint `pause_at` completed and before its table commit (the committer's
+    test hook holds it), and return the job's result. `committed()`: the checkpoint ids the
+    table has commits of."""
+    markers = tmp_path / "markers"
     markers.mkdir()
-    pause_at = 3
     monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({"table_commit_dir": str(markers),
                                                    "table_commit_pause_at": pause_at, "table_commit_pause": 120}))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, job_master="cluster",
@@ -116,23 +118,31 @@ def test_a_sigkilled_job_master_between_a_checkpoints_completion_and_its_commit_
                                restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.0))
     (env.from_source(ss.sources.Generator(event, count=n, rate=2_000), name="events", uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
-        .sink_to(ss.sinks.Delta(str(table), partition_by="key"), name="delta", uid="delta"))
-    client = env.execute_async("delta jobmaster kill")
+        .sink_to(sink, name="table", uid="table"))
+    client = env.execute_async("jobmaster kill before commit")
     marker = markers / f"table-commit-{pause_at}"
     deadline = time.monotonic() + 120
     while not marker.exists():
         assert time.monotonic() < deadline and client.status() not in ("FAILED", "FINISHED"), client.status()
         time.sleep(0.01)
-    # Checkpoint 3 completed (its metadata is written, the writers were told) and its commit waits.
+    # The checkpoint completed (its metadata is written, the writers were told) and its commit waits.
     pid = int(marker.read_text())
     assert pid == JobRegistry(str(tmp_path / "ckpt"), client.job_id).read()["pid"] and pid != os.getpid()
-    assert pause_at not in [c["checkpoint"] for c in _commits(table)]
+    assert pause_at not in committed()
     os.kill(pid, signal.SIGKILL)
     result = client.wait(300)
     assert result.status == "FINISHED" and result.restarts == 1, result
-    commits = _assert_exact(table, n)
-    # The next JobMaster committed checkpoint 3's files from the restored sink state, once.
-    assert [c["checkpoint"] for c in commits].count(pause_at) == 1
+    # The next JobMaster committed the checkpoint's files from the restored sink state, once.
+    assert committed().count(pause_at) == 1
+    return result
+
+
+def test_a_sigkilled_job_master_between_a_checkpoints_completion_and_its_commit_loses_and_repeats_nothing(
+        spark, tmp_path, monkeypatch):
+    n, table = 8_000, tmp_path / "table"
+    kill_job_master_before_commit(spark, tmp_path, monkeypatch, ss.sinks.Delta(str(table), partition_by="key"),
+                                  lambda: [c["checkpoint"] for c in _commits(table)], n)
+    _assert_exact(table, n)
     assert DeltaTable(str(table)).metadata().partition_columns == ["key"]
 
 

@@ -1,8 +1,10 @@
 """`ss.sinks.Iceberg` on real Spark, with pyiceberg's SQL catalog over SQLite: exactly-once through
 SIGKILLs of slot processes (one between a checkpoint's completion and the sink task's commit
-notification), one snapshot per committed checkpoint recording it in the snapshot summary, and
-a missing catalog, a schema mismatch and an uncreatable table named before the job runs. Read
-back with pyiceberg, and with DuckDB over the data files the snapshot lists."""
+notification) and of the JobMaster's process before its commit, across a stop-with-savepoint
+resumed at another parallelism, one snapshot per committed checkpoint recording it in the
+snapshot summary, and a missing catalog, a schema mismatch and an uncreatable table named
+before the job runs. Read back with pyiceberg, and with DuckDB over the data files the snapshot
+lists."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pyiceberg.catalog import load_catalog
 import streamsnap as ss
 from streamsnap.api.environment import TEST_HOOKS_ENV
 from streamsnap.connectors.lakehouse.iceberg_sink import SUMMARY_PREFIX
+from tests.connectors.lakehouse.test_delta_sink import kill_job_master_before_commit
 from tests.integration import support
 from tests.integration.support import wait_status
 from tests.integration.test_failover import RunningSum, causes, event, expected_rows, wait_restarted
@@ -74,6 +77,22 @@ def test_chaos_into_iceberg_leaves_exactly_the_failure_free_rows_one_snapshot_pe
     data = tmp_path / "warehouse"
     on_disk = {f for _, _, names in os.walk(data) for f in names if f.endswith(".parquet")}
     assert on_disk == {os.path.basename(f) for f in files}, "orphaned data files"
+
+
+def test_a_sigkilled_job_master_between_a_checkpoints_completion_and_its_snapshot_loses_and_repeats_nothing(
+        spark, tmp_path, monkeypatch):
+    n, catalog = 4_000, _catalog(tmp_path)
+    table = _create(catalog)
+
+    def committed() -> list[int]:
+        return [int(s.summary["streamsnap.checkpoint"]) for s in table.refresh().snapshots()
+                if s.summary.get("streamsnap.checkpoint") is not None]
+
+    kill_job_master_before_commit(spark, tmp_path, monkeypatch, ss.sinks.Iceberg("db.sums", catalog=catalog),
+                                  committed, n)
+    arrow = table.refresh().scan().to_arrow()
+    rows = list(zip(*(arrow.column(c).to_pylist() for c in ("key", "total", "i"))))
+    assert len(rows) == len(set(rows)) and set(rows) == expected_rows(n)
 
 
 def test_a_missing_catalog_a_schema_mismatch_and_an_uncreatable_table_are_named_before_the_job_runs(tmp_path):
