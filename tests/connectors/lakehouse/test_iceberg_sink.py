@@ -45,7 +45,7 @@ def _create(properties: dict, name: str = "db.sums", schema: pa.Schema = SCHEMA)
 
 def test_chaos_into_iceberg_leaves_exactly_the_failure_free_rows_one_snapshot_per_committed_checkpoint(
         spark, tmp_path, monkeypatch):
-    n, phases, catalog = 10_000, tmp_path / "phases", _catalog(tmp_path)
+    n, phases, catalog = 8_000, tmp_path / "phases", _catalog(tmp_path)
     phases.mkdir()
     table = _create(catalog)
     monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({"phase_dir": str(phases), "notify_delay": 0.2}))
