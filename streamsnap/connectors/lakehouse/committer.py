@@ -29,16 +29,19 @@ the same job must not mistake its checkpoint 3 for an earlier run's.
 Files of checkpoints that never completed are never planned into a commit; the table-specific
 part deletes them when a restore tells which files survive (`cleanup`).
 
-`CommitPlan` below is the sans-I/O decision logic (unit-tested message by message);
-`GlobalCommitter` drives it against a `TableCommitter` (Delta, Iceberg) on the JobMaster.
+`CommitPlan` and `decide` below are the sans-I/O decision logic (unit-tested message by
+message); `GlobalCommitter` drives them against a `TableCommitter` (Delta, Iceberg): decisions
+on the JobMaster's loop, the table I/O on one worker thread per sink.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import time
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -64,9 +67,36 @@ class Commit:
     transactions: Mapping[str, int]
 
 
+@dataclass(frozen=True)
+class CommitRequest:
+    """What the loop hands the committer's worker for completed checkpoint `checkpoint_id`:
+    every pending file of a checkpoint up to it (also files of an earlier request still in
+    flight: the worker reads the table's transactions first and leaves out what it has)."""
+
+    checkpoint_id: int
+    files: tuple[dict, ...]
+    transactional: bool = True
+
+    @property
+    def apps(self) -> set[str]:
+        return {f["app_id"] for f in self.files}
+
+
+def decide(request: CommitRequest, committed_versions: Mapping[str, int | None]) -> tuple[Commit | None, tuple[str, ...]]:
+    """The commit of `request` given the table's transactions (app id -> last committed
+    checkpoint id, or None); with the paths the table already has. None: nothing to add."""
+    versions = committed_versions if request.transactional else {}
+    done = tuple(f["path"] for f in request.files if _already_committed(f, versions))
+    todo = tuple(sorted((f for f in request.files if not _already_committed(f, versions)), key=lambda f: f["path"]))
+    if not todo:
+        return None, done
+    transactions = {f["app_id"]: request.checkpoint_id for f in todo} if request.transactional else {}
+    return Commit(request.checkpoint_id, todo, transactions), done
+
+
 @dataclass
 class CommitPlan:
-    """Which pre-committed files a completed checkpoint makes visible; no I/O.
+    """Which pre-committed files are pending, and which a completed checkpoint commits; no I/O.
 
     `committed_versions` (app id -> the app's last committed checkpoint id in the table, or
     None) comes from the table; `apps_to_check` says which apps a plan needs it for.
@@ -84,30 +114,33 @@ class CommitPlan:
     def apps_to_check(self, checkpoint_id: int) -> set[str]:
         return {f["app_id"] for f in self.pending.values() if f["checkpoint_id"] <= checkpoint_id}
 
+    def request(self, checkpoint_id: int, transactional: bool = True) -> CommitRequest:
+        """Checkpoint `checkpoint_id` completed: the request for its commit."""
+        self.last_completed = max(self.last_completed, checkpoint_id)
+        due = tuple(sorted((dict(f) for f in self.pending.values() if f["checkpoint_id"] <= checkpoint_id),
+                           key=lambda f: f["path"]))
+        return CommitRequest(checkpoint_id, due, transactional)
+
     def plan(self, checkpoint_id: int, committed_versions: Mapping[str, int | None],
              transactional: bool = True) -> Commit | None:
-        """The commit for completed checkpoint `checkpoint_id`: every pending file of a checkpoint
-        up to it that the table does not have yet. None when there is nothing to add."""
-        self.last_completed = max(self.last_completed, checkpoint_id)
-        due = [f for f in self.pending.values() if f["checkpoint_id"] <= checkpoint_id]
-        done = [f for f in due if _already_committed(f, committed_versions)]
-        for f in done:
-            del self.pending[f["path"]]
-        todo = tuple(sorted((f for f in due if not _already_committed(f, committed_versions)),
-                            key=lambda f: f["path"]))
-        if not todo:
-            return None
-        transactions = {f["app_id"]: checkpoint_id for f in todo} if transactional else {}
-        return Commit(checkpoint_id, todo, transactions)
+        """`request` and `decide` at once (files the table has are settled); None: nothing to add."""
+        commit, done = decide(self.request(checkpoint_id, transactional), committed_versions)
+        self.settled(done)
+        return commit
+
+    def settled(self, paths: Iterable[str]) -> None:
+        """These files are in the table."""
+        for path in paths:
+            self.pending.pop(path, None)
 
     def committed(self, commit: Commit) -> None:
-        for f in commit.files:
-            self.pending.pop(f["path"], None)
+        self.settled(f["path"] for f in commit.files)
 
     def failover(self) -> list[dict]:
         """The attempt failed: files of checkpoints that did not complete are dropped (their
         writers write them again after the restore); returns them. Files of a completed
-        checkpoint whose commit failed stay and are committed with the next one."""
+        checkpoint whose commit failed (or is still in flight) stay, and are committed by the
+        restore's commit unless the table has them by then."""
         dropped = [f for f in self.pending.values() if f["checkpoint_id"] > self.last_completed]
         for f in dropped:
             del self.pending[f["path"]]
@@ -139,9 +172,59 @@ class TableCommitter(ABC):
         not written by the current attempt (`current_token` in their name). Returns them."""
 
 
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What the worker did for one request: the commit (None: the table had it all), the paths
+    the table already had, the commit's duration, and what a restore's cleanup deleted."""
+
+    commit: Commit | None
+    done: tuple[str, ...]
+    seconds: float
+    deleted: tuple[str, ...] = ()
+
+
+@dataclass
+class _Requested:
+    request: CommitRequest
+    epoch: int                                  # the committer's failover count when requested
+    future: concurrent.futures.Future
+
+
+class _InlineExecutor:
+    """Runs the commit at once on the caller's thread: a committer outside a JobMaster (tests)."""
+
+    def submit(self, fn: Callable[[], CommitOutcome]) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(fn())
+        except Exception as exc:   # handed to the loop's settling, which reports it
+            future.set_exception(exc)
+        return future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Nothing runs in the background."""
+
+
 class GlobalCommitter:
     """The driver component of a lakehouse sink: receives the writers' messages and the
-    coordinator's completions, and commits through a TableCommitter on the JobMaster's loop."""
+    coordinator's completions on the JobMaster's loop, and runs the table I/O on one worker
+    thread of its own, so a commit that takes seconds (an Iceberg commit of many files, an
+    object store) does not hold up acknowledgements, barriers and heartbeats.
+
+    Order: requests run one at a time in the order the loop made them (checkpoint order), and
+    their outcomes are settled on the loop in that order. Each request holds every file due up
+    to its checkpoint, including those of a request still in flight; the worker reads the
+    table's transactions right before committing, so whichever of the two commits first adds
+    them and the other leaves them out. A failed commit is reported to the loop, which fails
+    over as before; its files stay pending, and the restore's commit (queued behind anything
+    still in flight) adds what the table lacks. A failure of a request made before the latest
+    failover is not reported again: the restore's commit covers it.
+
+    The tasks hear that checkpoint n completed (and let go of its files in their sink state)
+    only once the table has n: `committed_through` tells the JobMaster when (`on_committed`).
+    Otherwise a later checkpoint could complete while n's commit is in flight, its sink state
+    without n's files, and a JobMaster that dies then would leave a restore nothing to commit.
+    """
 
     def __init__(self, name: str, table_factory: Callable[[str], TableCommitter]):
         """table_factory(uid): the table part, given the sink's uid (its files' names carry a tag of it)."""
@@ -152,16 +235,34 @@ class GlobalCommitter:
         self._plan: CommitPlan | None = None
         self._fail: Callable[..., None] | None = None
         self._hooks: dict = {}
+        self._post: Callable[[Callable[[], None]], None] = lambda fn: fn()
+        self._on_committed: Callable[[int], None] = lambda checkpoint_id: None
+        self._executor: _InlineExecutor | concurrent.futures.ThreadPoolExecutor = _InlineExecutor()
+        self._requested: deque[_Requested] = deque()
+        self._epoch = 0
+        self.committed_through = NO_CHECKPOINT
+        # One entry per table commit made: checkpoint id, files, seconds (the benchmarks' commit share).
+        self.commits: list[dict] = []
 
     # --------------------------------------------------------------- wiring (jobmaster.py)
     def attach(self, *, job_id: str, run_id: str, uid: str, fail: Callable[..., None],
-               hooks: dict | None = None) -> None:
-        """Called by the JobMaster that hosts the component: who we are, and how to fail over
-        (`fail(cause, recurs=...)`; recurs: a restart would fail the same way)."""
+               hooks: dict | None = None, post: Callable[[Callable[[], None]], None] | None = None,
+               on_committed: Callable[[int], None] | None = None, executor=None) -> None:
+        """Called by the JobMaster that hosts the component: who we are, how to fail over
+        (`fail(cause, recurs=...)`; recurs: a restart would fail the same way), how to run
+        something on its loop (`post`; given, the commits run on a worker thread, else inline)
+        and whom to tell that the table has every checkpoint up to an id (`on_committed`).
+        `executor` (`submit(fn) -> Future`) replaces the worker thread in unit tests."""
         self._plan = CommitPlan(application_id(job_id, uid, run_id))
         self._uid = uid
         self._fail = fail
         self._hooks = dict(hooks or {})
+        if post is not None:
+            self._post = post
+            self._executor = executor or concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"commit-{uid}")
+        if on_committed is not None:
+            self._on_committed = on_committed
 
     @property
     def table(self) -> TableCommitter:
@@ -175,68 +276,115 @@ class GlobalCommitter:
             raise RuntimeError(f"sink {self.name}: the committer was not attached to a JobMaster")
         return self._plan
 
-    # --------------------------------------------------------------- messages
+    # --------------------------------------------------------------- messages (the loop)
     def on_message(self, subtask: int, message: dict) -> None:
         op = message["op"]
         if op == "precommit":
             self.plan.precommitted(message["files"])
         elif op == "recover":
             # The restored checkpoint completed: what it pre-committed is committed now.
-            checkpoint_id = int(message["checkpoint_id"])
             self.plan.precommitted(message["files"])
-            if self._commit(checkpoint_id):
-                keep = {f["path"] for f in self.plan.uncommitted()}
-                for path in self.table.cleanup(keep, message["token"]):
-                    log.info("sink %s: deleted %s (written for a checkpoint that never completed)", self.name, path)
+            self._request(int(message["checkpoint_id"]), cleanup_token=message["token"])
         else:
             raise ValueError(f"sink {self.name}: unknown committer message {op!r}")
 
     def notify_checkpoint_complete(self, checkpoint) -> None:
-        self._commit(checkpoint.checkpoint_id)
+        self._request(checkpoint.checkpoint_id)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """An aborted checkpoint's files stay pending: the next completed one commits them."""
 
     def on_failover(self) -> None:
+        self._epoch += 1
         dropped = self.plan.failover()
         if dropped:
             log.info("sink %s: %d file(s) of uncompleted checkpoints dropped; the restore deletes them",
                      self.name, len(dropped))
 
     def on_finished(self, checkpointing: bool) -> None:
-        """Without checkpoints the end of input is the commit point (no transaction to record)."""
+        """Without checkpoints the end of input is the commit point (no transaction to record).
+        Either way every commit requested is waited for: the table is complete when the job is."""
         if not checkpointing:
-            self._commit(2 ** 62, transactional=False)
-        elif self.plan.uncommitted():
+            self._request(2 ** 62, transactional=False)
+        self.drain()
+        if checkpointing and self.plan.uncommitted():
             log.warning("sink %s: %d file(s) no checkpoint committed were left out at job end",
                         self.name, len(self.plan.uncommitted()))
+        self.stop_worker()
+
+    def drain(self) -> None:
+        """Wait (on the loop) for every requested commit, and settle them."""
+        concurrent.futures.wait([r.future for r in self._requested])
+        self._settle()
+
+    def stop_worker(self) -> None:
+        """The job ended: a commit in flight finishes; queued ones are dropped (a restore of the
+        job's latest checkpoint commits their files, as after a JobMaster's death)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
 
     # --------------------------------------------------------------- the commit
-    def _commit(self, checkpoint_id: int, transactional: bool = True) -> bool:
-        """Plan and run the commit of `checkpoint_id`; False (and a failover) if it failed."""
-        plan = self.plan
-        try:
-            versions = self.table.committed_versions(plan.apps_to_check(checkpoint_id)) if transactional else {}
-            commit = plan.plan(checkpoint_id, versions, transactional)
-            if commit is None:
-                return True
-            self._test_pause(checkpoint_id)
-            started = time.monotonic()
+    def _request(self, checkpoint_id: int, transactional: bool = True, cleanup_token: str | None = None) -> None:
+        request = self.plan.request(checkpoint_id, transactional)
+        keep = frozenset(self.plan.pending)
+        future = self._executor.submit(lambda: self._run(request, keep, cleanup_token))
+        self._requested.append(_Requested(request, self._epoch, future))
+        future.add_done_callback(lambda _: self._post(self._settle))
+
+    def _run(self, request: CommitRequest, keep: frozenset[str], cleanup_token: str | None) -> CommitOutcome:
+        """The worker's part: read the table's transactions, commit what it lacks, and after a
+        restore's commit delete the files no checkpoint will commit."""
+        versions = self.table.committed_versions(request.apps) if request.transactional and request.files else {}
+        commit, done = decide(request, versions)
+        started = time.monotonic()
+        if commit is not None:
+            self._test_pause(request.checkpoint_id)
             self.table.commit(commit)
-        except ConfigurationError as exc:   # the stream does not fit the table: every replay the same
-            log.error("sink %s: the commit of checkpoint %d is refused: %s", self.name, checkpoint_id, exc)
+        seconds = time.monotonic() - started
+        deleted: tuple[str, ...] = ()
+        if cleanup_token is not None:   # files pending besides those now in the table are kept
+            in_table = set(done) | {f["path"] for f in (commit.files if commit is not None else ())}
+            deleted = tuple(self.table.cleanup(set(keep) - in_table, cleanup_token))
+        return CommitOutcome(commit, done, seconds, deleted)
+
+    def _settle(self) -> None:
+        """On the loop: the outcomes of the finished requests at the head of the queue, in order."""
+        while self._requested and self._requested[0].future.done():
+            requested = self._requested.popleft()
+            if requested.future.cancelled():
+                continue
+            error = requested.future.exception()
+            if error is None:
+                self._committed(requested.request, requested.future.result())
+            elif requested.epoch != self._epoch:
+                log.warning("sink %s: the commit of checkpoint %d, requested before a failover, failed (%r); "
+                            "the restore's commit adds its files", self.name, requested.request.checkpoint_id, error)
+            else:
+                self._report(requested.request.checkpoint_id, error)
+
+    def _committed(self, request: CommitRequest, outcome: CommitOutcome) -> None:
+        self.plan.settled(outcome.done)
+        if outcome.commit is not None:
+            self.plan.committed(outcome.commit)
+            self.commits.append({"checkpoint_id": request.checkpoint_id, "files": len(outcome.commit.files),
+                                 "seconds": outcome.seconds})
+            log.info("sink %s: committed %d file(s) of checkpoint %d in %.3f s", self.name,
+                     len(outcome.commit.files), request.checkpoint_id, outcome.seconds)
+        for path in outcome.deleted:
+            log.info("sink %s: deleted %s (written for a checkpoint that never completed)", self.name, path)
+        if request.transactional:
+            self.committed_through = max(self.committed_through, request.checkpoint_id)
+            self._on_committed(self.committed_through)
+
+    def _report(self, checkpoint_id: int, error: BaseException) -> None:
+        if isinstance(error, ConfigurationError):   # the stream does not fit the table: every replay the same
+            log.error("sink %s: the commit of checkpoint %d is refused: %s", self.name, checkpoint_id, error)
             if self._fail is not None:
-                self._fail(f"sink {self.name}: the commit of checkpoint {checkpoint_id} is refused: {exc}", recurs=True)
-            return False
-        except Exception as exc:   # the files stay pending; the failover's restore commits them
-            log.exception("sink %s: the commit of checkpoint %d failed", self.name, checkpoint_id)
-            if self._fail is not None:
-                self._fail(f"sink {self.name}: the commit of checkpoint {checkpoint_id} failed: {exc!r}")
-            return False
-        plan.committed(commit)
-        log.info("sink %s: committed %d file(s) of checkpoint %d in %.3f s", self.name, len(commit.files),
-                 checkpoint_id, time.monotonic() - started)
-        return True
+                self._fail(f"sink {self.name}: the commit of checkpoint {checkpoint_id} is refused: {error}", recurs=True)
+            return
+        # The files stay pending; the failover's restore commits them.
+        log.error("sink %s: the commit of checkpoint %d failed", self.name, checkpoint_id, exc_info=error)
+        if self._fail is not None:
+            self._fail(f"sink {self.name}: the commit of checkpoint {checkpoint_id} failed: {error!r}")
 
     def _test_pause(self, checkpoint_id: int) -> None:
         """Test hook (STREAMSNAP_TEST_HOOKS): mark that the commit of a completed checkpoint is

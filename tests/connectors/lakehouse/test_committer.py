@@ -4,6 +4,7 @@ failover drops, and what a restore hands back."""
 
 from __future__ import annotations
 
+import concurrent.futures
 from types import SimpleNamespace
 
 import pytest
@@ -167,3 +168,103 @@ def test_an_unknown_message_is_refused_by_name():
     committer = _committer(_Table(), [])
     with pytest.raises(ValueError, match="unknown committer message 'data'"):
         committer.on_message(0, {"op": "data"})
+
+
+class _StepExecutor:
+    """The committer's worker, stepped by the test: no threads."""
+
+    def __init__(self):
+        self.queued: list = []
+
+    def submit(self, fn):
+        future = concurrent.futures.Future()
+        self.queued.append((fn, future))
+        return future
+
+    def run_next(self):
+        fn, future = self.queued.pop(0)
+        try:
+            future.set_result(fn())
+        except Exception as exc:
+            future.set_exception(exc)
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        for _, future in self.queued:
+            future.cancel()
+
+
+def _stepped(table: _Table, failures: list, committed: list, loop: list) -> tuple[GlobalCommitter, _StepExecutor]:
+    executor = _StepExecutor()
+    committer = GlobalCommitter("Delta(t)", lambda uid: table)
+    committer.attach(job_id="job", run_id="run1", uid="delta", fail=lambda cause, recurs=False: failures.append(cause),
+                     post=loop.append, on_committed=committed.append, executor=executor)
+    return committer, executor
+
+
+def _run_loop(loop: list) -> None:
+    while loop:
+        loop.pop(0)()
+
+
+def test_a_checkpoint_completing_while_the_previous_commit_is_in_flight_commits_only_what_the_table_lacks():
+    table, failures, committed, loop = _Table(), [], [], []
+    committer, worker = _stepped(table, failures, committed, loop)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 1, "files": [f("a", 1)]})
+    _complete(committer, 1)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 2, "files": [f("b", 2)]})
+    _complete(committer, 2)                      # commit 1 has not run yet: the loop is not held up
+    assert table.commits == [] and committed == [] and committer.committed_through == 0
+    worker.run_next()
+    worker.run_next()                            # request 2 also held "a"; the table had it by then
+    assert [[x["path"] for x in c.files] for c in table.commits] == [["a"], ["b"]]
+    assert committed == []                       # outcomes are settled on the loop, in order
+    _run_loop(loop)
+    assert committed == [1, 2] and committer.plan.uncommitted() == [] and failures == []
+    assert [c["checkpoint_id"] for c in committer.commits] == [1, 2]
+
+
+def test_a_failed_commit_is_reported_once_and_the_next_queued_commit_adds_its_files():
+    table, failures, committed, loop = _Table(fail=True), [], [], []
+    committer, worker = _stepped(table, failures, committed, loop)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 1, "files": [f("a", 1)]})
+    _complete(committer, 1)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 2, "files": [f("b", 2)]})
+    _complete(committer, 2)
+    worker.run_next()
+    table.fail = False
+    worker.run_next()
+    _run_loop(loop)
+    assert len(failures) == 1 and "checkpoint 1 failed" in failures[0]
+    # Checkpoint 2's transaction covers a: a restore of 2 finds nothing to add.
+    assert [[x["path"] for x in c.files] for c in table.commits] == [["a", "b"]] and table.versions == {APP: 2}
+    assert committed == [2]
+
+
+@pytest.mark.parametrize("in_flight_succeeds", [True, False])
+def test_a_commit_in_flight_at_a_failover_is_finished_or_redone_by_the_restore_never_both(in_flight_succeeds):
+    table, failures, committed, loop = _Table(fail=not in_flight_succeeds), [], [], []
+    committer, worker = _stepped(table, failures, committed, loop)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 1, "files": [f("a", 1)]})
+    _complete(committer, 1)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 2, "files": [f("b", 2)]})   # never completes
+    committer.on_failover()                      # a task died while commit 1 was in flight
+    committer.on_message(0, {"op": "recover", "checkpoint_id": 1, "files": [f("a", 1)], "token": "-run1-a1-"})
+    worker.run_next()                            # the in-flight commit ends
+    table.fail = False
+    worker.run_next()                            # then the restore's, queued behind it
+    _run_loop(loop)
+    assert [[x["path"] for x in c.files] for c in table.commits] == [["a"]] and table.versions == {APP: 1}
+    assert failures == []                        # the restore's commit covered the failed one
+    assert committed[-1] == 1 and committer.plan.uncommitted() == []
+    assert table.cleaned == [(frozenset(), "-run1-a1-")]   # b (never completed) is not kept
+
+
+def test_the_job_end_waits_for_the_commits_in_flight():
+    table, failures, committed, loop = _Table(), [], [], []
+    committer = GlobalCommitter("Delta(t)", lambda uid: table)
+    committer.attach(job_id="job", run_id="run1", uid="delta", fail=lambda cause, recurs=False: failures.append(cause),
+                     post=loop.append)         # a real worker thread
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 1, "files": [f("a", 1)]})
+    _complete(committer, 1)
+    committer.on_finished(checkpointing=True)
+    assert [c.checkpoint_id for c in table.commits] == [1] and committer.committed_through == 1

@@ -81,7 +81,7 @@ def test_chaos_into_iceberg_leaves_exactly_the_failure_free_rows_one_snapshot_pe
 
 def test_a_sigkilled_job_master_between_a_checkpoints_completion_and_its_snapshot_loses_and_repeats_nothing(
         spark, tmp_path, monkeypatch):
-    n, catalog = 8_000, _catalog(tmp_path)
+    n, catalog = 16_000, _catalog(tmp_path)
     table = _create(catalog)
 
     def committed() -> list[int]:
