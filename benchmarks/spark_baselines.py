@@ -328,10 +328,12 @@ def transform_with_state_stream(spark, input_dir: str, max_files_per_trigger: in
 
 
 def run_processing_time(spark, stream_df, output_mode: str, input_dir: str, checkpoint_dir: str,
-                        shuffle_partitions: int = 2, trigger_seconds: float = 1.0, timeout: float = 1800.0) -> dict:
+                        shuffle_partitions: int = 2, trigger_seconds: float = 1.0, timeout: float = 1800.0,
+                        output_dir: str | None = None) -> dict:
     """Run a W1 query as a long-running stream: `trigger(processingTime=...)`, a
-    `checkpointLocation`, RocksDB state, `noop` sink; stop it once its micro-batches have read
-    every row of `input_dir`.
+    `checkpointLocation`, RocksDB state, `noop` sink (or, with `output_dir`, Spark's Parquet file
+    sink there: exactly-once through its `_spark_metadata` log); stop it once its micro-batches
+    have read every row of `input_dir`.
 
     Returns `{"seconds", "rows", "batches"}`: seconds from `start()` until the progress report of
     the micro-batch that read the last row is seen (polled every 20 ms) — query start-up,
@@ -339,8 +341,10 @@ def run_processing_time(spark, stream_df, output_mode: str, input_dir: str, chec
     """
     files, expected = _w1_input_rows(input_dir)
     _check_fresh_checkpoint(checkpoint_dir)
-    writer = (stream_df.writeStream.outputMode(output_mode).format("noop")
+    writer = (stream_df.writeStream.outputMode(output_mode).format("noop" if output_dir is None else "parquet")
               .option("checkpointLocation", checkpoint_dir).trigger(processingTime=f"{trigger_seconds} seconds"))
+    if output_dir is not None:
+        writer = writer.option("path", output_dir)
     query = None
     with _session_conf(spark, _stateful_confs(spark, shuffle_partitions, files)):
         try:

@@ -144,7 +144,8 @@ class _CoordinatorGateway:
                              "drain": pending is not None and pending.properties.drain})
 
     def notify_checkpoint_complete(self, attempt, checkpoint_id, timestamp) -> None:
-        self._send(attempt, {"type": "notify_complete", "checkpoint_id": checkpoint_id, "timestamp": timestamp})
+        self._master._after_table_commits(checkpoint_id, lambda: self._send(
+            attempt, {"type": "notify_complete", "checkpoint_id": checkpoint_id, "timestamp": timestamp}))
 
     def notify_checkpoint_aborted(self, attempt, checkpoint_id) -> None:
         self._send(attempt, {"type": "notify_aborted", "checkpoint_id": checkpoint_id})
@@ -215,6 +216,12 @@ class JobMaster:
                 if component is not None:
                     self._sinks[node.uid] = component
                     self._sink_names[node.uid] = node.name
+                    if callable(getattr(component, "attach", None)):   # a global committer (lakehouse sinks)
+                        component.attach(job_id=self.job_id, run_id=self.run_id, uid=node.uid,
+                                         fail=self._fail_from_sink, hooks=settings.test_hooks, post=self._post,
+                                         on_committed=lambda _: self._release_notifications())
+        # Completion notifications held until the table commits of their checkpoint are done.
+        self._held_notifications: list[tuple[int, Callable[[], None]]] = []
         self.coordinator = None
         self._checkpoint_io = None
         self._server = ControlServer(control_host(spark) if control_bind is None else control_bind, self._secret, lambda conn: None,
@@ -724,6 +731,7 @@ class JobMaster:
         self._set_status(JobStatus.FAILING)
         if self.coordinator is not None:
             self.coordinator.abort_pending_checkpoints(CheckpointFailureReason.JOB_FAILOVER)
+        self._held_notifications.clear()   # the attempt's tasks are going; the restore re-sends the files
         for component in self._sinks.values():
             if hasattr(component, "on_failover"):
                 component.on_failover()
@@ -732,6 +740,31 @@ class JobMaster:
             self._after_attempt_stopped()
         else:
             self._timers.call_later(SPARK_CANCEL_GRACE, lambda a=self._attempt: self._spark_job_overdue(a))
+
+    def _after_table_commits(self, checkpoint_id: int, notify: Callable[[], None]) -> None:
+        """Tell the tasks that `checkpoint_id` completed once every global committer (lakehouse
+        sinks) has it in its table: until then their sink state must keep its files, since a
+        JobMaster that dies with the commit in flight leaves only a restore to commit them."""
+        self._held_notifications.append((checkpoint_id, notify))
+        self._release_notifications()
+
+    def _release_notifications(self) -> None:
+        through = min((c.committed_through for c in self._sinks.values() if hasattr(c, "committed_through")),
+                      default=None)
+        held, self._held_notifications = self._held_notifications, []
+        for checkpoint_id, notify in held:
+            if through is None or checkpoint_id <= through:
+                notify()
+            else:
+                self._held_notifications.append((checkpoint_id, notify))
+
+    def _fail_from_sink(self, cause: str, recurs: bool = False) -> None:
+        """A driver-side sink component could not do its part (a global committer's commit):
+        fail over, so the restore commits again what the latest checkpoint pre-committed — or,
+        when the same rows would fail the same way again (`recurs`: the stream's schema does not
+        fit the table), fail the job at once, as a data error does."""
+        self._post(lambda: self._handle_failure(cause, "DATA_ERROR" if recurs else "SINK_COMMIT_FAILED",
+                                                self._attempt))
 
     def _upgrades_cause(self, reason: str, attempt: int) -> bool:
         """Whether a failure report is the root cause of the attempt already failing (above)."""
@@ -957,6 +990,9 @@ class JobMaster:
     def _cleanup(self) -> None:
         if self._checkpoint_io is not None:
             self._checkpoint_io.shutdown(wait=True)  # the last deletions (retention, sweep) finish
+        for component in self._sinks.values():
+            if callable(getattr(component, "stop_worker", None)):
+                component.stop_worker()   # a lakehouse committer's: a commit in flight finishes
         self._server.close()
         for attempt, thread in self._spark_threads.items():
             if attempt not in self._abandoned_spark_jobs:

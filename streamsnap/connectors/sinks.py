@@ -197,11 +197,13 @@ class Discard(Sink):
 
 
 # `ss.sinks`: what a job writes to. Custom sinks subclass streamsnap.connectors.base.Sink.
-__all__ = ["Collect", "Print", "FileSink", "RollingPolicy", "Discard", "Kafka"]
+__all__ = ["Collect", "Print", "FileSink", "RollingPolicy", "Discard", "Kafka", "Delta", "Iceberg"]
 
 from streamsnap.connectors.filesink import FileSink, FileSinkWriter, RollingPolicy  # noqa: E402,F401
 
 from streamsnap.connectors.kafka import KafkaSink as Kafka  # noqa: E402  (ss.sinks.Kafka)
+from streamsnap.connectors.lakehouse.delta_sink import Delta  # noqa: E402  (table libraries imported on use)
+from streamsnap.connectors.lakehouse.iceberg_sink import Iceberg  # noqa: E402
 
 
 def __dir__() -> list[str]:

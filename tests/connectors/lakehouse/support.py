@@ -1,6 +1,6 @@
 """The Spark scenario both table sources run: a table appended to while a continuous job reads
 it (with event time from a column), a reader SIGKILLed and restored. (Bounded reads run on Spark
-in the docs' snippets, docs/how-to/lakehouse-sources.md.)"""
+in the docs' snippets, docs/how-to/lakehouse.md.)"""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The readers run as real SourceOperators (their state snapshotted to disk and redistributed as a
 restore does) without Spark; one job on Spark reads a table appended to while it runs, a reader
 SIGKILLed, and checks that every row is read exactly once with its event time. Bounded reads run on
-Spark in the docs' snippets (docs/how-to/lakehouse-sources.md).
+Spark in the docs' snippets (docs/how-to/lakehouse.md).
 """
 
 from __future__ import annotations
