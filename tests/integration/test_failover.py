@@ -22,6 +22,11 @@ from tests.integration.support import final_by_key, wait_completed, wait_status
 pytestmark = pytest.mark.spark
 
 N = 40_000       # 20 s of input at RATE
+# The chaos runs: 8 s of input at RATE, each split held near its end until the three kills are
+# done (support.HeldGenerator), so the kills land mid-input however slow the machine, and the
+# run does not wait out input it has no use for.
+CHAOS_N = 16_000
+CHAOS_HOLD_AT = 7_000   # of each split's 8,000 rows
 RATE = 2_000
 KEYS = 50
 
@@ -121,7 +126,7 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend:
     """Three SIGKILLs, each on a running attempt, with a budget of exactly three restarts: the job
     must finish (a kill charged twice would exhaust it)."""
     rng = random.Random(seed)
-    out, ckpt, phases = tmp_path / "out", tmp_path / "ckpt", tmp_path / "phases"
+    out, ckpt, phases, gate = tmp_path / "out", tmp_path / "ckpt", tmp_path / "phases", tmp_path / "gate"
     phases.mkdir()
     monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({
         "phase_dir": str(phases), "async_delay": 0.2, "notify_delay": 0.2}))
@@ -129,16 +134,19 @@ def run_chaos(spark, tmp_path, monkeypatch, seed: int, mode: str, state_backend:
                                  **(checkpointing or {}))
     env = ss.StreamEnvironment(parallelism=2, spark=spark, checkpointing=config, state_backend=state_backend,
                                restart=ss.RestartStrategy.fixed_delay(attempts=3, delay=0.1))
-    (env.from_source(ss.sources.Generator(event, count=N, rate=RATE), name="events", uid="events")
+    source = support.HeldGenerator(event, count=CHAOS_N, rate=RATE, gate=gate, hold_at=CHAOS_HOLD_AT)
+    (env.from_source(source, name="events", uid="events")
         .key_by("key").process(RunningSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.FileSink(str(out), format="parquet"), name="files", uid="files"))
     client = env.execute_async(f"chaos {mode} seed {seed}")
     three_kills(client, rng, str(phases))
+    assert not any(p.startswith("release") for p in os.listdir(gate))
+    support.release(gate)
     result = client.wait(180)
     assert result.restarts == 3 and len(result.recoveries) == 3, causes(client)
-    # The first kill comes seconds into a 20 s input, so rows follow its restore (three_kills
-    # waits for them); a later one may restore the final checkpoint on a loaded machine, after
-    # which no row is left to write.
+    # The first kill comes seconds into the input, so rows follow its restore (three_kills waits
+    # for them); a later one may restore a checkpoint taken during the hold, after which no row
+    # reaches the sink until the release.
     assert "first_output_at" in result.recoveries[0]
     # After aborts, expiries and three failovers the directory holds no abandoned state.
     assert support.stray_checkpoint_files(ckpt) == []
@@ -153,18 +161,18 @@ def test_chaos_exactly_once_output_equals_a_failure_free_run(spark, tmp_path, mo
                                                              checkpointing):
     result, rows, out = run_chaos(spark, tmp_path, monkeypatch, seed, "exactly_once", state_backend,
                                   checkpointing)
-    expected = expected_rows(N)
+    expected = expected_rows(CHAOS_N)
     assert len(rows) == len(set(rows)), "duplicates in the committed output"
     assert set(rows) == expected, (f"missing {len(expected - set(rows))}, "
                                    f"unexpected {len(set(rows) - expected)}")
     # No uncommitted leftovers, and Spark reads exactly the committed files.
     assert not [f for f in os.listdir(out) if f.startswith(".inprogress")]
-    assert spark.read.parquet(str(out)).count() == N
+    assert spark.read.parquet(str(out)).count() == CHAOS_N
 
 
 def test_chaos_at_least_once_loses_nothing(spark, tmp_path, monkeypatch):
     _, rows, _ = run_chaos(spark, tmp_path, monkeypatch, 3, "at_least_once")
-    assert {i for _, _, i in rows} == set(range(N))
+    assert {i for _, _, i in rows} == set(range(CHAOS_N))
 
 
 class CountingMap(ss.CheckpointedFunction):

@@ -152,7 +152,7 @@ DRIVER = textwrap.dedent('''
 
 
 @pytest.mark.parametrize("drain", [False, True])
-def test_a_driver_killed_after_a_completed_stop_with_savepoint_resumes_from_it(tmp_path, drivers, drain):  # noqa: F811
+def test_a_driver_killed_after_a_completed_stop_with_savepoint_resumes_from_it(spark, tmp_path, drivers, drain):  # noqa: F811
     """Issue 28 (2): the stop's savepoint completed and subsumed chk-1 (num_retained=1); the
     driver dies before the job ended. The rerun must resume from that savepoint (recorded in
     the job directory), not from the beginning: nothing committed twice. A drained stop's
@@ -189,12 +189,8 @@ def test_a_driver_killed_after_a_completed_stop_with_savepoint_resumes_from_it(t
     assert "terminating_savepoint" in listing.output and os.path.basename(savepoint["path"]) in listing.output
     assert latest_restore_point(job_dir).rstrip("/").endswith(os.path.basename(savepoint["path"]))
 
-    second = subprocess.Popen([sys.executable, str(script), str(out), str(ckpt), str(sp), str(N), "0", mode],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    drivers.append(second)
-    output, _ = second.communicate(timeout=180)
-    assert second.returncode == 0, output
+    # The rerun runs here, on the suite's session (what matters is where it resumes from).
+    output = support.run_driver_script_here(DRIVER, [str(out), str(ckpt), str(sp), str(N), "0", mode])
     assert json.loads(output.split("RESULT", 1)[1])["restored"] == savepoint["checkpoint_id"], output
     rows = read_output(out)
     assert len(rows) == len(set(rows)), "the rerun committed rows a second time"

@@ -121,9 +121,12 @@ def test_rest_and_metrics_match_the_jobs_checkpoint_history(spark, tmp_path, no_
     assert cps["latest"]["savepoint"]["external_path"] == stats.latest_savepoint.external_path
 
     # Prometheus, same figures.
-    status, text = call(f"{base}/metrics")
-    assert status == 200
     labels = {"job": "web rest job", "job_id": client.job_id}
+    # Each subtask reports its counters every poll interval: wait until both keyed subtasks have
+    # (the earlier wait was for the operator's sum, which one busy subtask satisfies alone).
+    text = wait_for(lambda: (r := call(f"{base}/metrics"))[0] == 200 and all(
+        _metric(r[1], "numRecordsIn", operator="sum", subtask=str(i), **labels) > 0 for i in (0, 1)) and r[1],
+        "records in both subtasks of the keyed operator")
     assert _metric(text, "numberOfCompletedCheckpoints", **labels) == stats.counts.completed == 5
     assert _metric(text, "numberOfFailedCheckpoints", **labels) == 0
     assert _metric(text, "numberOfInProgressCheckpoints", **labels) == 0
