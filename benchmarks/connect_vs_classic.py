@@ -1,6 +1,7 @@
 """Issue 29's targets, one run: the same jobs through a Spark Connect session and a classic one.
 
     python -m benchmarks.connect_vs_classic [--rounds 2] [--n 1000000]
+    python -m benchmarks.connect_vs_classic --only recovery [--reps 3] [--kinds classic,connect]
 
 Starts a Connect server (scripts/spark-connect, `local[4]`) and runs, alternately, a classic
 driver (`local[4]` in its own process) and a Connect driver (one process per session kind:
@@ -96,7 +97,12 @@ def _w1(spark, n: int, form: str) -> float:
     return n / seconds
 
 
-def _recovery(spark, job_master: str, victim: str) -> float:
+# A recovery's steps, in order (cluster/in_cluster.py records them in the recovery log).
+STEPS = ("failed_at", "attempt_ended_at", "worker_started_at", "task_started_at", "leader_at", "deployed_at",
+         "running_at", "first_output_at")
+
+
+def _recovery(spark, job_master: str, victim: str, timeline: dict | None = None) -> float:
     import streamsnap as ss
     from benchmarks import per_row, workloads
     from streamsnap.cluster.registry import JobRegistry
@@ -119,7 +125,10 @@ def _recovery(spark, job_master: str, victim: str) -> float:
         os.kill(pid, signal.SIGKILL)
         _until(lambda: client.recoveries() and "running_at" in client.recoveries()[-1]
                and client.status() == "RUNNING")
-        return client.recoveries()[-1]["running_at"] - killed
+        record = client.recoveries()[-1]
+        if timeline is not None:     # seconds after the kill of each step recorded
+            timeline.update({step: record[step] - killed for step in STEPS if record.get(step) is not None})
+        return record["running_at"] - killed
     finally:
         client.cancel()
 
@@ -151,12 +160,27 @@ def _until(predicate, timeout: float = 180.0) -> None:
         time.sleep(0.01)
 
 
-def driver(kind: str, url: str | None, n: int) -> dict:
+def _recoveries(spark, kind: str, reps: int) -> dict:
+    """`--only recovery`: each recovery figure `reps` times, with its timeline (step -> seconds)."""
+    out: dict = {}
+    cases = [("cluster", "slot"), ("cluster", "jobmaster")] + ([("client", "slot")] if kind == "classic" else [])
+    for job_master, victim in cases:
+        for _ in range(reps):
+            timeline: dict = {}
+            out.setdefault(f"recovery_{job_master}_{victim}", []).append(_recovery(spark, job_master, victim, timeline))
+            for step, seconds in timeline.items():
+                out.setdefault(f"  {job_master}_{victim}.{step}", []).append(seconds)
+    return {key: statistics.median(values) for key, values in out.items()}
+
+
+def driver(kind: str, url: str | None, n: int, only: str | None = None, reps: int = 1) -> dict:
     from pyspark.sql import SparkSession
 
     from streamsnap.cluster.spark_session import embedded_session
 
     spark = SparkSession.builder.remote(url).getOrCreate() if kind == "connect" else embedded_session(4)
+    if only == "recovery":
+        return _recoveries(spark, kind, reps)
     _w1(spark, max(1, n // 10), "row")        # warm the workers and imports
     out = {"w1_row": _w1(spark, n, "row"), "w1_batch": _w1(spark, n * 20, "batch")}
     if kind == "classic":
@@ -173,36 +197,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--n", type=int, default=1_000_000, help="per-row W1 rows (vectorized: 20x)")
+    parser.add_argument("--only", choices=("recovery",), help="only the recovery figures, with their timelines")
+    parser.add_argument("--reps", type=int, default=3, help="with --only recovery: kills per figure and driver")
+    parser.add_argument("--kinds", default="classic,connect", help="session kinds to run (comma-separated)")
     parser.add_argument("--driver", choices=("classic", "connect"), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.driver:
-        print("RESULT " + json.dumps(driver(args.driver, args.url, args.n)), flush=True)
+        print("RESULT " + json.dumps(driver(args.driver, args.url, args.n, args.only, args.reps)), flush=True)
         os._exit(0)    # a Connect client's clean-up must not hold the process
+    kinds = args.kinds.split(",")
     server_dir = tempfile.mkdtemp(prefix="ssbench-connect-server-")
     script = os.path.join(ROOT, "scripts", "spark-connect")
     # The executors import this module's jobs (benchmarks/ is not a package they have installed).
     server_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    url = subprocess.run([sys.executable, script, "start", server_dir, "--master", "local[4]"], check=True,
-                         capture_output=True, text=True, env=server_env).stdout.strip().splitlines()[-1]
-    results: dict[str, list[dict]] = {"classic": [], "connect": []}
+    url = "" if "connect" not in kinds else subprocess.run(
+        [sys.executable, script, "start", server_dir, "--master", "local[4]"], check=True, capture_output=True,
+        text=True, env=server_env).stdout.strip().splitlines()[-1]
+    results: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    extra = ["--only", args.only, "--reps", str(args.reps)] if args.only else []
     try:
         for _ in range(args.rounds):
-            for kind in ("classic", "connect"):
+            for kind in kinds:
                 done = subprocess.run([sys.executable, "-m", "benchmarks.connect_vs_classic", "--driver", kind,
-                                       "--url", url, "--n", str(args.n)], capture_output=True, text=True, cwd=ROOT)
+                                       "--url", url, "--n", str(args.n), *extra], capture_output=True, text=True,
+                                      cwd=ROOT)
                 if "RESULT " not in done.stdout:
                     raise RuntimeError(f"{kind} driver failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
                 results[kind].append(json.loads(done.stdout.split("RESULT ", 1)[1]))
                 print(kind, results[kind][-1], flush=True)
     finally:
-        subprocess.run([sys.executable, script, "stop", server_dir], check=False)
+        if url:
+            subprocess.run([sys.executable, script, "stop", server_dir], check=False)
     med = {kind: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for kind, runs in results.items()}
-    print(f"\n{'figure':<34}{'classic':>14}{'connect':>14}")
-    for key in sorted(set(med["classic"]) | set(med["connect"])):
-        row = [med[k].get(key) for k in ("classic", "connect")]
-        print(f"{key:<34}" + "".join(f"{v:>14,.2f}" if v is not None else f"{'-':>14}" for v in row))
-    for key in ("w1_row", "w1_batch"):
+    print(f"\n{'figure':<40}" + "".join(f"{kind:>14}" for kind in kinds))
+    keys = sorted(set().union(*med.values()), key=lambda k: (k.strip().split(".")[0].replace("recovery_", ""),
+                                                            k.startswith(" "), STEPS.index(k.split(".")[1]) if "." in k else 0))
+    for key in keys:
+        row = [med[k].get(key) for k in kinds]
+        print(f"{key:<40}" + "".join(f"{v:>14,.2f}" if v is not None else f"{'-':>14}" for v in row))
+    for key in ("w1_row", "w1_batch") if not args.only and len(kinds) == 2 else ():
         print(f"{key}: Connect / classic = {med['connect'][key] / med['classic'][key]:.3f} (target >= 0.90)")
 
 

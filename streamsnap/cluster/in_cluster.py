@@ -66,7 +66,7 @@ class AttemptEnded(StreamsnapError):
 class ClusterJobMaster(JobMaster):
     """A JobMaster leading exactly one attempt, from inside the barrier stage."""
 
-    def __init__(self, job: ClusterJob, task0_tid: int, host: str):
+    def __init__(self, job: ClusterJob, task0_tid: int, host: str, started: dict | None = None):
         d = job.deployment
         # The address the other executors know task 0's executor by (Spark's), or the user's choice.
         bind = "127.0.0.1" if job.local else (job.settings.network.bind_host or host)
@@ -78,6 +78,9 @@ class ClusterJobMaster(JobMaster):
         self.epoch = -1
         self.outcome: tuple | None = None      # ("ended", payload) or ("failover", None)
         self._record: dict = {}
+        # When this attempt's task 0 got going (worker_started_at, task_started_at): with
+        # leader_at and deployed_at below they time a recovery step by step (benchmarks).
+        self._started = dict(started or {})
 
     # ------------------------------------------------------------------ start
     def start(self) -> None:
@@ -126,6 +129,8 @@ class ClusterJobMaster(JobMaster):
                 return
         elif not first:
             delay = max(0.0, float(record.get("not_before", 0.0)) - time.time())
+        if not first and self.recovery_log and "running_at" not in self.recovery_log[-1]:
+            self.recovery_log[-1].update(self._started, leader_at=time.time())
         try:
             self._serve_web()
         except Exception as exc:   # deterministic (a taken port...): every epoch would fail the same way
@@ -208,6 +213,8 @@ class ClusterJobMaster(JobMaster):
     def _launch_attempt(self, deployment: Deployment) -> None:
         """The stage's tasks already run: tell them what this attempt restores."""
         source = self._restore_source
+        if self.recovery_log and "running_at" not in self.recovery_log[-1]:
+            self.recovery_log[-1]["deployed_at"] = time.time()
         self._publish(restore=None if source is None else {
             "metadata": source[0], "base": source[1], "finish_at_restore": self._ends_at_restore})
         self._deploy_timer = self._timers.call_later(
@@ -215,6 +222,8 @@ class ClusterJobMaster(JobMaster):
 
     def _schedule_restart(self, delay: float) -> None:
         """The next attempt is Spark's stage retry: record the decision, then end this process."""
+        if self.recovery_log:
+            self.recovery_log[-1]["attempt_ended_at"] = time.time()
         self._publish(JobStatus.RESTARTING.value, not_before=time.time() + delay)
         self.outcome = ("failover", None)
         # Not `_cleanup()`: the task-local state copies are for the next attempt.
@@ -290,13 +299,13 @@ class ClusterJobMaster(JobMaster):
             reply(error=exc)
 
 
-def _jobmaster_process(job: ClusterJob, task0_tid: int, host: str, sender, parent_pid: int) -> None:
+def _jobmaster_process(job: ClusterJob, task0_tid: int, host: str, sender, parent_pid: int, started: dict) -> None:
     from streamsnap.runtime.slot import _die_with_parent
 
     _die_with_parent(parent_pid)
     logging.basicConfig(level=getattr(logging, job.settings.log_level, logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    master = ClusterJobMaster(job, task0_tid, host)
+    master = ClusterJobMaster(job, task0_tid, host, started)
     try:
         master.start()
         master.wait_terminal()
@@ -320,9 +329,10 @@ def run_cluster_slot(job: ClusterJob, slot: int, host: str, tid: int, n: int) ->
 
     master = receiver = None
     if slot == 0:
+        started = {"task_started_at": time.time(), "worker_started_at": _process_start_time()}
         context = multiprocessing.get_context("fork")
         receiver, sender = context.Pipe(duplex=False)
-        master = context.Process(target=_jobmaster_process, args=(job, tid, host, sender, os.getpid()),
+        master = context.Process(target=_jobmaster_process, args=(job, tid, host, sender, os.getpid(), started),
                                  name="streamsnap-jobmaster", daemon=False)
         master.start()
         sender.close()
@@ -344,6 +354,19 @@ def run_cluster_slot(job: ClusterJob, slot: int, host: str, tid: int, n: int) ->
         if master is not None and master.is_alive():
             master.kill()
         raise
+
+
+def _process_start_time() -> float | None:
+    """Wall-clock start of this Python worker process (Linux /proc), to tell worker start-up
+    apart from the task's own work in a recovery's timeline; None elsewhere."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _await_leader(job: ClusterJob, tid: int, n: int, master) -> dict | None:
