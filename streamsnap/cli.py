@@ -26,16 +26,18 @@ from streamsnap.web.terminal import PLAIN_EVERY, LiveStatus, summary_lines
 
 app = typer.Typer(help="streamsnap: stateful, exactly-once stream processing on Spark.", no_args_is_help=True,
                   add_completion=False)
-console = Console()
+console = _own_console = Console()
 
 
 @app.callback()
 def _each_command() -> None:
     """streamsnap: stateful, exactly-once stream processing on Spark."""
     # A console per command: Rich reads COLUMNS when a Console is made, so one made at import
-    # would keep the width of whichever environment first imported this module.
-    global console
-    console = Console()
+    # would keep the width of whichever environment first imported this module. (A console
+    # set from outside — an embedding program's, a test's — is kept.)
+    global console, _own_console
+    if console is _own_console:
+        console = _own_console = Console()
 
 
 @app.command()

@@ -209,6 +209,7 @@ class JobMaster:
         # counts are this attempt's, i.e. rows after that checkpoint.
         self._restored_checkpoint_id: int | None = None
         self._sinks: dict[str, Any] = {}
+        self._end_listeners: list[Callable[[JobStatus], None]] = []
         self._sink_names: dict[str, str] = {}
         for node in self.job_graph.stream_graph.nodes.values():
             if node.kind is NodeKind.SINK:
@@ -982,7 +983,17 @@ class JobMaster:
         self._error = error
         self._cleanup()
         self._on_finalized(status)
+        for listener in self._end_listeners:
+            try:
+                listener(status)
+            except Exception:   # one listener's failure must not keep the job from ending
+                log.exception("job '%s': an end-of-job listener (%r) failed", self.settings.job_name, listener)
         self._done.set()
+
+    def on_end(self, listener: Callable[[JobStatus], None]) -> None:
+        """Call `listener(status)` as the job ends, before `wait()` returns: whoever put something
+        beside the job (the web endpoint's announcement) withdraws it before the caller looks."""
+        self._end_listeners.append(listener)
 
     def _on_finalized(self, status: JobStatus) -> None:
         """The job has ended and cleaned up; in_cluster.py records it in the registry."""

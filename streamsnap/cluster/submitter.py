@@ -17,6 +17,7 @@ import threading
 import time
 
 from streamsnap.cluster import wire_objects
+from streamsnap.cluster.exception_history import ExceptionHistory
 from streamsnap.cluster.job_control import JobControl, LeaderUnavailable
 from streamsnap.cluster.registry import TERMINAL, JobRegistry
 from streamsnap.cluster.status import JobStatus
@@ -77,6 +78,16 @@ class RemoteJob:
     @property
     def recovery_log(self) -> list[dict]:
         return list(self.record().get("recoveries", []))
+
+    @property
+    def exceptions(self) -> ExceptionHistory:
+        """The job's exception history as its JobMaster last recorded it (the web UI's and the
+        live status line's source, as a local JobMaster's own history is)."""
+        history = ExceptionHistory()
+        encoded = self.record().get("exceptions")
+        if encoded:
+            history.extend(wire_objects.decode(encoded))
+        return history
 
     def ended(self) -> bool:
         record = self.record()

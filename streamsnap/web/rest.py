@@ -306,7 +306,14 @@ class WebServer:
                 log.warning("job '%s': its web endpoint could not be announced in %s (%s); `streamsnap ui` "
                             "on that directory will not find it, use %s", master.settings.job_name,
                             checkpointing.directory, exc, self.url)
+            else:
+                master.on_end(lambda _status: self._withdraw())   # gone before the job's wait() returns
         poller.start()
+
+    def _withdraw(self) -> None:
+        announced, self._announced = self._announced, None
+        if announced is not None:
+            discovery.withdraw(announced)
 
     def serve_archive(self, jobs) -> None:
         """Serve checkpoint directories' jobs (`web.archive.ArchivedJob`) read-only until `close()`."""
@@ -330,8 +337,7 @@ class WebServer:
         finally:   # also if polling failed: the endpoint never outlives its job
             self._httpd.shutdown()
             self._httpd.server_close()
-            if self._announced is not None:
-                discovery.withdraw(self._announced)
+            self._withdraw()
 
     def close(self) -> None:
         """Stop serving now (a job that failed to start); serving threads end on their own otherwise."""
