@@ -118,14 +118,14 @@ def epoch_millis(value: object) -> int | None:
     """`value` as an int64 of epoch milliseconds, or None when it is not one. A `datetime` counts
     (naive ones as UTC, as Arrow's zone-less timestamps are): a timestamp column reaches per-row
     functions as datetimes, and the per-row path must accept what the columnar one does."""
+    if isinstance(value, Integral) and not isinstance(value, bool):   # the per-row hot path first
+        value = int(value)
+        return value if -(2 ** 63) <= value <= _INT64_MAX else None
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=datetime.timezone.utc)
         return (value - _EPOCH) // datetime.timedelta(milliseconds=1)
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        return None
-    value = int(value)
-    return value if -(2 ** 63) <= value <= _INT64_MAX else None
+    return None
 
 
 def _from_function(batch: Batch, assigner: Callable[[dict], int],
