@@ -52,6 +52,7 @@ class ClusterJob:
     settings: JobSettings
     directory: str          # CheckpointConfig.directory: the registry is <directory>/<job id>/
     local: bool             # local[N] master: bind to loopback
+    connect: str | None = None   # detached jobs: the Connect URL a replacement submitter uses
 
     @property
     def registry(self) -> JobRegistry:
@@ -73,6 +74,8 @@ class ClusterJobMaster(JobMaster):
         super().__init__(None, d.execution_graph, job.settings, secret=d.secret, run_id=d.run_id,
                          control_bind=bind, local=job.local)
         self.registry = job.registry
+        self._job = job
+        self._submitter_replaced = False
         self._task0_tid = task0_tid
         self._host = host
         self.epoch = -1
@@ -111,24 +114,37 @@ class ClusterJobMaster(JobMaster):
                 self.coordinator.recover_completed_checkpoints(min_id=int(record.get("checkpoint_floor", 0)))
                 self.coordinator.discard_abandoned_locations()
         delay = 0.0
+        # A replaced submitter ended the previous attempt (its Spark job was interrupted): that is
+        # the cause to show, whatever the interrupted leader managed to record.
+        submitter_lost = record.get("submitter_lost")
+        if submitter_lost and submitter_lost.get("charged"):
+            submitter_lost = None
+        if submitter_lost:
+            self._record["submitter_lost"] = dict(submitter_lost, charged=True)
         if not first and record.get("status") != JobStatus.RESTARTING.value:
             # The previous leader died without recording why (SIGKILL, its host lost): charge it.
-            lost = (f"the JobMaster of epoch {record.get('epoch')} (pid {record.get('pid')} on {record.get('host')}) "
-                    f"was lost: its process died or was killed")
+            lost, reason, task = (f"the JobMaster of epoch {record.get('epoch')} (pid {record.get('pid')} on "
+                                  f"{record.get('host')}) was lost: its process died or was killed",
+                                  "JOBMASTER_LOST", "JobMaster")
+            if submitter_lost:
+                lost, reason, task = submitter_lost["cause"], "SUBMITTER_LOST", "submitter"
             self.recovery_log.append({"failed_at": time.time(), "cause": lost})
-            self.exceptions.root(int(record.get("attempt", self.epoch - 1)), lost, "JOBMASTER_LOST", "JobMaster")
+            self.exceptions.root(int(record.get("attempt", self.epoch - 1)), lost, reason, task)
             self._backoff.notify_failure(self._clock.monotonic())
             if self._backoff.can_restart():
                 self._backoff.notify_restart()
                 delay = self._backoff.backoff_time
             else:
-                self._failure, self._failure_reason = lost, "JOBMASTER_LOST"
+                self._failure, self._failure_reason = lost, reason
                 self._finalize(JobStatus.FAILED, JobExecutionError(
                     f"job failed after {self._backoff.restarts} restart(s) ({self._backoff.describe()}); "
-                    f"last failure:\n{lost}", job_name=self.settings.job_name, cause=lost, reason="JOBMASTER_LOST"))
+                    f"last failure:\n{lost}", job_name=self.settings.job_name, cause=lost, reason=reason))
                 return
         elif not first:
             delay = max(0.0, float(record.get("not_before", 0.0)) - time.time())
+            if submitter_lost:
+                self.exceptions.replace_root(int(record.get("attempt", self.epoch - 1)), submitter_lost["cause"],
+                                             "SUBMITTER_LOST", "submitter")
         if not first and self.recovery_log and "running_at" not in self.recovery_log[-1]:
             self.recovery_log[-1].update(self._started, leader_at=time.time())
         try:
@@ -140,6 +156,8 @@ class ClusterJobMaster(JobMaster):
             return
         self._server.start()
         self._loop_thread.start()
+        if self._job.connect is not None and record.get("detached"):
+            self._post(self._watch_submitter)
         self._attempts.request_deploy()
         if delay > 0:
             log.info("job '%s' epoch %d deploys in %.1f s (restart delay)", self.settings.job_name, self.epoch, delay)
@@ -250,6 +268,35 @@ class ClusterJobMaster(JobMaster):
             summary["result"] = wire_objects.encode(dataclasses.replace(self._result, collected={}))
         self._publish(status.value, ending=True, payload=summary, ended_at=time.time())
         self.outcome = ("ended", payload)
+
+    # ------------------------------------------------------------------ the detached submitter
+    def _watch_submitter(self) -> None:
+        """Every RENEW seconds: has the detached job's submitter stopped renewing its lease?
+        Then start a replacement (cluster/submitter_lease.py) — once per JobMaster: the
+        replacement's new Spark job brings the next one."""
+        from streamsnap.cluster import detached
+        from streamsnap.cluster.submitter_lease import RENEW, SubmitterLease, expired
+
+        if self.status.is_terminal or self._submitter_replaced or self.outcome is not None:
+            return
+        try:
+            lease = SubmitterLease(self.registry).current()
+        except OSError as exc:
+            log.warning("job '%s': could not read the submitter's lease: %s", self.settings.job_name, exc)
+            lease = None
+        if expired(lease, time.time()):
+            self._submitter_replaced = True
+            lost = (f"the submitter of detached job '{self.settings.job_name}' (pid {lease.get('pid')} on "
+                    f"{lease.get('host')}) stopped renewing its lease {time.time() - lease['renewed_at']:.0f} s ago")
+            pid, host, log_file = detached.replace(self._job, self.settings.job_name, lease)
+            log.warning("job '%s': %s; started a replacement submitter (pid %d on %s, log %s), which resubmits "
+                        "the job from its latest completed checkpoint", self.settings.job_name, lost, pid, host,
+                        log_file)
+            self._record["submitter_lost"] = {"cause": lost, "at": time.time(), "replacement": {
+                "pid": pid, "host": host, "log": log_file}}
+            self._publish()
+            return
+        self._timers.call_later(RENEW, self._watch_submitter)
 
     # ------------------------------------------------------------------ clients
     def _on_control_message(self, conn, message: dict) -> None:

@@ -101,23 +101,14 @@ class JobRegistry:
 
     # ------------------------------------------------------------------ epochs
     def epochs(self) -> list[int]:
-        fs, path = filesystem.filesystem(self.epoch_directory)
-        try:
-            names = [os.path.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)]
-        except FileNotFoundError:
-            return []
-        return sorted(int(n) for n in names if n.isdigit())
+        return numbered(self.epoch_directory)
 
     def latest_epoch(self) -> int:
         return max(self.epochs(), default=-1)
 
     def take_epoch(self, owner: dict) -> int:
         """Become the job's leader: create `epochs/<k>` for the next free k, exclusively."""
-        while True:
-            epoch = self.latest_epoch() + 1
-            url = filesystem.join(self.epoch_directory, str(epoch))
-            if filesystem.create_exclusive(url, json.dumps(owner).encode()):
-                return epoch
+        return take_next(self.epoch_directory, owner)
 
     def fence(self, epoch: int) -> None:
         """FencedError unless `epoch` is still the newest: called right before anything a newer
@@ -126,6 +117,25 @@ class JobRegistry:
         if latest > epoch:
             raise FencedError(f"JobMaster epoch {epoch} of job {self.job_id} was superseded by epoch {latest}: "
                               f"it must not complete checkpoints or commit any more")
+
+
+def numbered(directory: str) -> list[int]:
+    """The numbers k of the files `<directory>/<k>` (epochs, submitter generations), ascending."""
+    fs, path = filesystem.filesystem(directory)
+    try:
+        names = [os.path.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)]
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def take_next(directory: str, owner: dict) -> int:
+    """Create `<directory>/<k>` for the next free k exclusively (holding `owner`); returns k.
+    Whoever creates k+1 supersedes the holder of k: this is how leaders are fenced."""
+    while True:
+        k = max(numbered(directory), default=-1) + 1
+        if filesystem.create_exclusive(filesystem.join(directory, str(k)), json.dumps(owner).encode()):
+            return k
 
 
 def list_jobs(directory: str) -> list[dict]:

@@ -218,7 +218,7 @@ class SubmittedJob(RemoteJob):
         self._done = threading.Event()
         self._result = None
         self._error: BaseException | None = None
-        self._tag = f"streamsnap-{self.job_id}-{job.deployment.run_id}"
+        self._tag = submission_tag(job)
         self._cancelled_locally = False   # no leader answered a cancel: the Spark job was interrupted here
         self._thread = threading.Thread(target=self._run, name=f"submitter-{self.job_id[:8]}", daemon=True)
 
@@ -315,6 +315,11 @@ class SubmittedJob(RemoteJob):
         return self._result
 
 
+def submission_tag(job) -> str:
+    """The Spark job tag (job group) of a job's Spark jobs: what interrupting them names."""
+    return f"streamsnap-{job.deployment.job_id}-{job.deployment.run_id}"
+
+
 def record_submission(registry: JobRegistry, job, job_name: str, session: str, detached: bool = False) -> None:
     """The job's first record and its secret, before any Spark job: `list` shows it from now on."""
     registry.write_secret(job.deployment.secret)
@@ -323,4 +328,4 @@ def record_submission(registry: JobRegistry, job, job_name: str, session: str, d
                     "job_master": "cluster", "session": session, "detached": detached})
 
 
-__all__ = ["RemoteJob", "SubmittedJob", "record_submission"]
+__all__ = ["RemoteJob", "SubmittedJob", "record_submission", "submission_tag"]

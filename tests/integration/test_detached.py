@@ -6,6 +6,7 @@ committed output is exact."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,9 @@ from typer.testing import CliRunner
 
 import streamsnap as ss
 from streamsnap.cli import app
+from streamsnap.cluster.registry import JobRegistry
+from streamsnap.cluster.submitter import RemoteJob
+from streamsnap.cluster.submitter_lease import SubmitterLease
 from streamsnap.errors import ConfigurationError
 from tests.integration.support import SCRIPT_EVENT_AND_SUM
 from tests.integration.test_failover import event, read_output
@@ -60,8 +64,8 @@ def _exact_prefix(rows: list[tuple]) -> int:
     return len(rows)
 
 
-def test_a_detached_job_outlives_its_submitter_and_is_stopped_with_a_savepoint_from_another_process(
-        connect_server, tmp_path):
+def _submit_detached(connect_server: str, tmp_path) -> tuple[str, str, str]:
+    """`streamsnap run --detach` of SUBMIT in a process that exits: (job id, checkpoint dir, output dir)."""
     ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
     script = tmp_path / "submit.py"
     script.write_text(SUBMIT)
@@ -74,23 +78,62 @@ def test_a_detached_job_outlives_its_submitter_and_is_stopped_with_a_savepoint_f
     job_id, _, status = done.stdout.split("job ", 1)[1].split()[:3]
     assert status == "RUNNING,", done.stdout
     print(f"detached submit: {time.monotonic() - started:.1f} s including the client's start")
+    return job_id, ckpt, out
 
+
+def _wait_for_checkpoints(client, at_least: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while client.checkpoint_stats().counts.completed < at_least:
+        assert time.monotonic() < deadline, f"fewer than {at_least} checkpoints of the detached job"
+        time.sleep(0.1)
+
+
+def test_a_detached_job_outlives_its_submitter_and_is_stopped_with_a_savepoint_from_another_process(
+        connect_server, tmp_path):
+    job_id, ckpt, out = _submit_detached(connect_server, tmp_path)
     [info] = ss.jobs.list(ckpt)
     assert (info.job_id, info.job_name, info.status, info.live) == (job_id, "detached job", "RUNNING", True)
     listing = CliRunner().invoke(app, ["list", ckpt])
     assert listing.exit_code == 0 and job_id in listing.output and "RUNNING" in listing.output, listing.output
 
     client = ss.jobs.attach(ckpt, job_id)
-    deadline = time.monotonic() + 60
-    while client.checkpoint_stats().counts.completed < 2:
-        assert time.monotonic() < deadline, "no checkpoints of the detached job"
-        time.sleep(0.1)
+    _wait_for_checkpoints(client, 2)
     taken = CliRunner().invoke(app, ["savepoint", ckpt, job_id, str(tmp_path / "savepoints")])
     assert taken.exit_code == 0 and "savepoint of job" in taken.output, taken.output
     final = client.stop_with_savepoint(str(tmp_path / "savepoints"), timeout=120)
     assert os.path.exists(os.path.join(final, "_metadata"))
     assert client.status() == "FINISHED"
     assert ss.jobs.list(ckpt)[0].status == "FINISHED"
+    assert _exact_prefix(read_output(out)) > 0
+
+
+def test_a_detached_job_whose_submitter_is_killed_is_resubmitted_by_a_replacement(connect_server, tmp_path):
+    """Nothing in Spark supervises the in-cluster submitter: its JobMaster watches its lease and
+    starts a replacement, which interrupts the orphaned Spark job and submits the job again."""
+    job_id, ckpt, out = _submit_detached(connect_server, tmp_path)
+    client = ss.jobs.attach(ckpt, job_id)
+    _wait_for_checkpoints(client, 1)
+    registry = JobRegistry(ckpt, job_id)
+    leases = SubmitterLease(registry)
+    first = leases.current()
+    assert first["generation"] == 0 and first["pid"] == registry.read()["submitter"]["pid"]
+    os.kill(first["pid"], signal.SIGKILL)
+
+    deadline = time.monotonic() + 180       # the lease expires after TIMEOUT s, then a resubmission
+    while True:
+        lease, record = leases.current(), registry.read()
+        if (lease["generation"] == 1 and record.get("status") == "RUNNING"
+                and (record.get("submitter_lost") or {}).get("charged")):
+            break
+        assert time.monotonic() < deadline, f"no replacement submitter runs the job: {lease} {record.get('status')}"
+        time.sleep(0.2)
+    assert lease["pid"] == record["submitter_lost"]["replacement"]["pid"] != first["pid"]
+    history = RemoteJob(registry).exceptions.entries()
+    assert any(e.reason == "SUBMITTER_LOST" and f"pid {first['pid']}" in e.root_cause for e in history), history
+    completed = client.checkpoint_stats().counts.completed
+    _wait_for_checkpoints(client, completed + 1)        # the resubmitted job checkpoints again
+    client.stop_with_savepoint(str(tmp_path / "savepoints"), timeout=120)
+    assert client.status() == "FINISHED" and registry.read()["restarts"] >= 1
     assert _exact_prefix(read_output(out)) > 0
 
 
