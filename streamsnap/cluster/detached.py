@@ -147,7 +147,7 @@ def main(path: str) -> int:
              f", replacing submitter {lost.get('generation')} (pid {lost.get('pid')} on {lost.get('host')})"
              if lost is not None else "")
     submitted = SubmittedJob(spark, job, job_name)
-    submitted.start(record=False)
+    submitted.start(record=False, follow_logs=False)   # nobody reads this process's log for them
     try:
         result = submitted.wait()
         log.info("job '%s' %s", job_name, result.status if result is not None else "ended")

@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ import msgpack
 
 from streamsnap.cluster import wire_objects
 from streamsnap.cluster.jobmaster import DEPLOY_TIMEOUT, JobMaster, JobSettings
+from streamsnap.cluster.log_buffer import LogBuffer
 from streamsnap.cluster.registry import TERMINAL, FencedError, JobRegistry
 from streamsnap.cluster.status import JobStatus
 from streamsnap.errors import JobExecutionError, StreamsnapError
@@ -76,6 +78,9 @@ class ClusterJobMaster(JobMaster):
         self.registry = job.registry
         self._job = job
         self._submitter_replaced = False
+        # Task log records for the attached client (`logs` requests); fed on connection threads.
+        self._log_buffer = LogBuffer(-1)
+        self._log_lock = threading.Lock()
         self._task0_tid = task0_tid
         self._host = host
         self.epoch = -1
@@ -99,6 +104,7 @@ class ClusterJobMaster(JobMaster):
         # The previous leader's address and restore are not this attempt's.
         self._record = {k: v for k, v in record.items() if k not in ("control", "restore", "task0_tid")}
         self.epoch = self.registry.take_epoch({"host": self._host, "pid": os.getpid(), "task0_tid": self._task0_tid})
+        self._log_buffer.epoch = self.epoch
         self._attempts.current = self.epoch - 1       # the deploy below runs attempt == epoch
         self.recovery_log = list(record.get("recoveries", []))
         self.exceptions.extend(wire_objects.decode(record["exceptions"]) if record.get("exceptions") else ())
@@ -301,8 +307,16 @@ class ClusterJobMaster(JobMaster):
     # ------------------------------------------------------------------ clients
     def _on_control_message(self, conn, message: dict) -> None:
         if message.get("type") == "client":
+            if message.get("call") == "logs":     # answered here: the event loop may be busy
+                with self._log_lock:
+                    value = self._log_buffer.since(message.get("epoch"), int(message.get("after", 0)))
+                conn.send({"type": "reply", "id": message.get("id"), "ok": True, "value": value})
+                return
             self._post(lambda: self._answer(conn, message))
             return
+        if message.get("type") == "logs":
+            with self._log_lock:
+                self._log_buffer.append(message)
         super()._on_control_message(conn, message)
 
     def _answer(self, conn, message: dict) -> None:

@@ -19,6 +19,7 @@ import time
 from streamsnap.cluster import wire_objects
 from streamsnap.cluster.exception_history import ExceptionHistory
 from streamsnap.cluster.job_control import JobControl, LeaderUnavailable
+from streamsnap.cluster.log_buffer import LIMIT_RECORDS
 from streamsnap.cluster.registry import TERMINAL, JobRegistry
 from streamsnap.cluster.status import JobStatus
 from streamsnap.errors import JobExecutionError, StreamsnapError
@@ -36,6 +37,7 @@ def _at_exit() -> None:
 atexit.register(_at_exit)
 
 RETRY = 0.2              # seconds between attempts to reach a leader that is failing over
+LOG_POLL = 0.5           # seconds between fetches of the tasks' log records (attached jobs)
 STALLED_SUBMISSIONS = 3  # Spark jobs in a row that ended without any JobMaster taking an epoch
 
 
@@ -222,11 +224,35 @@ class SubmittedJob(RemoteJob):
         self._cancelled_locally = False   # no leader answered a cancel: the Spark job was interrupted here
         self._thread = threading.Thread(target=self._run, name=f"submitter-{self.job_id[:8]}", daemon=True)
 
-    def start(self, record: bool = True) -> None:
-        """Run the job; `record=False` when the record was written by a client that launched us."""
+    def start(self, record: bool = True, follow_logs: bool = True) -> None:
+        """Run the job; `record=False` when the record was written by a client that launched us;
+        `follow_logs`: re-emit the tasks' log records in this process's `logging` (attached jobs)."""
         if record:
             record_submission(self.registry, self._job, self._name, self._bridge.kind)
         self._thread.start()
+        if follow_logs:
+            threading.Thread(target=self._follow_logs, name=f"logs-{self.job_id[:8]}", daemon=True).start()
+
+    def _follow_logs(self) -> None:
+        """Fetch the task log records the JobMaster in the cluster keeps (cluster/log_buffer.py)
+        and re-emit them here, as a JobMaster in this process would; across failovers too."""
+        from streamsnap.runtime.log_relay import emit_on_driver
+
+        epoch, after = None, 0
+        while not self._done.wait(LOG_POLL):
+            try:
+                reply = self._leader().call("logs", 5.0, epoch=epoch, after=after)
+            except (OSError, TimeoutError, StreamsnapError) as exc:   # failing over, or not started yet
+                log.debug("job %s: no task logs now (%s)", self.job_id, exc)
+                continue
+            if reply["missed_batches"]:
+                log.warning("job '%s': %d batch(es) of task log records were dropped before they could be "
+                            "fetched (the JobMaster keeps the newest %d records); they are in the executors' logs",
+                            self._name, reply["missed_batches"], LIMIT_RECORDS)
+            for batch in reply["batches"]:
+                attempt = batch.get("attempt")
+                emit_on_driver(batch, attempt[-1] if isinstance(attempt, list) and attempt else None)
+            epoch, after = reply["epoch"], reply["next"]
 
     def _run(self) -> None:
         from streamsnap.cluster.in_cluster import cluster_slot_runner, decode_payload

@@ -36,3 +36,23 @@ def test_a_user_functions_log_line_reaches_the_drivers_log_and_its_failure_the_j
     assert warning.funcName == "chatty" and warning.levelno == logging.WARNING
     assert not [r for r in relayed if r.levelno >= logging.ERROR]       # the failure is the job's error
     assert "row 7 is the last straw" not in caplog.text
+
+
+def noted(row):
+    if row["i"] == 3:
+        logging.getLogger("user.noted").warning("row %d noted in the cluster", row["i"])
+    return row
+
+
+def test_with_the_job_master_in_the_cluster_task_log_lines_reach_the_attached_client(spark, tmp_path, caplog):
+    """Nothing in the cluster connects to the client: it fetches the records the JobMaster keeps."""
+    caplog.set_level(logging.WARNING)
+    env = ss.StreamEnvironment(parallelism=1, spark=spark, job_master="cluster",
+                               checkpointing=ss.CheckpointConfig(interval=0.5, directory=str(tmp_path / "ckpt")))
+    (env.from_source(ss.sources.Generator(lambda i: {"i": i}, count=4_000, rate=2_000), name="rows")
+        .map(noted, name="noted").sink_to(ss.sinks.FileSink(str(tmp_path / "out"), format="parquet")))
+    assert env.execute("cluster task logs").status == "FINISHED"
+    relayed = [r for r in caplog.records if r.getMessage() == "[user.noted] row 3 noted in the cluster"]
+    assert len(relayed) == 1, [r.getMessage() for r in caplog.records]
+    assert relayed[0].name.startswith("streamsnap.task.") and relayed[0].task_subtask == "1/1"
+    assert relayed[0].funcName == "noted"
