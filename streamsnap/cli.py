@@ -137,17 +137,22 @@ def list_jobs(directory: str = typer.Argument(..., help="Checkpoint directory th
     Console(width=max(console.width, 160)).print(table)
 
 
+def _via_option():
+    return typer.Option("control", "--via", help="control: the JobMaster's control port; storage: request files in "
+                                                 "the job's directory (from outside the cluster's network).")
+
+
 @app.command()
 def stop(directory: str = typer.Argument(..., help="Checkpoint directory the job writes to."),
          job_id: str = typer.Argument(..., help="The job's id (streamsnap list DIR)."),
          savepoint: str = typer.Option(..., "--savepoint", "-p", help="Directory to write the final savepoint to."),
          drain: bool = typer.Option(False, "--drain", help="End event time first: every window fires (Flink's --drain)."),
          timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for the job to stop."),
-         ) -> None:
+         via: str = _via_option()) -> None:
     """Stop a running job with a savepoint (Flink's `flink stop --savepointPath`)."""
     from streamsnap.api import jobs
 
-    client = _or_exit(lambda: jobs.attach(directory, job_id))
+    client = _or_exit(lambda: jobs.attach(directory, job_id, via))
     path = _or_exit(lambda: client.stop_with_savepoint(savepoint, drain=drain, timeout=timeout))
     print(f"job {job_id} stopped with savepoint {path}")
 
@@ -155,11 +160,12 @@ def stop(directory: str = typer.Argument(..., help="Checkpoint directory the job
 @app.command()
 def cancel(directory: str = typer.Argument(..., help="Checkpoint directory the job writes to."),
            job_id: str = typer.Argument(..., help="The job's id (streamsnap list DIR)."),
-           timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for the job to end.")) -> None:
+           timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for the job to end."),
+           via: str = _via_option()) -> None:
     """Cancel a running job (no savepoint)."""
     from streamsnap.api import jobs
 
-    client = _or_exit(lambda: jobs.attach(directory, job_id))
+    client = _or_exit(lambda: jobs.attach(directory, job_id, via))
     _or_exit(lambda: client.cancel(timeout))
     print(f"job {job_id} {client.status()}")
 
@@ -167,7 +173,8 @@ def cancel(directory: str = typer.Argument(..., help="Checkpoint directory the j
 @app.command()
 def savepoint(arguments: list[str] = typer.Argument(..., metavar="DIR JOB PATH | inspect PATH",
                                                     help="DIR JOB PATH: take a savepoint of a running job into PATH. "
-                                                         "inspect PATH: show what a savepoint holds.")) -> None:
+                                                         "inspect PATH: show what a savepoint holds."),
+              via: str = _via_option()) -> None:
     """Take a savepoint of a running job (`savepoint DIR JOB PATH`), or inspect one (`savepoint inspect PATH`)."""
     if arguments[:1] == ["inspect"] and len(arguments) == 2:
         _savepoint_inspect(arguments[1])
@@ -178,7 +185,7 @@ def savepoint(arguments: list[str] = typer.Argument(..., metavar="DIR JOB PATH |
     from streamsnap.api import jobs
 
     directory, job_id, target = arguments
-    client = _or_exit(lambda: jobs.attach(directory, job_id))
+    client = _or_exit(lambda: jobs.attach(directory, job_id, via))
     path = _or_exit(lambda: client.trigger_savepoint(target))
     print(f"savepoint of job {job_id} at {path}")
 

@@ -87,10 +87,14 @@ def list(directory: str, probe_timeout: float = 2.0) -> builtins.list[JobInfo]:
     return jobs
 
 
-def attach(directory: str, job_id: str) -> JobClient:
+def attach(directory: str, job_id: str, via: str = "control") -> JobClient:
     """A `JobClient` for the job `job_id` (see `list`) running under `directory` — from any
     process that can read that directory; raises ConfigurationError naming the jobs there when
     there is no such job.
+
+    via: "control" (default) asks the job's JobMaster over its authenticated control port;
+      "storage" through request and response files in the job's directory, for a client that
+      cannot reach the cluster's hosts (a laptop with a Connect session to managed compute).
 
         client = ss.jobs.attach("/tmp/ckpt", "clicks-1a2b3c4d")
         client.stop_with_savepoint("/tmp/savepoints")
@@ -101,11 +105,13 @@ def attach(directory: str, job_id: str) -> JobClient:
     _check_directory(directory, "ss.jobs.attach")
     if not isinstance(job_id, str) or not job_id:
         raise ConfigurationError(f"ss.jobs.attach needs a job id (see ss.jobs.list), got {job_id!r}")
+    if via not in ("control", "storage"):
+        raise ConfigurationError(f"ss.jobs.attach(via=...) must be 'control' or 'storage', got {via!r}")
     registry = JobRegistry(directory, job_id)
     if registry.read() is None:
         known = ", ".join(j.job_id for j in list(directory, probe_timeout=0.5)) or "none"
         raise ConfigurationError(f"no job {job_id!r} is recorded under {directory} (jobs there: {known})")
-    return JobClient(RemoteJob(registry))
+    return JobClient(RemoteJob(registry, via=via))
 
 
 def _check_directory(directory, call: str) -> None:

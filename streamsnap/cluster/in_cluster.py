@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from streamsnap.cluster import wire_objects
+from streamsnap.cluster import storage_control, wire_objects
 from streamsnap.cluster.jobmaster import DEPLOY_TIMEOUT, JobMaster, JobSettings
 from streamsnap.cluster.log_buffer import LogBuffer
 from streamsnap.cluster.registry import TERMINAL, FencedError, JobRegistry
@@ -81,6 +81,8 @@ class ClusterJobMaster(JobMaster):
         # Task log records for the attached client (`logs` requests); fed on connection threads.
         self._log_buffer = LogBuffer(-1)
         self._log_lock = threading.Lock()
+        self._storage_control = storage_control.StorageControl(self.registry, d.secret)
+        self._request_files_seen: set[str] = set()
         self._task0_tid = task0_tid
         self._host = host
         self.epoch = -1
@@ -164,6 +166,7 @@ class ClusterJobMaster(JobMaster):
         self._loop_thread.start()
         if self._job.connect is not None and record.get("detached"):
             self._post(self._watch_submitter)
+        self._post(self._watch_request_files)
         self._attempts.request_deploy()
         if delay > 0:
             log.info("job '%s' epoch %d deploys in %.1f s (restart delay)", self.settings.job_name, self.epoch, delay)
@@ -305,6 +308,22 @@ class ClusterJobMaster(JobMaster):
         self._timers.call_later(RENEW, self._watch_submitter)
 
     # ------------------------------------------------------------------ clients
+    def _watch_request_files(self) -> None:
+        """Every storage_control.POLL seconds: answer the requests of clients that cannot reach the
+        control port (cluster/storage_control.py), exactly as those that can."""
+        if self.status.is_terminal or self.outcome is not None:
+            return
+        try:
+            requests = self._storage_control.take_requests(self._request_files_seen)
+        except OSError as exc:
+            log.warning("job '%s': could not read its request files: %s", self.settings.job_name, exc)
+            requests = []
+        for request in requests:
+            arguments = request.get("arguments") if isinstance(request.get("arguments"), dict) else {}
+            self._answer(_RequestFileReply(self._storage_control, request["id"]),
+                         {**arguments, "type": "client", "id": request["id"], "call": request.get("call")})
+        self._timers.call_later(storage_control.POLL, self._watch_request_files)
+
     def _on_control_message(self, conn, message: dict) -> None:
         if message.get("type") == "client":
             if message.get("call") == "logs":     # answered here: the event loop may be busy
@@ -358,6 +377,22 @@ class ClusterJobMaster(JobMaster):
                 reply(error=StreamsnapError(f"unknown request {call!r}"))
         except Exception as exc:   # answered, not raised into the event loop
             reply(error=exc)
+
+
+class _RequestFileReply:
+    """Where `_answer` sends a request file's reply: its signed response file."""
+
+    def __init__(self, box: storage_control.StorageControl, request_id: str):
+        self._box = box
+        self._request_id = request_id
+
+    def send(self, reply: dict) -> bool:
+        try:
+            self._box.answer(self._request_id, reply)
+        except OSError as exc:     # the client times out naming the directory; the log says why
+            log.warning("could not answer request file %s: %s", self._request_id, exc)
+            return False
+        return True
 
 
 def _jobmaster_process(job: ClusterJob, task0_tid: int, host: str, sender, parent_pid: int, started: dict) -> None:

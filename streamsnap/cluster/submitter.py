@@ -44,10 +44,11 @@ STALLED_SUBMISSIONS = 3  # Spark jobs in a row that ended without any JobMaster 
 class RemoteJob:
     """A job in the cluster, seen from a client process through its registry and control port."""
 
-    def __init__(self, registry: JobRegistry, secret: bytes | None = None):
+    def __init__(self, registry: JobRegistry, secret: bytes | None = None, via: str = "control"):
         self.registry = registry
         self.job_id = registry.job_id
         self._secret = secret
+        self._via = via          # "control": the leader's control port; "storage": files (cluster/storage_control.py)
         self._control: JobControl | None = None
         self._control_epoch = None
         self._lock = threading.Lock()
@@ -113,6 +114,12 @@ class RemoteJob:
 
     def call(self, call: str, timeout: float = 60.0, **arguments):
         """Ask the current leader; while it fails over (no leader, a dropped connection) ask again."""
+        if self._via == "storage":
+            from streamsnap.cluster.storage_control import StorageControl
+
+            if self._secret is None:
+                self._secret = self.registry.read_secret()
+            return StorageControl(self.registry, self._secret).call(call, timeout, **arguments)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -174,7 +181,8 @@ class RemoteJob:
         """Fetch the subtasks' counters (the JobMaster asks them for fresh ones as it answers);
         while no leader answers (a failover) the last ones stay: status lines do not wait."""
         try:
-            self._metrics = wire_objects.decode(self._leader().call("metrics", 2.0))
+            self._metrics = wire_objects.decode(self.call("metrics", 2.0) if self._via == "storage"
+                                                else self._leader().call("metrics", 2.0))
         except (OSError, TimeoutError, StreamsnapError) as exc:
             log.debug("job %s: no counters now (%s)", self.job_id, exc)
 

@@ -62,20 +62,37 @@ def test_a_job_with_its_job_master_in_task_0_survives_sigkills_of_the_job_master
     assert set(rows) == expected_rows(n)
 
 
-def test_a_second_submission_of_a_running_job_is_refused_and_its_web_ui_runs_with_its_job_master(spark, tmp_path):
+def test_a_second_submission_is_refused_its_web_ui_runs_with_its_job_master_and_its_directory_controls_it(
+        spark, tmp_path):
+    from typer.testing import CliRunner
+
+    from streamsnap.cli import app
+
+    ckpt = str(tmp_path / "ckpt")
     client = _job(spark, tmp_path, 10 ** 9, rate=500, attempts=0, web=ss.WebConfig(port=0)).execute_async("only once")
     try:
         _await(lambda: client.status() == "RUNNING", "RUNNING")
         url = client.web_url
-        assert url is not None and [j.web_url for j in ss.jobs.list(str(tmp_path / "ckpt"))] == [url]
+        assert url is not None and [j.web_url for j in ss.jobs.list(ckpt)] == [url]
         with urllib.request.urlopen(f"{url}/jobs", timeout=10) as response:
             assert client.job_id in response.read().decode()
         with pytest.raises(ConfigurationError, match="already running .*cancel it first"):
             _job(spark, tmp_path, 10, rate=500, attempts=0, out=tmp_path / "out2").execute_async("only once")
+        # A client that cannot reach the cluster: every request through files in the job's directory.
+        remote = ss.jobs.attach(ckpt, client.job_id, via="storage")
+        _await(lambda: remote.checkpoint_stats().counts.completed >= 1, "a checkpoint, asked through request files")
+        taken = CliRunner().invoke(app, ["savepoint", ckpt, client.job_id, str(tmp_path / "sp"), "--via", "storage"])
+        assert taken.exit_code == 0 and "savepoint of job" in taken.output, taken.output
+        assert os.path.exists(os.path.join(taken.output.split(" at ", 1)[1].strip(), "_metadata"))
+        with pytest.raises(ConfigurationError, match="via=...\\) must be 'control' or 'storage', got 'pigeon'"):
+            ss.jobs.attach(ckpt, client.job_id, via="pigeon")
+        remote.cancel()
     finally:
-        client.cancel()
+        if client.status() not in ("CANCELED", "CANCELLING"):
+            client.cancel()
     with pytest.raises(ss.JobExecutionError, match="cancel"):
         client.wait(60)
+    assert os.listdir(os.path.join(ckpt, client.job_id, "control", "requests")) == []
 
 
 def test_job_master_cluster_without_checkpointing_is_refused():
