@@ -110,12 +110,9 @@ def _produce(bootstrap: str, topic: str, rate: int, seconds: float, started, ach
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "1"})
     started.set()
     begin = time.monotonic()
-    sent = 0
-    while True:
-        now = time.monotonic() - begin
-        if now >= seconds:
-            break
-        due = int(now * rate)
+    sent, total = 0, int(rate * seconds)
+    while sent < total:
+        due = min(total, int((time.monotonic() - begin) * rate))
         while sent < due:
             producer.produce(topic, json.dumps({"k": sent % KEYS, "v": sent, "ts_ns": time.time_ns()}).encode(),
                              key=str(sent % KEYS).encode())
