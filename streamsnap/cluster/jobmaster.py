@@ -182,6 +182,7 @@ class JobMaster:
         self._failing = False
         self._failure: str | None = None
         self._failure_reason: str | None = None
+        self._lost_upstream: tuple[int, str, int] | None = None   # (attempt, vertex, index) a neighbour lost
         self._cancel_requested = False
         self._spark_running = False
         self._abandoned_spark_jobs: set[int] = set()
@@ -613,6 +614,9 @@ class JobMaster:
         elif kind == "failed":
             with self._lock:
                 subtask.state = ExecutionState.FAILED
+            if message.get("follow_on") and message.get("lost"):
+                vertex, index = message["lost"]
+                self._lost_upstream = (attempt.attempt, str(vertex), int(index))
             self._handle_failure(attempt=attempt.attempt, **_failure_report(message))
         elif kind == "first_output":
             if self.recovery_log and "first_output_at" not in self.recovery_log[-1]:
@@ -633,11 +637,15 @@ class JobMaster:
         subtask = conn.context
         if not isinstance(subtask, _Subtask):
             return
-        if not self._attempts.is_live(subtask.attempt_id.attempt) or self._subtask_of(subtask.attempt_id) is not subtask:
-            log.debug("connection of %s closed (its attempt has ended)", subtask.attempt_id)
-            return
         if subtask.state in (ExecutionState.FINISHED, ExecutionState.FAILED, ExecutionState.CANCELED):
             return
+        current = self._subtask_of(subtask.attempt_id) is subtask
+        if not current or not self._attempts.is_live(subtask.attempt_id.attempt):
+            if not (current and self._lost_by_neighbour(subtask)):
+                log.debug("connection of %s closed (its attempt has ended)", subtask.attempt_id)
+                return
+            # The attempt ended on a downstream report that this subtask's data connection
+            # dropped; now its own connection drops too: it died, and that is the root cause.
         if self.status.is_terminal or self.status is JobStatus.CANCELLING:
             return
         with self._lock:
@@ -646,7 +654,19 @@ class JobMaster:
         self._handle_failure(
             f"lost subtask {subtask.attempt_id.vertex_id}#{subtask.attempt_id.index} ({where}): its "
             f"connection to the driver dropped — the task process died or was killed"
-            + (f" ({error})" if error else ""), "TASK_LOST", subtask.attempt_id.attempt)
+            + (f" ({error})" if error else ""), "TASK_LOST", subtask.attempt_id.attempt, self._task_name(subtask))
+
+    def _lost_by_neighbour(self, subtask: _Subtask) -> bool:
+        """Whether the failure that ended `subtask`'s attempt was a neighbour losing its data connection from it."""
+        a = subtask.attempt_id
+        return self._failure_reason == "FOLLOW_ON" and self._lost_upstream == (a.attempt, a.vertex_id, a.index)
+
+    def _task_name(self, subtask: _Subtask) -> str:
+        """The name a task gives itself ("sum -> out (2/2)"), for a subtask that cannot say it."""
+        vertex = self.execution_graph.job_graph.vertices.get(subtask.attempt_id.vertex_id)
+        if vertex is None:
+            return subtask.attempt_id.vertex_id
+        return f"{vertex.name} ({subtask.attempt_id.index + 1}/{vertex.parallelism})"
 
     # ================================================================ job end
     def _on_all_end_of_data(self) -> None:

@@ -55,7 +55,14 @@ MIN_SLICE_ROWS = 64
 
 
 class UpstreamLostError(ConnectionError):
-    """An input connection closed before its end-of-partition: the upstream task is gone."""
+    """An input connection closed before its end-of-partition: the upstream task is gone.
+
+    `upstream`: (vertex id, subtask index) of that task — the JobMaster names it as the root
+    cause when its own connection to that task drops too."""
+
+    def __init__(self, message: str, upstream: tuple[str, int] | None = None):
+        super().__init__(message)
+        self.upstream = upstream
 
 
 class CheckpointedInput:
@@ -243,7 +250,8 @@ class CheckpointedInput:
                     detail = payload.decode(errors="replace")
                     raise UpstreamLostError(
                         f"lost the connection from upstream subtask {channel.channel_id.source_vertex}"
-                        f"#{channel.channel_id.source_index}" + (f" ({detail})" if detail else ""))
+                        f"#{channel.channel_id.source_index}" + (f" ({detail})" if detail else ""),
+                        (channel.channel_id.source_vertex, channel.channel_id.source_index))
                 continue
             raise ValueError(f"unexpected frame {kind!r} on input channel {channel.channel_id}")
         return None

@@ -828,9 +828,11 @@ def run_task(deployment: Deployment, task_index: int, host: str | None = None) -
         told = False
         try:
             if task.driver is not None:
+                upstream = getattr(exc, "upstream", None)
                 task.driver.send({"type": "failed", "error": text, "user_error": user,
                                   "data_error": isinstance(exc, DataError), "follow_on": follow_on,
-                                  "task": task.name, "exception": line})
+                                  "task": task.name, "exception": line,
+                                  "lost": list(upstream) if upstream else None})
                 told = True
         except (TaskCancelled, OSError):
             pass

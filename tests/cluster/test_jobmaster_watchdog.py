@@ -93,3 +93,35 @@ def test_a_data_error_reported_by_a_task_after_a_knock_on_failure_is_the_jobs_ca
         assert spark.jobs_started == 1
     finally:
         spark.release.set()
+
+
+def test_a_killed_upstream_is_the_root_cause_even_when_its_downstream_reports_the_lost_channel_first():
+    # SIGKILL of an upstream task: its downstream notices the dropped data connection and may
+    # report before the JobMaster sees the upstream's own control connection drop. The attempt
+    # ends with the first report; the killed subtask is still named as the root cause.
+    spark = StandInSpark(ends_on_cancel=False)
+    master = master_for(spark, ss.RestartStrategy.fixed_delay(attempts=5, delay=0.0), parallelism=2)
+    master.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(master._subtasks) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        subtasks = list(master._subtasks.values())
+        source = next(s for s in subtasks if "collection" in s.attempt_id.vertex_id)
+        other = next(s for s in subtasks if s is not source)
+        lost = [source.attempt_id.vertex_id, source.attempt_id.index]
+        master._post(lambda: master._handle_message(None, {
+            "type": "failed", "attempt": other.attempt_id.to_wire(), "follow_on": True, "lost": lost,
+            "error": f"UpstreamLostError: lost the connection from upstream subtask {lost[0]}#0",
+            "task": "downstream (2/2)", "user_error": False, "data_error": False}))
+        master._post(lambda: master._handle_close(type("Conn", (), {"context": source})(), None))
+        done = threading.Event()
+        master._post(done.set)
+        assert done.wait(10)
+        [entry] = master.exceptions.entries()
+        assert entry.reason == "TASK_LOST" and f"lost subtask {lost[0]}#0" in entry.root_cause, entry
+        assert entry.task == "Source: collection (1/1)" and [c.task for c in entry.concurrent] == ["downstream (2/2)"]
+        assert master._attempts.failures == 1            # charged once
+    finally:
+        spark.release.set()
+        master.cancel()
