@@ -66,16 +66,22 @@ def test_a_user_error_reported_after_a_lost_upstream_is_the_jobs_cause_and_a_dat
     assert spark.jobs_started == 1        # charged once, and a data error is not restarted
 
 
-def test_a_data_error_reported_by_a_task_after_a_knock_on_failure_is_the_jobs_cause():
-    # The same race as above, but through the control messages the tasks send: the attempt has
-    # ended with the first report, and the root cause that follows must still be heard.
+def _deployed_master():
+    """A JobMaster (parallelism 2, 5 restarts) on the stand-in, once its first attempt's subtasks exist."""
     spark = StandInSpark(ends_on_cancel=False)
     master = master_for(spark, ss.RestartStrategy.fixed_delay(attempts=5, delay=0.0), parallelism=2)
     master.start()
+    deadline = time.monotonic() + 10
+    while len(master._subtasks) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return spark, master
+
+
+def test_a_data_error_reported_by_a_task_after_a_knock_on_failure_is_the_jobs_cause():
+    # The same race as above, but through the control messages the tasks send: the attempt has
+    # ended with the first report, and the root cause that follows must still be heard.
+    spark, master = _deployed_master()
     try:
-        deadline = time.monotonic() + 10
-        while not master._subtasks and time.monotonic() < deadline:
-            time.sleep(0.01)
         first, second = [s.attempt_id.to_wire() for s in master._subtasks.values()][:2]
         master._post(lambda: master._handle_message(None, {
             "type": "failed", "attempt": first, "error": "UpstreamLostError: lost the connection from upstream",
@@ -99,13 +105,8 @@ def test_a_killed_upstream_is_the_root_cause_even_when_its_downstream_reports_th
     # SIGKILL of an upstream task: its downstream notices the dropped data connection and may
     # report before the JobMaster sees the upstream's own control connection drop. The attempt
     # ends with the first report; the killed subtask is still named as the root cause.
-    spark = StandInSpark(ends_on_cancel=False)
-    master = master_for(spark, ss.RestartStrategy.fixed_delay(attempts=5, delay=0.0), parallelism=2)
-    master.start()
+    spark, master = _deployed_master()
     try:
-        deadline = time.monotonic() + 10
-        while len(master._subtasks) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
         subtasks = list(master._subtasks.values())
         source = next(s for s in subtasks if "collection" in s.attempt_id.vertex_id)
         other = next(s for s in subtasks if s is not source)
