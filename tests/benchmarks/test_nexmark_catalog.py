@@ -49,3 +49,12 @@ def test_every_new_query_equals_the_reference(spark, tmp_path):
     # the updating results really update: more rows than final answers
     assert len(result.rows("q19")) > len(reference.q19(events)) and len(result.rows("q6")) > len(reference.q6(events))
 
+
+
+def test_the_benchmark_refuses_an_unknown_state_backend():
+    from benchmarks.nexmark import bench
+
+    with pytest.raises(ValueError, match="state must be one of"):
+        bench.run_streamsnap(None, "q9", 1_000, state="disk")
+    with pytest.raises(SystemExit):
+        bench.main(["--query", "q23"])
