@@ -1,4 +1,4 @@
-"""Nexmark throughput: each query of queries.py on streamsnap, and on Spark Structured Streaming
+"""Nexmark throughput: each query of catalog.py (q0-q22) on streamsnap, and on Spark Structured Streaming
 where Spark can express it, in events/s per core (parallelism 2 on 2 cores: events/s / 2).
 
 streamsnap: one job per query over `count` events of the default NexmarkConfig (standard
@@ -13,6 +13,11 @@ that lets the final no-data batch emit the last windows; rate = input events / S
 trigger-to-commit time over micro-batches 2.. (that final batch included), as the W1 Spark
 baselines measure (benchmarks/spark_baselines.py). Reading and decoding Parquet counts,
 generating the events does not.
+
+Any query of `catalog` runs alone, with exactly-once checkpoints as Flink's suite runs them
+(every 10 s, state on RocksDB incremental, or on the heap) or without:
+
+    python -m benchmarks.nexmark.bench --query q9 --query q6 --events 1000000 --state rocksdb
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import numpy as np
 
 import streamsnap as ss
 from benchmarks import workloads
-from benchmarks.nexmark import queries, spark_queries
+from benchmarks.nexmark import catalog, queries, spark_queries, stateless
 from streamsnap.connectors import nexmark
 
 PARALLELISM = 2
@@ -54,25 +59,47 @@ class _StampedEvents:
 EndSink = workloads.EndSink
 
 
-def run_streamsnap(spark, query: str, count: int, batch_size: int = 8192) -> dict:
+STATES = ("none", "heap", "rocksdb")   # no checkpoints; checkpoints with state on the heap / RocksDB
+
+
+def _environment(spark, batch_size: int, state: str, interval: float, directory: str) -> ss.StreamEnvironment:
+    """Parallelism 2; with `state` heap or rocksdb, exactly-once checkpoints every `interval` s
+    (RocksDB: incremental, as Flink's Nexmark runs)."""
+    if state not in STATES:
+        raise ValueError(f"state must be one of {STATES}, got {state!r}")
+    options = {}
+    if state != "none":
+        options = dict(checkpointing=ss.CheckpointConfig(interval=interval, directory=os.path.join(directory, "ckpt")),
+                       state_backend=ss.RocksDBConfig(incremental=True) if state == "rocksdb" else "hashmap")
+    return ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark, network=ss.NetworkConfig(batch_size=batch_size),
+                                **options)
+
+
+def run_streamsnap(spark, query: str, count: int, batch_size: int = 8192, state: str = "none",
+                   interval: float = 10.0) -> dict:
     """One run of `query` over `count` events: events/s from the generator's first batch to the
-    end of input at the sink."""
-    stamps = tempfile.mkdtemp(prefix="ssbench-nexmark-")
+    end of input at the sink (q10 also writes its Parquet files, committed at the end)."""
+    work = tempfile.mkdtemp(prefix="ssbench-nexmark-")
+    stamps = os.path.join(work, "stamps")
+    os.makedirs(stamps)
     try:
-        env = ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark,
-                                   network=ss.NetworkConfig(batch_size=batch_size))
+        env = _environment(spark, batch_size, state, interval, work)
         source = ss.sources.Generator(_StampedEvents(nexmark.events(CONFIG, vectorized=True), stamps),
                                       count=count, vectorized=True, schema=nexmark.SCHEMA,
                                       batch_size=batch_size)
         sink = EndSink()
-        queries.QUERIES[query](queries.events(env, CONFIG, count, source=source)).sink_to(sink, name="out")
+        output = catalog.QUERIES[query](queries.events(env, CONFIG, count, source=source))
+        output.sink_to(sink, name="out")
+        if query == "q10":
+            output.sink_to(stateless.q10_sink(os.path.join(work, "q10")), name="q10 files")
         result = env.execute(f"nexmark {query} n={count}")
         starts = workloads.read_starts(stamps)
     finally:
-        shutil.rmtree(stamps, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     seconds = max(r["end"] for r in sink.ends.reports) - min(starts)
+    checkpoints = result.checkpoints.counts.completed if state != "none" else 0
     return {"events_per_second": count / seconds, "seconds": seconds, "job_seconds": result.duration,
-            "output_rows": sum(r["rows"] for r in sink.ends.reports)}
+            "output_rows": sum(r["rows"] for r in sink.ends.reports), "state": state, "checkpoints": checkpoints}
 
 
 # ----------------------------------------------------------------------------- Spark
@@ -117,17 +144,21 @@ def run_spark(spark, query: str, input_dir: str, checkpoint_dir: str) -> dict:
             "rows_per_batch": expected // files}
 
 
-def run_all(spark, count: int, spark_count: int, runs: int, results: dict) -> None:
-    """Every query on streamsnap (median of `runs`, after a warm-up), then every query Spark SS
-    expresses (SPARK_QUERIES) on Spark."""
-    for name in queries.QUERIES:
+def measure(spark, name: str, count: int, runs: int, state: str = "none", interval: float = 10.0) -> dict:
+    """`runs` runs of query `name` after a warm-up: the median events/s, per core, and each run."""
+    run_streamsnap(spark, name, max(100_000, count // 10), state=state, interval=interval)
+    measured = [run_streamsnap(spark, name, count, state=state, interval=interval) for _ in range(runs)]
+    rates = [m["events_per_second"] for m in measured]
+    return {"events_per_second": statistics.median(rates), "per_core": statistics.median(rates) / CORES,
+            "runs": rates, "details": measured, "events": count, "state": state}
+
+
+def run_all(spark, count: int, spark_count: int, runs: int, results: dict, names=None) -> None:
+    """Every query (`names`, default all of catalog.QUERIES) on streamsnap (median of `runs`,
+    after a warm-up), then every query Spark SS expresses (SPARK_QUERIES) on Spark."""
+    for name in names or catalog.QUERIES:
         print(f"  nexmark {name} on streamsnap, {runs} runs of {count:,} events ...", flush=True)
-        run_streamsnap(spark, name, max(100_000, count // 10))
-        measured = [run_streamsnap(spark, name, count) for _ in range(runs)]
-        rates = [m["events_per_second"] for m in measured]
-        results[f"nexmark_{name}"] = {"events_per_second": statistics.median(rates),
-                                      "per_core": statistics.median(rates) / CORES, "runs": rates,
-                                      "details": measured, "events": count}
+        results[f"nexmark_{name}"] = measure(spark, name, count, runs)
     work = tempfile.mkdtemp(prefix="ssbench-nexmark-spark-")
     try:
         print(f"  writing {spark_count:,} Nexmark events as Parquet for Spark ...", flush=True)
@@ -149,3 +180,31 @@ def run_all(spark, count: int, spark_count: int, runs: int, results: dict) -> No
                                                 "spark": str(spark.version)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv=None) -> None:
+    import argparse
+
+    from streamsnap.cluster.spark_session import embedded_session
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.nexmark.bench",
+                                     description="Nexmark queries on streamsnap, events/s per core")
+    parser.add_argument("--query", action="append", choices=list(catalog.QUERIES),
+                        help="a query to run (repeat for several; default: all)")
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--state", choices=STATES, default="none",
+                        help="none: no checkpoints; heap / rocksdb: exactly-once checkpoints with that state backend")
+    parser.add_argument("--checkpoint-interval", type=float, default=10.0, help="seconds (default 10, as Flink's suite)")
+    args = parser.parse_args(argv)
+    spark = embedded_session(16)
+    for name in args.query or catalog.QUERIES:
+        r = measure(spark, name, args.events, args.runs, args.state, args.checkpoint_interval)
+        details = r["details"][-1]
+        print(f"{name}: {r['per_core']:,.0f} events/s per core ({r['events_per_second']:,.0f} events/s at "
+              f"parallelism {PARALLELISM}), {args.events:,} events, state {args.state}, "
+              f"{details['checkpoints']} checkpoints, {details['output_rows']:,} output rows", flush=True)
+
+
+if __name__ == "__main__":
+    main()
