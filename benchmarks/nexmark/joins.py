@@ -67,7 +67,7 @@ def _keyed_bids(batch: pa.RecordBatch) -> pa.RecordBatch:
 def q13(stream, side: ss.DataStream | None = None):
     """Bounded side input join: each bid with the side table's value for auction % 10 000;
     `side` is the side table as a stream (default: `side_table()` from Arrow)."""
-    side = side if side is not None else stream._env.from_arrow(side_table(), name="q13 side")
+    side = side if side is not None else stream.env.from_arrow(side_table(), name="q13 side")
     bids = stream.map_batches(_keyed_bids, name="q13 bids", output_schema=Q13_IN).key_by("side_key")
     return side.key_by("key").connect(bids).process(
         Enrich(tuple(Q13_SCHEMA.names[:4]), (("value", "value"),)), name="q13 join", schema=Q13_SCHEMA)

@@ -94,6 +94,12 @@ class DataStream:
 
     # ------------------------------------------------------------------ properties
     @property
+    def env(self) -> "StreamEnvironment":
+        """The environment this stream belongs to (Flink's `getExecutionEnvironment()`): a
+        function that adds to a pipeline it was handed a stream of can add sources to it."""
+        return self._env
+
+    @property
     def schema(self) -> pa.Schema | None:
         """The stream's schema when every upstream's is known and they agree."""
         if self._tag is not None:
