@@ -132,6 +132,8 @@ def _recovery(spark, job_master: str, victim: str, timeline: dict | None = None)
         record = client.recoveries()[-1]
         if timeline is not None:     # seconds after the kill of each step recorded
             timeline.update({step: record[step] - killed for step in STEPS if record.get(step) is not None})
+            if record.get("closure_loaded_cpu") is not None:   # CPU seconds, not a time after the kill
+                timeline["worker_cpu_until_closure"] = record["closure_loaded_cpu"]
         return record["running_at"] - killed
     finally:
         client.cancel()
@@ -252,7 +254,7 @@ def main() -> None:
     width = max(14, *(len(kind) + 2 for kind in kinds))
     print(f"\n{'figure':<40}" + "".join(f"{kind:>{width}}" for kind in kinds))
     keys = sorted(set().union(*med.values()), key=lambda k: (k.strip().split(".")[0].replace("recovery_", ""),
-                                                            k.startswith(" "), STEPS.index(k.split(".")[1]) if "." in k else 0))
+                                                            k.startswith(" "), STEPS.index(k.split(".")[1]) if k.split(".")[-1] in STEPS else len(STEPS)))
     for key in keys:
         row = [med[k].get(key) for k in kinds]
         print(f"{key:<40}" + "".join(f"{v:>{width},.2f}" if v is not None else f"{'-':>{width}}" for v in row))

@@ -62,10 +62,12 @@ class ClusterJob:
         return JobRegistry(self.directory, self.deployment.job_id)
 
     def __setstate__(self, state: dict) -> None:
-        """Unpickled in a Python worker: when (`unpickled_at`, not a field), for a recovery's
-        timeline — it tells the closure's loading apart from the worker's start and the task's."""
+        """Unpickled in a Python worker: when, and after how much CPU time of the worker
+        (`unpickled_at`, `unpickled_cpu`, not fields), for a recovery's timeline — it tells the
+        closure's loading apart from the worker's start and the task's, and waiting from working."""
         self.__dict__.update(state)
         self.unpickled_at = time.time()
+        self.unpickled_cpu = time.process_time()   # CPU seconds of this worker (a fork) until now
 
 
 class AttemptEnded(StreamsnapError):
@@ -363,7 +365,8 @@ def run_cluster_slot(job: ClusterJob, slot: int, host: str, tid: int, n: int) ->
     master = receiver = None
     if slot == 0:
         started = {"task_started_at": time.time(), "worker_started_at": _process_start_time(),
-                   "closure_loaded_at": getattr(job, "unpickled_at", None)}
+                   "closure_loaded_at": getattr(job, "unpickled_at", None),
+                   "closure_loaded_cpu": getattr(job, "unpickled_cpu", None)}
         context = multiprocessing.get_context("fork")
         receiver, sender = context.Pipe(duplex=False)
         master = context.Process(target=_jobmaster_process, args=(job, tid, host, sender, os.getpid(), started),
