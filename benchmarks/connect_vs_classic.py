@@ -2,6 +2,7 @@
 
     python -m benchmarks.connect_vs_classic [--rounds 2] [--n 1000000]
     python -m benchmarks.connect_vs_classic --only recovery [--reps 3] [--kinds classic,connect]
+                                            [--daemons streamsnap,pyspark]
 
 Starts a Connect server (scripts/spark-connect, `local[4]`) and runs, alternately, a classic
 driver (`local[4]` in its own process) and a Connect driver (one process per session kind:
@@ -22,7 +23,10 @@ PySpark cannot hold both), each measuring:
 * **detached submit** (Connect): seconds from the job being RUNNING (the registry's
   `running_since`) to `execute_async(detached=True)` returning, and the call's whole duration.
 
-Prints one table of medians and the ratios the issue's targets are about.
+Prints one table of medians and the ratios the issue's targets are about. `--daemons
+streamsnap,pyspark` runs each classic driver twice, alternately: its Python workers forked from
+streamsnap's preloading daemon (cluster/worker_daemon.py, the embedded session's default) and
+from PySpark's own (`pyspark.daemon`), one column each.
 """
 
 from __future__ import annotations
@@ -98,7 +102,7 @@ def _w1(spark, n: int, form: str) -> float:
 
 
 # A recovery's steps, in order (cluster/in_cluster.py records them in the recovery log).
-STEPS = ("failed_at", "attempt_ended_at", "worker_started_at", "task_started_at", "leader_at", "deployed_at",
+STEPS = ("failed_at", "attempt_ended_at", "worker_started_at", "closure_loaded_at", "task_started_at", "leader_at", "deployed_at",
          "running_at", "first_output_at")
 
 
@@ -128,6 +132,8 @@ def _recovery(spark, job_master: str, victim: str, timeline: dict | None = None)
         record = client.recoveries()[-1]
         if timeline is not None:     # seconds after the kill of each step recorded
             timeline.update({step: record[step] - killed for step in STEPS if record.get(step) is not None})
+            if record.get("closure_loaded_cpu") is not None:   # CPU seconds, not a time after the kill
+                timeline["worker_cpu_until_closure"] = record["closure_loaded_cpu"]
         return record["running_at"] - killed
     finally:
         client.cancel()
@@ -173,12 +179,17 @@ def _recoveries(spark, kind: str, reps: int) -> dict:
     return {key: statistics.median(values) for key, values in out.items()}
 
 
-def driver(kind: str, url: str | None, n: int, only: str | None = None, reps: int = 1) -> dict:
+DAEMONS = {"streamsnap": "streamsnap.cluster.worker_daemon", "pyspark": "pyspark.daemon"}
+
+
+def driver(kind: str, url: str | None, n: int, only: str | None = None, reps: int = 1,
+           daemon: str = "streamsnap") -> dict:
     from pyspark.sql import SparkSession
 
     from streamsnap.cluster.spark_session import embedded_session
 
-    spark = SparkSession.builder.remote(url).getOrCreate() if kind == "connect" else embedded_session(4)
+    spark = (SparkSession.builder.remote(url).getOrCreate() if kind == "connect"
+             else embedded_session(4, worker_daemon=DAEMONS[daemon]))
     if only == "recovery":
         return _recoveries(spark, kind, reps)
     _w1(spark, max(1, n // 10), "row")        # warm the workers and imports
@@ -200,28 +211,38 @@ def main() -> None:
     parser.add_argument("--only", choices=("recovery",), help="only the recovery figures, with their timelines")
     parser.add_argument("--reps", type=int, default=3, help="with --only recovery: kills per figure and driver")
     parser.add_argument("--kinds", default="classic,connect", help="session kinds to run (comma-separated)")
+    parser.add_argument("--daemons", default="streamsnap",
+                        help="classic drivers: Python worker daemons to compare (streamsnap,pyspark)")
+    parser.add_argument("--daemon", choices=tuple(DAEMONS), default="streamsnap", help=argparse.SUPPRESS)
     parser.add_argument("--driver", choices=("classic", "connect"), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.driver:
-        print("RESULT " + json.dumps(driver(args.driver, args.url, args.n, args.only, args.reps)), flush=True)
+        print("RESULT " + json.dumps(driver(args.driver, args.url, args.n, args.only, args.reps, args.daemon)),
+              flush=True)
         os._exit(0)    # a Connect client's clean-up must not hold the process
-    kinds = args.kinds.split(",")
+    daemons = args.daemons.split(",")
+    if not set(daemons) <= set(DAEMONS):
+        parser.error(f"--daemons {args.daemons!r}: choose among {', '.join(DAEMONS)}")
+    # A column per session kind, and per worker daemon for classic drivers when compared.
+    columns = [(kind, daemon) for kind in args.kinds.split(",")
+               for daemon in (daemons if kind == "classic" else ["streamsnap"])]
+    kinds = [kind if len(daemons) == 1 or kind != "classic" else f"{kind}/{daemon}" for kind, daemon in columns]
     server_dir = tempfile.mkdtemp(prefix="ssbench-connect-server-")
     script = os.path.join(ROOT, "scripts", "spark-connect")
     # The executors import this module's jobs (benchmarks/ is not a package they have installed).
     server_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    url = "" if "connect" not in kinds else subprocess.run(
+    url = "" if "connect" not in args.kinds.split(",") else subprocess.run(
         [sys.executable, script, "start", server_dir, "--master", "local[4]"], check=True, capture_output=True,
         text=True, env=server_env).stdout.strip().splitlines()[-1]
     results: dict[str, list[dict]] = {kind: [] for kind in kinds}
     extra = ["--only", args.only, "--reps", str(args.reps)] if args.only else []
     try:
         for _ in range(args.rounds):
-            for kind in kinds:
-                done = subprocess.run([sys.executable, "-m", "benchmarks.connect_vs_classic", "--driver", kind,
-                                       "--url", url, "--n", str(args.n), *extra], capture_output=True, text=True,
-                                      cwd=ROOT)
+            for kind, (session, daemon) in zip(kinds, columns):
+                done = subprocess.run([sys.executable, "-m", "benchmarks.connect_vs_classic", "--driver", session,
+                                       "--daemon", daemon, "--url", url, "--n", str(args.n), *extra],
+                                      capture_output=True, text=True, cwd=ROOT)
                 if "RESULT " not in done.stdout:
                     raise RuntimeError(f"{kind} driver failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
                 results[kind].append(json.loads(done.stdout.split("RESULT ", 1)[1]))
@@ -230,13 +251,18 @@ def main() -> None:
         if url:
             subprocess.run([sys.executable, script, "stop", server_dir], check=False)
     med = {kind: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for kind, runs in results.items()}
-    print(f"\n{'figure':<40}" + "".join(f"{kind:>14}" for kind in kinds))
+    width = max(14, *(len(kind) + 2 for kind in kinds))
+    print(f"\n{'figure':<40}" + "".join(f"{kind:>{width}}" for kind in kinds))
     keys = sorted(set().union(*med.values()), key=lambda k: (k.strip().split(".")[0].replace("recovery_", ""),
-                                                            k.startswith(" "), STEPS.index(k.split(".")[1]) if "." in k else 0))
+                                                            k.startswith(" "), STEPS.index(k.split(".")[1]) if k.split(".")[-1] in STEPS else len(STEPS)))
     for key in keys:
         row = [med[k].get(key) for k in kinds]
-        print(f"{key:<40}" + "".join(f"{v:>14,.2f}" if v is not None else f"{'-':>14}" for v in row))
-    for key in ("w1_row", "w1_batch") if not args.only and len(kinds) == 2 else ():
+        print(f"{key:<40}" + "".join(f"{v:>{width},.2f}" if v is not None else f"{'-':>{width}}" for v in row))
+    if len(daemons) == 2 and "classic" in args.kinds.split(","):
+        for key in sorted(k for k in med["classic/streamsnap"] if not k.startswith(" ")):
+            print(f"{key}: streamsnap daemon / pyspark daemon = "
+                  f"{med['classic/streamsnap'][key] / med['classic/pyspark'][key]:.3f}")
+    for key in ("w1_row", "w1_batch") if not args.only and kinds == ["classic", "connect"] else ():
         print(f"{key}: Connect / classic = {med['connect'][key] / med['classic'][key]:.3f} (target >= 0.90)")
 
 

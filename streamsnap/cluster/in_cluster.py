@@ -1,8 +1,9 @@
 """The JobMaster inside the job's own barrier stage (docs/architecture/deployment-decision.md).
 
-Task 0 of the barrier stage forks the JobMaster into a process of its own (it dies with task 0:
-parent-death signal). The JobMaster takes the next epoch in the job's registry
-(cluster/registry.py), recovers the latest completed checkpoint, decides what this attempt
+Task 0 of the barrier stage forks the JobMaster into a process of its own (it ends with task 0:
+parent-death signal — SIGTERM, so it first records the loss of its host as the attempt's
+failure, then exits within HOST_LOSS_GRACE). The JobMaster takes the next epoch in the job's
+registry (cluster/registry.py), recovers the latest completed checkpoint, decides what this attempt
 restores and publishes its control address there; every slot of the stage reads that entry,
 derives the same restore plan from the checkpoint's `_metadata`, and runs its subtasks against
 it. Nothing in the cluster connects back to the client.
@@ -23,6 +24,7 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -43,6 +45,7 @@ LEADER_WAIT = 180.0        # seconds a slot waits for its stage attempt's JobMas
 POLL = 0.02                # registry polling while waiting for the leader (seconds)
 FATE_POLL = 0.1            # registry polling while waiting for the job's end after the slot's tasks ended
 EXIT_FAILOVER = 75         # the JobMaster process's exit code when its attempt failed over
+HOST_LOSS_GRACE = 5.0      # seconds a JobMaster whose task 0 died has to record it before it exits
 
 
 @dataclass
@@ -59,6 +62,14 @@ class ClusterJob:
     @property
     def registry(self) -> JobRegistry:
         return JobRegistry(self.directory, self.deployment.job_id)
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled in a Python worker: when, and after how much CPU time of the worker
+        (`unpickled_at`, `unpickled_cpu`, not fields), for a recovery's timeline — it tells the
+        closure's loading apart from the worker's start and the task's, and waiting from working."""
+        self.__dict__.update(state)
+        self.unpickled_at = time.time()
+        self.unpickled_cpu = time.process_time()   # CPU seconds of this worker (a fork) until now
 
 
 class AttemptEnded(StreamsnapError):
@@ -173,6 +184,18 @@ class ClusterJobMaster(JobMaster):
             self._post(lambda: self._timers.call_later(delay, self._deploy))
         else:
             self._post(self._deploy)
+
+    def host_lost(self, parent_pid: int) -> None:
+        """SIGTERM: task 0's Python worker (this process's parent, which also runs slot 0) died —
+        SIGKILLed, or Spark killed it — or someone asked this process to stop. Fail the attempt
+        with that cause, as for a lost subtask, so the record says what happened and when,
+        instead of the next leader finding this JobMaster gone ("was lost") seconds later."""
+        gone = os.getppid() != parent_pid
+        cause = (f"Spark task 0's Python worker (pid {parent_pid} on {self._host}), which hosts slot 0 and this "
+                 f"JobMaster, died or was killed" if gone else
+                 f"the JobMaster (pid {os.getpid()} on {self._host}) was sent SIGTERM")
+        log.warning("job '%s' epoch %d: %s; failing the attempt", self.settings.job_name, self.epoch, cause)
+        self._post(lambda: self._handle_failure(cause, "TASK_LOST", self._attempt, "slot 0" if gone else "JobMaster"))
 
     def _serve_web(self) -> None:
         """`StreamEnvironment(web=...)`: the REST API and web UI, from this process (rest.py)."""
@@ -398,10 +421,18 @@ class _RequestFileReply:
 def _jobmaster_process(job: ClusterJob, task0_tid: int, host: str, sender, parent_pid: int, started: dict) -> None:
     from streamsnap.runtime.slot import _die_with_parent
 
-    _die_with_parent(parent_pid)
+    _die_with_parent(parent_pid, signal.SIGTERM)   # until the handler below: SIGTERM's default, exit
     logging.basicConfig(level=getattr(logging, job.settings.log_level, logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     master = ClusterJobMaster(job, task0_tid, host, started)
+
+    def on_sigterm(_signum, _frame):
+        if not getattr(on_sigterm, "seen", False):
+            on_sigterm.seen = True
+            # Whatever the failover path does, this process is gone after the grace.
+            threading.Timer(HOST_LOSS_GRACE, os._exit, (EXIT_FAILOVER,)).start()
+            master.host_lost(parent_pid)
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         master.start()
         master.wait_terminal()
@@ -410,8 +441,11 @@ def _jobmaster_process(job: ClusterJob, task0_tid: int, host: str, sender, paren
         sender.send(("failover", f"{type(exc).__name__}: {exc}"))
         sender.close()
         os._exit(EXIT_FAILOVER)
-    sender.send(master.outcome or ("failover", "the JobMaster ended without an outcome"))
-    sender.close()
+    try:
+        sender.send(master.outcome or ("failover", "the JobMaster ended without an outcome"))
+        sender.close()
+    except OSError:   # task 0 is gone (host_lost): the registry holds the outcome
+        log.info("job %s: task 0 is gone; the JobMaster's outcome is in the registry only", job.deployment.job_id)
     # Daemon threads (control connections, timers) must not hold the process at exit.
     os._exit(0 if master.outcome and master.outcome[0] == "ended" else EXIT_FAILOVER)
 
@@ -425,7 +459,9 @@ def run_cluster_slot(job: ClusterJob, slot: int, host: str, tid: int, n: int) ->
 
     master = receiver = None
     if slot == 0:
-        started = {"task_started_at": time.time(), "worker_started_at": _process_start_time()}
+        started = {"task_started_at": time.time(), "worker_started_at": _process_start_time(),
+                   "closure_loaded_at": getattr(job, "unpickled_at", None),
+                   "closure_loaded_cpu": getattr(job, "unpickled_cpu", None)}
         context = multiprocessing.get_context("fork")
         receiver, sender = context.Pipe(duplex=False)
         master = context.Process(target=_jobmaster_process, args=(job, tid, host, sender, os.getpid(), started),

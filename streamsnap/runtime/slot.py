@@ -76,14 +76,14 @@ def _run_child(deployment: Deployment, task_index: int, host: str | None, sender
     sender.close()
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this process when the slot's process dies (Linux); elsewhere the driver cancels it."""
+def _die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal this process (SIGKILL) when the slot's process dies (Linux); elsewhere the driver cancels it."""
     if not sys.platform.startswith("linux"):
         log.debug("no parent-death signal on %s; an orphaned subtask ends when the driver cancels it",
                   sys.platform)
         return
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+    if libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(errno)}")
     if os.getppid() != parent_pid:      # the parent died before the signal was armed

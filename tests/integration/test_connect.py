@@ -256,3 +256,58 @@ def test_kafka_exactly_once_through_connect_survives_a_sigkill_of_the_job_master
     rows = output_rows(kafka_broker, sink)
     assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} duplicates for read_committed"
     assert set(rows) == expected_rows(N)
+
+
+BARE = textwrap.dedent('''
+    import json, sys, time
+    from pyspark.sql import SparkSession
+    import streamsnap as ss
+
+    spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    env.from_collection([{"x": 1}]).sink_to(ss.sinks.Collect())
+    started = time.monotonic()
+    try:
+        env.execute("on executors without streamsnap")
+        out = {"error": None}
+    except ss.PreflightError as exc:
+        out = {"error": str(exc)}
+    out["seconds"] = time.monotonic() - started
+    print("RESULT", json.dumps(out), flush=True)
+''')
+
+
+def test_executors_that_cannot_import_streamsnap_fail_execute_naming_it_and_the_fix(tmp_path):
+    """A Connect server whose executors' Python has neither streamsnap nor msgpack (one of its
+    dependencies; so shipping the package cannot help): `execute()` fails in its pre-flight
+    check, before any barrier stage, naming streamsnap, the missing module and the setting to
+    change. Its own small server (local[2]): the shared one's executors have streamsnap, and a
+    Connect client cannot choose the executors' Python. scripts/spark-connect left the preloading
+    worker daemon out (that Python cannot import it): a daemon module it could not import would
+    have failed every Python task, the check's among them."""
+    from tests.integration.test_user_session import _python_without_streamsnap
+
+    scripts = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts")
+    python = _python_without_streamsnap(tmp_path, shadow="msgpack")
+    # No PYTHONPATH: this test run's would put the repository (streamsnap) on the executors' path.
+    server_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    server_env["PYSPARK_PYTHON"] = python
+    directory = str(tmp_path / "server")
+    started = subprocess.run([sys.executable, os.path.join(scripts, "spark-connect"), "start", directory, "--master",
+                              "local[2]"], capture_output=True, text=True, timeout=180, env=server_env)
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "cannot import streamsnap.cluster.worker_daemon" in started.stderr, started.stderr
+        script = tmp_path / "driver.py"
+        script.write_text(BARE)
+        done = subprocess.run([sys.executable, str(script), started.stdout.strip().splitlines()[-1]],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    finally:
+        subprocess.run([sys.executable, os.path.join(scripts, "spark-connect"), "stop", directory], timeout=60)
+    assert "RESULT" in done.stdout, done.stdout[-3000:] + done.stderr[-5000:]
+    out = json.loads(done.stdout.split("RESULT", 1)[1])
+    error = out["error"]
+    assert error and "the Spark executors cannot import streamsnap, even after it was shipped" in error, out
+    assert "addArtifacts" in error and "No module named 'msgpack'" in error and python in error, error
+    assert "set spark.pyspark.python on the Spark Connect server" in error, error
+    assert out["seconds"] < 120, out    # seconds, not a barrier stage's wait for slots

@@ -30,6 +30,11 @@ def _job(spark, tmp_path, n: int, rate: int, attempts: int, out=None, web=None):
     return env
 
 
+def _parent_pid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def _await(predicate, what: str, timeout: float = 120.0):
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -46,13 +51,21 @@ def test_a_job_with_its_job_master_in_task_0_survives_sigkills_of_the_job_master
         done = client.checkpoint_stats().counts.completed
         _await(lambda: client.checkpoint_stats().counts.completed > done, "a checkpoint of this attempt")
         record = registry.read()
-        pid = record["pid"] if victim == "jobmaster" else [s for s in client.subtasks() if s.pid][0].pid
-        assert pid != os.getpid()
+        # The slot: task 0's Python worker, which runs slot 0's first subtask and is the JobMaster's parent.
+        pid = record["pid"] if victim == "jobmaster" else _parent_pid(record["pid"])
+        assert pid != os.getpid() and (victim == "jobmaster" or pid in {s.pid for s in client.subtasks()})
+        killed = time.time()
         os.kill(pid, signal.SIGKILL)
     result = client.wait(300)
     assert result.status == "FINISHED" and result.restarts == 2, result
     causes = [r["cause"] for r in result.recoveries]
     assert "JobMaster of epoch 0" in causes[0] and "was lost" in causes[0], causes
+    # The JobMaster outlives its host task long enough to record that loss itself (or the lost
+    # subtask it ran, whichever it notices first): the failure's own time and cause, and the end
+    # of the attempt — not a "lost JobMaster" the next leader finds seconds later.
+    second = result.recoveries[1]
+    assert f"(pid {pid} on " in causes[1] and "was lost" not in causes[1], causes
+    assert killed <= second["failed_at"] <= second["attempt_ended_at"] <= second["leader_at"], second
     # The exception history spans the JobMasters that led the job: one entry per failed attempt.
     assert [(e.attempt, e.reason) for e in result.exceptions][0] == (0, "JOBMASTER_LOST")
     assert len(result.exceptions) == 2 and result.exceptions[1].attempt == 1, result.exceptions
