@@ -19,10 +19,10 @@ from tests.integration.support import SCRIPT_EVENT_AND_SUM
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER_SCRIPT = os.path.join(ROOT, "scripts", "spark-standalone")
 PARTITION_SCRIPT = os.path.join(ROOT, "scripts", "partition")
-HOSTS = 3               # Workers, each a host with 2 cores: a p=3 job still fits after one is lost
+HOSTS = 2               # Workers, each a host with P cores: the p=3 job still fits after one is lost
 P = 3
-N = 15_000
-RATE = 1_500            # 10 s of input
+N = 9_000
+RATE = 1_500            # 6 s of input
 KEYS = 40
 
 
@@ -72,7 +72,10 @@ DRIVER = textwrap.dedent('''
     import streamsnap as ss
 
     spark = (SparkSession.builder.master(sys.argv[1]).appName("streamsnap many hosts")
-             .config("spark.executor.cores", "2").config("spark.cores.max", "%(cores)d")
+             .config("spark.executor.cores", "%(P)d").config("spark.cores.max", "%(cores)d")
+             # A barrier stage retried while its lost executor's slots still count waits this long
+             # before Spark checks the slots again (15 s by default: most of a host loss's recovery).
+             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
              .config("spark.executor.memory", "768m")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
@@ -82,7 +85,7 @@ DRIVER = textwrap.dedent('''
         assert time.monotonic() < deadline, "the executors did not register"
         time.sleep(0.1)
     print("READY", flush=True)
-''' % {"hosts": HOSTS, "cores": 2 * HOSTS}) + SCRIPT_EVENT_AND_SUM + textwrap.dedent('''
+''' % {"hosts": HOSTS, "cores": P * HOSTS, "P": P}) + SCRIPT_EVENT_AND_SUM + textwrap.dedent('''
     P, KEYS, RATE = %(P)d, %(KEYS)d, %(RATE)d
 
     def event(i):  # P splits, each with keys of its own
@@ -132,7 +135,7 @@ DRIVER = textwrap.dedent('''
 
 def start_cluster(directory: str) -> dict:
     started = subprocess.run([sys.executable, CLUSTER_SCRIPT, "start", directory, "--workers", str(HOSTS),
-                              "--cores", "2", "--memory", "1g", "--hosts"],
+                              "--cores", str(P), "--memory", "1g", "--hosts"],
                              capture_output=True, text=True, timeout=240)
     if started.returncode != 0:
         raise RuntimeError(f"scripts/spark-standalone start --hosts failed: {started.stderr or started.stdout}")
