@@ -21,6 +21,8 @@ from streamsnap.cluster.registry import FencedError, JobRegistry
 from streamsnap.graph.ids import ExecutionAttemptId
 from tests.connectors.test_sinks import read_all, visible, writer
 
+pytestmark = pytest.mark.faults
+
 SINK = ExecutionAttemptId("sum", 1, 0)      # the old attempt's sink subtask (chained with "sum")
 
 

@@ -104,6 +104,7 @@ DRIVER = textwrap.dedent('''
         job = json.loads(line)
         options = job["options"]
         env = ss.StreamEnvironment(parallelism=P, spark=spark, web=False,
+                                   local_recovery=options.get("local_recovery", False),
                                    network=ss.NetworkConfig(**options.get("network", {})),
                                    checkpointing=ss.CheckpointConfig(interval=0.5, directory=job["ckpt"]),
                                    restart=ss.RestartStrategy.fixed_delay(attempts=options.get("attempts", 2),

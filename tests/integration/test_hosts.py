@@ -15,6 +15,7 @@ lost host does not come back."""
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import socket
@@ -25,6 +26,7 @@ import time
 import psutil
 import pytest
 
+from streamsnap.state.local_recovery import ROOT_NAME
 from tests.integration import multi_host
 from tests.integration.multi_host import CLUSTER_SCRIPT, PARTITION_SCRIPT
 
@@ -70,7 +72,9 @@ def test_each_worker_is_a_host_of_its_own_address_that_its_subtasks_advertise(ho
                     reason="needs nft (apt-get install -y nftables; .ci/run installs it) and root")
 def test_a_partition_between_two_hosts_is_noticed_failed_over_and_healed_exactly_once(hosts, tmp_path):
     cluster, session = hosts
-    job = session.run(tmp_path, "partition", {"network": {"peer_timeout": PEER_TIMEOUT}})
+    # 12 s of input: on a loaded machine the first checkpoint may come seconds in, and the cut
+    # must fall while rows still cross between the hosts.
+    job = session.run(tmp_path, "partition", {"network": {"peer_timeout": PEER_TIMEOUT}}, n=18_000)
     info = job.info()
     # Every subtask advertises its executor's host (never the machine's name or 127.0.0.1), and
     # each host runs a slot: the partition cuts the data channels between them.
@@ -106,8 +110,11 @@ def test_a_partition_between_two_hosts_is_noticed_failed_over_and_healed_exactly
 
 def test_a_lost_host_is_recovered_from_on_the_hosts_left_exactly_once(hosts, tmp_path):
     cluster, session = hosts
-    job = session.run(tmp_path, "host lost")
+    job = session.run(tmp_path, "host lost", {"local_recovery": True})
     info = job.info()
+    # Local-recovery copies stay on their host: under its own scratch directory.
+    for h in cluster["hosts"].values():
+        assert glob.glob(os.path.join(h["local_dir"], "**", ROOT_NAME), recursive=True), h
     victim = sorted(subtask_hosts(info))[0]
     worker = next(name for name, h in cluster["hosts"].items() if h["address"] == victim)
     lost_at = time.time()
@@ -128,3 +135,13 @@ def test_a_lost_host_is_recovered_from_on_the_hosts_left_exactly_once(hosts, tmp
     print(f"host loss noticed after {recovery['failed_at'] - lost_at:.1f} s, first output "
           f"{recovery.get('first_output_at', float('nan')) - recovery['failed_at']:.1f} s after that: {recovery}")
     job.assert_exact()
+    # The lost host's keyed state came back from checkpoint storage; the survivors' from their
+    # host's local copies.
+    host_of = {f"{s['vertex']}#{s['index']}": s["host"] for s in info["subtasks"]}
+    restored = {name: c for name, c in recovery["restore"]["subtasks"].items() if c["local_files"] + c["remote_files"]}
+    assert {host_of[name] for name in restored} == subtask_hosts(info), recovery["restore"]
+    for name, counts in restored.items():
+        if host_of[name] == victim:
+            assert counts["local_files"] == 0 and counts["remote_files"] > 0, (name, counts)
+        else:
+            assert counts["local_files"] > 0, (name, counts)
