@@ -57,3 +57,47 @@ def _exists(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:
         return re.search(r"\) (\S)", f.read()).group(1) != "Z"
+
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL `pid` and every process below it at once, as a lost host loses them: each is
+    frozen (SIGSTOP) first, until no new child appears, so none sees another go and reacts.
+    Returns the pids killed."""
+    frozen: set[int] = set()
+    while True:
+        tree = {pid, *_descendants(pid)} - frozen
+        if not tree:
+            break
+        for each in tree:
+            _signal(each, signal.SIGSTOP)
+        frozen |= tree
+    for each in frozen:
+        _signal(each, signal.SIGKILL)
+    return sorted(frozen)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process whose chain of parents leads to `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            continue        # exited while we looked
+        children.setdefault(ppid, []).append(int(entry))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass            # already gone

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from streamsnap.errors import ConfigurationError
+from streamsnap.network.liveness import MIN_PEER_TIMEOUT
 from streamsnap.state.backends.changelog import ChangelogConfig
 from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 
@@ -209,6 +210,11 @@ class NetworkConfig:
       long to process (Flink's buffer-debloat target, 1 s there). Under backpressure an aligned
       barrier then waits behind about that much data instead of `credits + output_queue_frames`
       full batches per channel (`streamsnap.network.debloat`). Frames never exceed `batch_size`.
+    peer_timeout: seconds (>= 2, default 5) after which a silent peer of a data or control
+      connection — a lost host, a network partition: no FIN, no RST, nothing — is declared lost
+      and the job fails over, as on a closed connection (kernel keepalive probes and
+      TCP_USER_TIMEOUT, `streamsnap.network.liveness`; a busy user function is not silence);
+      None: only closed connections are noticed.
     """
 
     buffer_timeout: float = 0.1
@@ -217,6 +223,7 @@ class NetworkConfig:
     output_queue_frames: int = 4
     bind_host: str | None = None
     debloat_target: float | None = None
+    peer_timeout: float | None = 5.0
 
     def __post_init__(self):
         owner = "NetworkConfig"
@@ -228,6 +235,11 @@ class NetworkConfig:
                 and math.isinf(self.debloat_target):
             raise ConfigurationError(f"{owner}.debloat_target must be a finite number of seconds (1.0 is "
                                      f"Flink's default) or None to turn debloating off, got {self.debloat_target!r}")
+        if _positive_number(owner, "peer_timeout", self.peer_timeout, allow_none=True) is not None \
+                and not MIN_PEER_TIMEOUT <= self.peer_timeout < math.inf:
+            raise ConfigurationError(f"{owner}.peer_timeout must be a finite number of seconds >= {MIN_PEER_TIMEOUT:g} "
+                                     f"(the kernel probes a silent peer in whole seconds; 5 is the default) or None "
+                                     f"to notice closed connections only, got {self.peer_timeout!r}")
         if self.bind_host is not None and not isinstance(self.bind_host, str):
             raise ConfigurationError(f"NetworkConfig.bind_host must be a host name or None, got {self.bind_host!r}")
 

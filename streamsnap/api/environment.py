@@ -6,6 +6,7 @@ again, as a whole, at `execute()` — before anything is submitted to Spark.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -131,9 +132,7 @@ class StreamEnvironment:
             raise ConfigurationError(f"StreamEnvironment.network must be a NetworkConfig, got {network!r}")
         network = network or NetworkConfig()
         if buffer_timeout is not None:
-            network = NetworkConfig(buffer_timeout=buffer_timeout, batch_size=network.batch_size,
-                                    credits=network.credits, output_queue_frames=network.output_queue_frames,
-                                    bind_host=network.bind_host)
+            network = dataclasses.replace(network, buffer_timeout=buffer_timeout)
         if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigurationError(f"StreamEnvironment.log_level must be DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
         from streamsnap.cluster.spark_bridge import is_session

@@ -227,7 +227,8 @@ class JobMaster:
         self.coordinator = None
         self._checkpoint_io = None
         self._server = ControlServer(control_host(spark) if control_bind is None else control_bind, self._secret, lambda conn: None,
-                                     self._on_control_message, self._on_control_close)
+                                     self._on_control_message, self._on_control_close,
+                                     settings.network.peer_timeout)
 
     @property
     def _attempt(self) -> int:

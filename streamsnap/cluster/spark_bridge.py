@@ -199,8 +199,12 @@ def bridge_for(spark) -> ClassicBridge | ConnectBridge:
 
 
 def _task_host(context, slot: int) -> str:
-    """"host" of this task's executor, as Spark (and every other executor) knows it."""
-    return context.getTaskInfos()[slot].address.rsplit(":", 1)[0]
+    """"host" of this task's executor, as its Worker advertises it (SPARK_LOCAL_IP/--host, which
+    the executor and its Python workers inherit), else as the driver saw the executor: a client-mode
+    executor's address there is the source of its connection, 127.0.0.1 for every loopback alias."""
+    from streamsnap.network.addresses import advertised_host
+
+    return advertised_host(context.getTaskInfos()[slot].address.rsplit(":", 1)[0])
 
 
 def _slot_args(context, with_tid: bool) -> tuple:

@@ -14,7 +14,7 @@ import threading
 from typing import Callable
 
 from streamsnap.errors import AuthenticationError
-from streamsnap.network import auth
+from streamsnap.network import auth, liveness
 from streamsnap.network.frames import FrameError
 
 log = logging.getLogger(__name__)
@@ -26,9 +26,11 @@ REFUSAL_ERRORS = (AuthenticationError, FrameError, OSError, ConnectionError, Tim
 
 class Acceptor:
     def __init__(self, bind_host: str, secret: bytes, name: str,
-                 on_accepted: Callable[[socket.socket, tuple], None]):
-        """`on_accepted(sock, peer)` runs after authentication; raising a refusal error rejects."""
+                 on_accepted: Callable[[socket.socket, tuple], None], peer_timeout: float | None = None):
+        """`on_accepted(sock, peer)` runs after authentication; raising a refusal error rejects.
+        peer_timeout: seconds of silence after which an accepted peer is lost (network/liveness.py)."""
         self._secret = secret
+        self._peer_timeout = peer_timeout
         self._name = name
         self._on_accepted = on_accepted
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -80,6 +82,7 @@ class Acceptor:
     def _handshake(self, sock: socket.socket, peer: tuple) -> None:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            liveness.arm(sock, self._peer_timeout)
             auth.accept_handshake(sock, self._secret)
             if self._stopping:
                 raise ConnectionError("endpoint is shutting down")

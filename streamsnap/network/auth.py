@@ -20,6 +20,7 @@ import socket
 import time
 
 from streamsnap.errors import AuthenticationError
+from streamsnap.network import liveness
 
 MAGIC = b"SSNAPv1\x00"
 NONCE_BYTES = 32
@@ -85,11 +86,16 @@ def connect_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDS
     sock.settimeout(None)
 
 
-def connect(address: tuple[str, int], secret: bytes, timeout: float = HANDSHAKE_TIMEOUT) -> socket.socket:
-    """Open an authenticated TCP connection to `address`."""
-    sock = socket.create_connection(address, timeout=timeout)
+def connect(address: tuple[str, int], secret: bytes, timeout: float = HANDSHAKE_TIMEOUT,
+            source: str | None = None, peer_timeout: float | None = None) -> socket.socket:
+    """Open an authenticated TCP connection to `address`, from local address `source` if given
+    (network/addresses.py: a task's connections leave from its host's address), its peer
+    declared lost after `peer_timeout` seconds of silence (network/liveness.py; None: never)."""
+    sock = socket.create_connection(address, timeout=timeout,
+                                    source_address=(source, 0) if source else None)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        liveness.arm(sock, peer_timeout)
         connect_handshake(sock, secret, timeout)
     except BaseException:
         sock.close()

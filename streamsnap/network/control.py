@@ -109,14 +109,15 @@ class ControlServer:
     def __init__(self, bind_host: str, secret: bytes,
                  on_connect: Callable[[ControlConnection], None],
                  on_message: Callable[[ControlConnection, dict], None],
-                 on_close: Callable[[ControlConnection, BaseException | None], None]):
+                 on_close: Callable[[ControlConnection, BaseException | None], None],
+                 peer_timeout: float | None = None):
         self._on_connect = on_connect
         self._on_message = on_message
         self._on_close = on_close
         self._lock = threading.Lock()
         self._connections: list[ControlConnection] = []
         self._closing = False
-        self._acceptor = Acceptor(bind_host, secret, "control endpoint", self._accepted)
+        self._acceptor = Acceptor(bind_host, secret, "control endpoint", self._accepted, peer_timeout)
         self.address = self._acceptor.address
 
     @property
@@ -146,8 +147,9 @@ class ControlServer:
 
 def connect_control(address: tuple[str, int], secret: bytes, name: str,
                     on_message: Callable[[ControlConnection, dict], None],
-                    on_close: Callable[[ControlConnection, BaseException | None], None]) -> ControlConnection:
-    sock = auth.connect(address, secret)
+                    on_close: Callable[[ControlConnection, BaseException | None], None],
+                    source: str | None = None, peer_timeout: float | None = None) -> ControlConnection:
+    sock = auth.connect(address, secret, source=source, peer_timeout=peer_timeout)
     conn = ControlConnection(sock, name, on_message, on_close)
     conn.start()
     return conn

@@ -325,12 +325,13 @@ class DataServer:
     """Listens for this task's upstream connections and hands identified ones to the task."""
 
     def __init__(self, bind_host: str, secret: bytes, task_name: str,
-                 expected: dict[ChannelId, InputChannel], network: TaskNetwork):
+                 expected: dict[ChannelId, InputChannel], network: TaskNetwork,
+                 peer_timeout: float | None = None):
         self._expected = expected
         self._network = network
         self._claimed: set[ChannelId] = set()
         self._claim_lock = threading.Lock()
-        self._acceptor = Acceptor(bind_host, secret, f"task {task_name}", self._identify)
+        self._acceptor = Acceptor(bind_host, secret, f"task {task_name}", self._identify, peer_timeout)
         self.address = self._acceptor.address
 
     @property
@@ -362,9 +363,11 @@ class DataServer:
         self._network.add_input(sock, channel)
 
 
-def connect_output(address: tuple[str, int], secret: bytes, channel_id: ChannelId) -> socket.socket:
-    """Connect and authenticate to a downstream task, and name the channel."""
-    sock = auth.connect(address, secret)
+def connect_output(address: tuple[str, int], secret: bytes, channel_id: ChannelId,
+                   source: str | None = None, peer_timeout: float | None = None) -> socket.socket:
+    """Connect and authenticate to a downstream task (from local address `source`, if given;
+    silent for `peer_timeout` s: lost), and name the channel."""
+    sock = auth.connect(address, secret, source=source, peer_timeout=peer_timeout)
     try:
         sock.sendall(encode_frame(FrameKind.HELLO, msgpack.packb(channel_id.to_wire(), use_bin_type=True)))
     except BaseException:

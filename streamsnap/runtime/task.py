@@ -35,6 +35,7 @@ from streamsnap.clock import SystemClock, TimerQueue
 from streamsnap.errors import DataError, StreamsnapError, UserFunctionError
 from streamsnap.graph.stream_graph import NodeKind
 from streamsnap.network.channels import InputChannel, OutputChannel
+from streamsnap.network.addresses import advertised_host, source_address
 from streamsnap.network.control import connect_control
 from streamsnap.network.debloat import BufferDebloater
 from streamsnap.network.poller import ConnectionLost, DataServer, TaskNetwork, connect_output
@@ -125,8 +126,9 @@ class StreamTask:
     def __init__(self, deployment: Deployment, task_index: int, host: str | None = None):
         self.deployment = deployment
         # The address peers reach this task at when it listens on every interface: the host
-        # Spark knows its executor by (None: this machine's name).
-        self.host = host or socket.gethostname()
+        # its executor advertises (None: the host this process's environment states, else this
+        # machine's name; network/addresses.py).
+        self.host = host or advertised_host(socket.gethostname())
         self.vertex = deployment.vertex(task_index)
         self.job_vertex = deployment.execution_graph.job_vertex(self.vertex.vertex_id)
         self.attempt_id = deployment.attempt_id(task_index)
@@ -216,10 +218,12 @@ class StreamTask:
         self._inputs = [InputChannel(i, cid, network.credits) for i, cid in enumerate(self.vertex.inputs)]
         if self._inputs:
             self._server = DataServer(d.bind_host, d.secret, self.name,
-                                      {ch.channel_id: ch for ch in self._inputs}, self.network)
+                                      {ch.channel_id: ch for ch in self._inputs}, self.network,
+                                      network.peer_timeout)
             self._server.start()
         self._control = connect_control(d.driver_address, d.secret, self.name,
-                                        self._on_control_message, self._on_control_close)
+                                        self._on_control_message, self._on_control_close,
+                                        source=source_address(self.host), peer_timeout=network.peer_timeout)
         self.driver = DriverLink(self._control, self.attempt_id.to_wire())
         self._log_relay = log_relay.install(self.driver.send, d.log_level, self.job_vertex.name,
                                             self.vertex.index, self.vertex.parallelism, self.host, os.getpid(),
@@ -274,7 +278,8 @@ class StreamTask:
             channels = []
             for channel_id, target in zip(gate.channels, gate.target_tasks):
                 channel = OutputChannel(len(self._outputs), channel_id, d.network.output_queue_frames)
-                sock = connect_output(self._peers[target], d.secret, channel_id)
+                sock = connect_output(self._peers[target], d.secret, channel_id, source_address(self.host),
+                                      d.network.peer_timeout)
                 self.network.add_output(sock, channel)
                 self._outputs.append(channel)
                 channels.append(channel)

@@ -58,12 +58,22 @@ def test_checkpoint_config(kwargs, message):
     ({"debloat_target": 0}, "NetworkConfig.debloat_target must be > 0, got 0"),
     ({"debloat_target": "1s"}, "NetworkConfig.debloat_target must be a number of seconds, got '1s'"),
     ({"debloat_target": float("inf")}, "NetworkConfig.debloat_target must be a finite number of seconds"),
+    ({"peer_timeout": 1}, "NetworkConfig.peer_timeout must be a finite number of seconds >= 2"),
+    ({"peer_timeout": float("inf")}, "NetworkConfig.peer_timeout must be a finite number of seconds >= 2"),
+    ({"peer_timeout": "5s"}, "NetworkConfig.peer_timeout must be a number of seconds, got '5s'"),
 ])
 def test_network_config(kwargs, message):
     with pytest.raises(ss.ConfigurationError) as info:
         ss.NetworkConfig(**kwargs)
     assert message in str(info.value)
     assert ss.NetworkConfig(debloat_target=1.0).debloat_target == 1.0
+    assert ss.NetworkConfig().peer_timeout == 5.0 and ss.NetworkConfig(peer_timeout=None).peer_timeout is None
+
+
+def test_buffer_timeout_keeps_every_other_network_option():
+    network = ss.NetworkConfig(peer_timeout=7, debloat_target=1.0, credits=8)
+    env = ss.StreamEnvironment(buffer_timeout=0.2, network=network, web=False)
+    assert env.network == ss.NetworkConfig(buffer_timeout=0.2, peer_timeout=7, debloat_target=1.0, credits=8)
 
 
 def test_restart_strategies_validate_their_arguments():

@@ -155,8 +155,9 @@ def checkpoint_dir(tmp_path) -> str:
 
 @pytest.fixture
 def make_harness(checkpoint_dir):
-    """make_harness(**CheckpointConfig fields) -> Harness; extra keyword `seed` for the initial delay."""
-    def make(seed: int = 7, scheduler: ManualScheduler | None = None, **config) -> Harness:
+    """make_harness(**CheckpointConfig fields) -> Harness; extra keywords `seed` for the initial
+    delay, `fence` for the leadership check before `_metadata` is written."""
+    def make(seed: int = 7, scheduler: ManualScheduler | None = None, fence=None, **config) -> Harness:
         config.setdefault("interval", None)
         config.setdefault("directory", checkpoint_dir)
         cfg = CheckpointConfig(**config)
@@ -165,6 +166,6 @@ def make_harness(checkpoint_dir):
         storage = CheckpointStorage(checkpoint_dir, JOB_ID)
         failures: list = []
         coordinator = CheckpointCoordinator(JOB_ID, cfg, storage, scheduler, gateway, failures.append,
-                                            rng=random.Random(seed))
+                                            rng=random.Random(seed), fence=fence)
         return Harness(coordinator, scheduler, gateway, storage, failures)
     return make

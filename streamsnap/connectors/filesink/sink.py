@@ -374,5 +374,6 @@ def _commit_file(committable: dict) -> None:
     elif not fs.exists(target_path):
         raise FileNotFoundError(
             f"file sink cannot commit {target}: neither it nor its in-progress file {source} exists "
-            f"(was the output directory modified outside the job?)")
+            f"(was the output directory modified outside the job? Or did a newer attempt of the job "
+            f"recover and discard this superseded attempt's uncommitted files: then it must not commit)")
     delete_quietly_missing(committable.get("segments", []))
