@@ -159,7 +159,8 @@ def _probe_functions():
         "    import sys\n"
         "    try:\n"
         "        import streamsnap\n"
-        "        return [('ok', '', sys.executable, '%d.%d' % sys.version_info[:2])]\n"
+        "        found = '%s %s' % (streamsnap.__version__, streamsnap.__file__)\n"
+        "        return [('ok', found, sys.executable, '%d.%d' % sys.version_info[:2])]\n"
         "    except Exception as exc:\n"
         "        return [('missing', '%s: %s' % (type(exc).__name__, exc), sys.executable,\n"
         "                 '%d.%d' % sys.version_info[:2])]\n"
@@ -174,8 +175,9 @@ def _probe_functions():
 
 
 def probe_executors(bridge) -> list[tuple]:
-    """(status, error, python executable, python version) from two tasks: executors share one
-    setup as a rule, and every task more is a Python worker to start (seconds on a busy host)."""
+    """(status, detail, python executable, python version) from two tasks — detail: the error,
+    or "<streamsnap version> <its __init__ path>" — executors share one setup as a rule, and
+    every task more is a Python worker to start (seconds on a busy host)."""
     n = max(1, min(bridge.default_parallelism() or 2, 2))
     return bridge.run_probe(*_probe_functions(), n)
 
@@ -236,8 +238,25 @@ def check_executors(spark) -> None:
             f"Fix: install streamsnap and its dependencies (pip install streamsnap, or your project's "
             f"requirements) into the executors' Python, or {executor_python_fix(bridge)}; for dependencies "
             f"packaged as zips use spark.submit.pyFiles (--py-files)")
+    _check_same_version(results)
     with _verified_lock:
         _verified_contexts.add(key)
+
+
+def _check_same_version(results: list[tuple]) -> None:
+    """The executors must run this driver's streamsnap: the wire messages, the state formats and
+    the job's pickled functions assume one version on both sides (as Flink's client and cluster)."""
+    import streamsnap
+
+    for status, detail, executable, _ in results:
+        version, _, where = str(detail).partition(" ")
+        if status == "ok" and version and version != streamsnap.__version__:
+            raise PreflightError(
+                f"the Spark executors run streamsnap {version} ({where}, Python at {executable}), this driver "
+                f"runs {streamsnap.__version__}: both must run the same version. Fix: pip install "
+                f"'streamsnap=={streamsnap.__version__}' into the executors' Python (or upgrade the driver's), "
+                f"and restart the executors' Python workers (a worker daemon that preloaded streamsnap, "
+                f"spark.python.daemon.module, keeps the version it started with)")
 
 
 # ===================================================================== all of it

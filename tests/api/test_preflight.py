@@ -172,6 +172,20 @@ def test_executors_that_cannot_import_it_even_shipped_say_what_to_install_or_set
     assert "SparkSession.builder.config('spark.pyspark.python', PATH)" in text and "spark.submit.pyFiles" in text
 
 
+def test_executors_with_another_streamsnap_version_are_refused_naming_both(tmp_path):
+    sc = _StandInContext(tmp_path)
+    old = tmp_path / "old" / "streamsnap"       # an older release installed on the executors
+    old.mkdir(parents=True)
+    (old / "__init__.py").write_text("__version__ = '0.0.9'\n")
+    sc._path.insert(0, str(tmp_path / "old"))
+    with pytest.raises(ss.PreflightError) as info:
+        preflight.check_executors(SimpleNamespace(sparkContext=sc))
+    text = str(info.value)
+    assert f"the Spark executors run streamsnap 0.0.9 ({old / '__init__.py'}" in text
+    assert f"this driver runs {ss.__version__}: both must run the same version" in text
+    assert f"pip install 'streamsnap=={ss.__version__}'" in text and sc.py_files == []
+
+
 def test_the_executors_python_advice_names_the_setting_that_works_for_the_session(monkeypatch):
     from streamsnap.cluster.spark_session import executor_python_fix
 
