@@ -172,12 +172,13 @@ def take_snapshot(backend: "RocksDBKeyedStateBackend", checkpoint_id: int, locat
 
 
 def _upload(path: str, url: str) -> str:
-    """Copy a local file to storage; returns its xxh64 (hex)."""
+    """Copy a local file to storage as one whole-file transfer (retried on an object store's
+    transient errors, filesystem.upload); returns its xxh64 (hex)."""
     digest = xxhash.xxh64()
-    with open(path, "rb") as source, filesystem.open_write(url) as target:
+    with open(path, "rb") as source:
         while chunk := source.read(_COPY_CHUNK):
             digest.update(chunk)
-            target.write(chunk)
+    filesystem.upload(path, url)
     return digest.hexdigest()
 
 
