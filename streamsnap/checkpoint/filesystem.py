@@ -136,6 +136,12 @@ def has_atomic_rename(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+def has_directories(url: str) -> bool:
+    """Whether directories exist on `url`'s filesystem of their own; an object store has only
+    key prefixes, so an empty "directory" (a fresh `shared/`) is not there to be seen."""
+    return protocol_of(url) not in OBJECT_STORE_PROTOCOLS
+
+
 def _call(url: str, what: str, work: Callable[[fsspec.AbstractFileSystem, str], T]) -> T:
     """`work(fs, path)`, retried on an object store's transient errors (never on a local disk)."""
     fs, path = filesystem(url)
@@ -145,13 +151,16 @@ def _call(url: str, what: str, work: Callable[[fsspec.AbstractFileSystem, str], 
 
 
 def makedirs(url: str) -> None:
-    _call(url, "makedirs", lambda fs, path: fs.makedirs(path, exist_ok=True))
+    """Create the directory `url`; nothing on an object store, which has none (and s3fs would
+    spend a request per call asking whether the bucket exists)."""
+    if has_directories(url):
+        _call(url, "makedirs", lambda fs, path: fs.makedirs(path, exist_ok=True))
 
 
 def open_write(url: str) -> IO[bytes]:
     """A stream to write `url` (not retried: a failed stream fails the snapshot writing it)."""
     fs, path = filesystem(url)
-    _call(url, "makedirs", lambda fs, path: fs.makedirs(posixpath.dirname(path), exist_ok=True))
+    makedirs(join(url, ".."))
     return fs.open(path, "wb")
 
 
@@ -313,4 +322,5 @@ def create_exclusive(url: str, data: bytes) -> bool:
 __all__ = ["normalize", "configure", "options_for", "filesystem", "join", "relative_to", "user_path",
            "makedirs", "open_write", "open_read", "upload", "read_bytes", "read_if_exists",
            "read_checked_file", "read_range", "write_atomic", "write_once", "exists", "isdir", "ls", "delete",
-           "unique_name", "is_local", "create_exclusive", "has_atomic_rename", "protocol_of"]
+           "unique_name", "is_local", "create_exclusive", "has_atomic_rename", "has_directories", "protocol_of",
+           "missing_implementation", "PROTOCOL_PACKAGES", "OBJECT_STORE_PROTOCOLS"]

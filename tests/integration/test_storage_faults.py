@@ -57,6 +57,7 @@ def test_checkpoints_and_a_savepoint_on_s3_with_a_subtask_killed(spark, tmp_path
     client = env.execute_async("s3 checkpoints with a kill")
     support.wait_status(client, "RUNNING")
     support.wait_completed(client, 2, timeout=60)
+    assert any("/shared/" in p for p in s3_objects(f"s3://{bucket}/ckpt")), "incremental: SST files in shared/"
     for marker in gate.glob("held-*"):     # the first attempt's holds (it marks each once): the
         marker.unlink()                    # restored attempt's own say when it holds
     victim = random.Random(33).choice([s for s in client.subtasks() if s.vertex.startswith("sum")])
