@@ -67,10 +67,12 @@ class Side:
         return elapsed
 
 
-def run(keys: int, rounds: int, changed: float, seed: int = 33) -> dict:
+def run(keys: int, rounds: int, changed: float, seed: int = 33, server: local_s3.LocalS3 | None = None) -> dict:
+    """The figures of one run; starts (and stops) its own S3 server unless given one."""
     root = tempfile.mkdtemp(prefix="checkpoint-storage-")
     server_dir = os.path.join(root, "s3-server")
-    server = local_s3.start_server(server_dir)
+    own_server = server is None
+    server = server or local_s3.start_server(server_dir)
     try:
         s3_directory = f"s3://{server.new_bucket('bench')}/ckpt"
         filesystem.configure(s3_directory, server.storage_options)
@@ -94,7 +96,8 @@ def run(keys: int, rounds: int, changed: float, seed: int = 33) -> dict:
         result["ratio_first"] = result["s3"]["first_s"] / result["local"]["first_s"]
         return result
     finally:
-        local_s3.stop_server(server_dir)
+        if own_server:
+            local_s3.stop_server(server_dir)
         shutil.rmtree(root, ignore_errors=True)
 
 
