@@ -173,3 +173,18 @@ def test_rocksdb_incremental_and_changelog_snapshots_round_trip_through_s3(s3_di
     finally:
         for b in created:
             b.dispose()
+
+
+def test_a_bucket_that_is_not_there_fails_before_the_job_runs_saying_what_to_check(s3_server):
+    from streamsnap.api import preflight
+    from streamsnap.errors import PreflightError
+
+    directory = "s3://no-such-bucket-here/ckpt"
+    filesystem.configure(directory, s3_server.storage_options)
+    try:
+        with pytest.raises(PreflightError, match=r"the checkpoint directory 's3://no-such-bucket-here/ckpt' is not "
+                                                 r"usable: could not write a file into it .*the bucket exists, and "
+                                                 r"CheckpointConfig.storage_options name its endpoint"):
+            preflight.check_directory(directory, "the checkpoint directory", "CheckpointConfig(directory=...)")
+    finally:
+        filesystem.configure(directory, None)
