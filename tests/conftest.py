@@ -78,6 +78,19 @@ def kafka_broker(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """An S3-compatible server (moto's) on 127.0.0.1 for the session, started by scripts/s3-server
+    on first use in this xdist worker; yields a benchmarks.local_s3.LocalS3 (endpoint, storage
+    options, `new_bucket()`)."""
+    from benchmarks import local_s3
+
+    directory = str(tmp_path_factory.mktemp("s3-server"))
+    server = local_s3.start_server(directory)
+    yield server
+    local_s3.stop_server(directory)
+
+
+@pytest.fixture(scope="session")
 def connect_server(tmp_path_factory):
     """A Spark Connect server on 127.0.0.1 in front of a Spark standalone cluster (scripts/
     spark-connect and scripts/spark-standalone: a Master and 2 Workers x 4 cores, each its own

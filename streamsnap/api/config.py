@@ -7,7 +7,8 @@ allowed — never later inside a Spark task.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from streamsnap.errors import ConfigurationError
 from streamsnap.network.liveness import MIN_PEER_TIMEOUT
@@ -67,6 +68,10 @@ class CheckpointConfig:
       same job name, or `execute(..., job_id=...)`), e.g. because its driver died, the job
       resumes from the newest one, as Structured Streaming does with a checkpoint location;
       "never" — start fresh and leave them in place.
+    storage_options: fsspec options for `directory` (and savepoint targets on the same store),
+      as the filesystem's constructor takes them — for s3:// (s3fs): {"key": ..., "secret": ...,
+      "endpoint_url": ..., "client_kwargs": {...}}. They reach the executors with the job; they
+      are never logged nor shown by the REST API (only their names are).
     """
 
     interval: float | None = 10.0
@@ -84,9 +89,18 @@ class CheckpointConfig:
     # Tasks stay up after their input ends until one last checkpoint has committed their
     # output (Flink's FLIP-147 final checkpoint); this bounds how long that may take.
     final_checkpoint: bool = True
+    storage_options: Mapping[str, Any] | None = field(default=None, repr=False, hash=False)
 
     def __post_init__(self):
         owner = "CheckpointConfig"
+        if self.storage_options is not None:
+            if not isinstance(self.storage_options, Mapping) or not all(
+                    isinstance(k, str) for k in self.storage_options):
+                raise ConfigurationError(
+                    f"{owner}.storage_options must be a dict of fsspec options with string keys (e.g. "
+                    f"{{'endpoint_url': 'http://127.0.0.1:9000', 'key': ..., 'secret': ...}}) or None, "
+                    f"got a {type(self.storage_options).__name__}")
+            object.__setattr__(self, "storage_options", dict(self.storage_options))
         _positive_number(owner, "interval", self.interval, allow_none=True)
         _choice(owner, "mode", self.mode, CHECKPOINT_MODES)
         if self.directory is not None and (not isinstance(self.directory, str) or not self.directory):

@@ -33,6 +33,20 @@ TEST_HOOKS_ENV = "STREAMSNAP_TEST_HOOKS"
 CLI_DEFAULTS: dict = {"restore_from": None, "allow_non_restored_state": False}
 
 
+def _use_checkpoint_storage(checkpointing: CheckpointConfig) -> None:
+    """Fail here when this Python cannot open the checkpoint directory's protocol; else let
+    every checkpoint file of this process open with the config's storage options (the
+    executors get them with the deployment)."""
+    from streamsnap.checkpoint import filesystem
+
+    directory = checkpointing.directory
+    assert directory is not None, "checked by the caller"
+    problem = filesystem.missing_implementation(directory)
+    if problem is not None:
+        raise ConfigurationError(f"CheckpointConfig.directory {directory!r} cannot be used: {problem}")
+    filesystem.configure(directory, checkpointing.storage_options)
+
+
 def _check_local_recovery(enabled, directory, checkpointing) -> tuple[bool, str | None]:
     from streamsnap.state.local_recovery import check_directory_option
 
@@ -117,6 +131,8 @@ class StreamEnvironment:
             raise ConfigurationError(
                 "CheckpointConfig.directory is required: where checkpoints are written "
                 "(a local path or fsspec URL such as file:///tmp/ckpt or s3://bucket/ckpt)")
+        if checkpointing is not None:
+            _use_checkpoint_storage(checkpointing)
         self.local_recovery, self.local_recovery_dir = _check_local_recovery(
             local_recovery, local_recovery_dir, checkpointing)
         if not isinstance(slot_sharing, bool):

@@ -60,10 +60,13 @@ def check_directory(url: str, what: str, setting: str) -> None:
         step = "delete a file from it"
         filesystem.delete(probe)
     except Exception as exc:
+        store = ("" if filesystem.has_directories(url) else
+                 " — on an object store: the bucket exists, and CheckpointConfig.storage_options name its "
+                 "endpoint and credentials")
         raise PreflightError(
             f"{what} {shown!r} is not usable: could not {step} ({type(exc).__name__}: {exc}). Fix: make it "
-            f"writable for this process (and, on a cluster, for every executor), or choose another one with "
-            f"{setting}") from exc
+            f"writable for this process (and, on a cluster, for every executor){store}, or choose another one "
+            f"with {setting}") from exc
 
 
 # ===================================================================== pickling

@@ -618,6 +618,8 @@ class CheckpointCoordinator:
         """A request that never became a pending checkpoint."""
         log = logger.debug if exception.reason.pre_flight else logger.warning
         log("%s request not triggered: %s", request.properties.checkpoint_type.value, exception)
+        if not exception.reason.pre_flight:
+            self._stats.report_failed_without_in_progress(exception.reason)
         self._failure_manager.handle_checkpoint_failure(exception, checkpoint_id, is_savepoint=request.is_savepoint)
         _resolve(request.future, exception=exception)
 

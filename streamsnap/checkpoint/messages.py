@@ -26,16 +26,19 @@ class CheckpointMetrics:
     bytes_persisted_of_in_flight_data: int = 0
     # The subtask took this checkpoint unaligned (its barrier overtook in-flight data).
     unaligned: bool = False
+    # Calls on checkpoint storage its asynchronous part retried (throttling, 5xx: storage_retry).
+    storage_retries: int = 0
 
     def to_wire(self) -> list:
         return [self.sync_duration, self.async_duration, self.alignment_duration,
                 self.start_delay, self.bytes_processed_during_alignment,
-                self.bytes_persisted_of_in_flight_data, self.unaligned]
+                self.bytes_persisted_of_in_flight_data, self.unaligned, self.storage_retries]
 
     @classmethod
     def from_wire(cls, data: list) -> "CheckpointMetrics":
         return cls(float(data[0]), float(data[1]), float(data[2]), float(data[3]),
-                   int(data[4]), int(data[5]), bool(data[6]) if len(data) > 6 else False)
+                   int(data[4]), int(data[5]), bool(data[6]) if len(data) > 6 else False,
+                   int(data[7]) if len(data) > 7 else 0)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The `_metadata` file: what a completed checkpoint or savepoint contains, and its on-disk form.
 
 `_metadata` is the commit point of a checkpoint. It is written last and atomically (temp file +
-rename), so a reader sees either no file (the checkpoint never completed) or a whole one. A
+rename on a local disk; one conditional PUT that only creates, on an object store, which has no
+atomic rename), so a reader sees either no file (the checkpoint never completed) or a whole one. A
 checksum in the first line still catches files damaged afterwards (partial copies, bit rot)::
 
     streamsnap-checkpoint v1 sha256=<hex digest of the rest>
@@ -227,9 +228,9 @@ def decode_metadata(data: bytes, source: str) -> CheckpointMetadata:
 
 
 def write_metadata(location_url: str, metadata: CheckpointMetadata) -> str:
-    """Write `<location_url>/_metadata` atomically; returns its URL."""
+    """Write `<location_url>/_metadata` atomically (once, on an object store); returns its URL."""
     url = filesystem.join(location_url, METADATA_FILE_NAME)
-    filesystem.write_atomic(url, encode_metadata(metadata))
+    filesystem.write_once(url, encode_metadata(metadata))
     return url
 
 

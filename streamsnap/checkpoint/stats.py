@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from streamsnap.checkpoint import storage_retry
 from streamsnap.checkpoint.messages import CheckpointMetrics
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.graph.ids import ExecutionAttemptId
@@ -44,6 +45,7 @@ class SubtaskCheckpointStats:
     bytes_persisted_of_in_flight_data: int
     unaligned: bool = False          # the barrier overtook in-flight data at this subtask
     checkpointed_size: int = 0       # bytes this subtask wrote for the checkpoint (<= state_size)
+    storage_retries: int = 0         # storage calls its asynchronous part retried (throttling, 5xx)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,11 @@ class CheckpointStats:
     # Bytes written for this checkpoint; `state_size` is everything it references, shared
     # files of incremental (RocksDB) and changelog snapshots uploaded earlier included.
     checkpointed_size: int = 0
+
+    @property
+    def storage_retries(self) -> int:
+        """Storage calls the subtasks retried for this checkpoint (throttling, 5xx answers)."""
+        return sum(s.storage_retries for s in self.subtasks)
 
     @property
     def latest_ack_timestamp(self) -> float | None:
@@ -117,6 +124,9 @@ class CheckpointStatsSnapshot:
     latest_failed: CheckpointStats | None = None
     latest_restored: RestoredCheckpointStats | None = None
     failures_by_reason: Mapping[CheckpointFailureReason, int] = field(default_factory=dict)
+    # Calls on checkpoint storage retried after throttling or a 5xx answer (storage_retry): the
+    # subtasks' and this process's (the `_metadata` writes, cleanup) since the tracker started.
+    storage_retries: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "failures_by_reason", MappingProxyType(dict(self.failures_by_reason)))
@@ -141,7 +151,8 @@ class CheckpointStatsSnapshot:
         """A few human-readable lines (the CLI and logs print this)."""
         c = self.counts
         lines = [f"checkpoints: {c.triggered} triggered, {c.in_progress} in progress, "
-                 f"{c.completed} completed, {c.failed} failed, {c.restored} restored"]
+                 f"{c.completed} completed, {c.failed} failed, {c.restored} restored"
+                 + (f"; {self.storage_retries} storage calls retried" if self.storage_retries else "")]
         if c.completed:
             d, s = self.summary.end_to_end_duration, self.summary.state_size
             w = self.summary.checkpointed_size
@@ -229,6 +240,8 @@ class CheckpointStatsTracker:
         self._latest_restored: RestoredCheckpointStats | None = None
         self._durations, self._sizes, self._written = _Running(), _Running(), _Running()
         self._failures_by_reason: Counter[CheckpointFailureReason] = Counter()
+        self._task_storage_retries = 0
+        self._own_retries_at_start = storage_retry.COUNTER.total
 
     def report_pending(self, checkpoint_id: int, trigger_timestamp: float, checkpoint_type: CheckpointType,
                        num_subtasks: int) -> None:
@@ -247,7 +260,9 @@ class CheckpointStatsTracker:
             ack_timestamp - entry.trigger_timestamp, state_size, metrics.sync_duration,
             metrics.async_duration, metrics.alignment_duration, metrics.start_delay,
             metrics.bytes_processed_during_alignment, metrics.bytes_persisted_of_in_flight_data,
-            metrics.unaligned, state_size if checkpointed_size is None else checkpointed_size)
+            metrics.unaligned, state_size if checkpointed_size is None else checkpointed_size,
+            metrics.storage_retries)
+        self._task_storage_retries += metrics.storage_retries
 
     def report_completed(self, checkpoint_id: int, completion_timestamp: float, state_size: int,
                          external_path: str | None = None, checkpointed_size: int | None = None) -> None:
@@ -274,6 +289,13 @@ class CheckpointStatsTracker:
         self._failed += 1
         self._failures_by_reason[reason] += 1
         self._latest["failed"] = entry.freeze()
+
+    def report_failed_without_in_progress(self, reason: CheckpointFailureReason) -> None:
+        """A checkpoint that failed before it was in progress (its location could not be made,
+        e.g. a full disk): counted as failed, by reason, with no history entry (Flink's
+        reportFailedCheckpointsWithoutInProgress)."""
+        self._failed += 1
+        self._failures_by_reason[reason] += 1
 
     def report_restored(self, checkpoint_id: int, restore_timestamp: float, external_path: str,
                         checkpoint_type: CheckpointType = CheckpointType.CHECKPOINT) -> None:
@@ -305,7 +327,8 @@ class CheckpointStatsTracker:
             CheckpointCounts(self._triggered, in_progress, self._completed, self._failed, self._restored),
             CompletedCheckpointsSummary(self._durations.freeze(), self._sizes.freeze(), self._written.freeze()),
             history, self._latest.get("completed"), self._latest.get("savepoint"), self._latest.get("failed"),
-            self._latest_restored, self._failures_by_reason)
+            self._latest_restored, self._failures_by_reason,
+            self._task_storage_retries + storage_retry.COUNTER.total - self._own_retries_at_start)
 
 
 __all__ = ["CheckpointStatsTracker", "CheckpointStatsSnapshot", "CheckpointStats", "CheckpointStatus",

@@ -48,21 +48,28 @@ def checkpoint_id_of(name: str) -> int | None:
 
 
 def is_directory(url: str) -> bool:
-    fs, path = filesystem.filesystem(url)
-    return fs.isdir(path)
+    return filesystem.isdir(url)
 
 
 def subdirectories(url: str) -> list[tuple[str, str]]:
     """(name, url) of the directories directly inside `url`; empty when it is not a directory."""
-    fs, path = filesystem.filesystem(url)
-    if not fs.isdir(path):
+    if not filesystem.isdir(url):
         return []
     children = []
-    for entry in fs.ls(path, detail=True):
+    for entry in filesystem.ls(url):
         if entry.get("type") == "directory":
             name = posixpath.basename(str(entry["name"]).rstrip("/"))
             children.append((name, filesystem.join(url, name)))
     return sorted(children)
+
+
+def _modified_at(info: dict) -> float | None:
+    """When a listed file was last written (epoch seconds): local `mtime`/`created`, an object
+    store's `LastModified`; None when the listing does not say (the file counts as young)."""
+    value = info.get("mtime") or info.get("created") or info.get("LastModified") or info.get("last_modified")
+    if value is None:
+        return None
+    return value.timestamp() if hasattr(value, "timestamp") else float(value)
 
 
 @dataclass(frozen=True)
@@ -173,14 +180,13 @@ class CheckpointStorage:
         (a task killed between upload and ack). Younger files may belong to a running upload."""
         if not filesystem.exists(self.shared_directory):
             return []
-        fs, path = filesystem.filesystem(self.shared_directory)
         stray = []
-        for info in fs.ls(path, detail=True):
+        for info in filesystem.ls(self.shared_directory):
             if info.get("type") != "file":
                 continue
             url = filesystem.join(self.shared_directory, info["name"].rsplit("/", 1)[-1])
-            mtime = info.get("mtime") or info.get("created") or 0
-            if filesystem.normalize(url) not in referenced and float(mtime) < older_than:
+            mtime = _modified_at(info)
+            if filesystem.normalize(url) not in referenced and mtime is not None and mtime < older_than:
                 stray.append(url)
         return stray
 

@@ -457,6 +457,7 @@ def run_cluster_slot(job: ClusterJob, slot: int, host: str, tid: int, n: int) ->
     Rows: (task_index, vertex, outcome, payload); task 0 adds the JobMaster's row (index -1)."""
     from streamsnap.runtime.slot import run_slot
 
+    job.deployment.use_storage_options()   # the registry lies in the checkpoint directory
     master = receiver = None
     if slot == 0:
         started = {"task_started_at": time.time(), "worker_started_at": _process_start_time(),

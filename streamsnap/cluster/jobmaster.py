@@ -156,6 +156,8 @@ class JobMaster:
                  secret: bytes | None = None, run_id: str | None = None, control_bind: str | None = None,
                  local: bool | None = None):
         self.job_id = settings.job_id or job_id_for_name(settings.job_name)
+        if settings.checkpoint is not None:   # (again) in a JobMaster process of the cluster
+            filesystem.configure(settings.checkpoint.directory, settings.checkpoint.storage_options)
         # This run of the job: attempts of an earlier run (a driver that died) never share names
         # (Spark job groups, in-progress sink files) with this one's.
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -499,7 +501,7 @@ class JobMaster:
             metadata = read_metadata(metadata_url)
             self._restore_source = (metadata_url, base)
             if self.coordinator is not None:
-                self.coordinator.restored_from(metadata.checkpoint_id)
+                self.coordinator.restored_from(metadata.checkpoint_id, base, metadata.checkpoint_type)
         self._restored_checkpoint_id = metadata.checkpoint_id if metadata is not None else None
         if metadata is None:
             return None
@@ -1088,8 +1090,16 @@ def new_deployment(job_id: str, run_id: str, settings: JobSettings, eg: Executio
         restored_operators=plan.restored_operators if plan else frozenset(),
         restored_checkpoint_id=plan.checkpoint_id if plan else None, finish_at_restore=finish_at_restore,
         log_level=settings.log_level, echo_logs=not local, test_hooks=settings.test_hooks,
-        local_recovery=settings.local_recovery,
+        storage_options=_storage_options(settings), local_recovery=settings.local_recovery,
         local_recovery_dir=settings.local_recovery_dir, slots=slots)
+
+
+def _storage_options(settings: JobSettings) -> tuple:
+    """(directory, storage options) of the job's checkpoint storage, for its executors."""
+    config = settings.checkpoint
+    if config is None or not config.storage_options:
+        return ()
+    return ((config.directory, dict(config.storage_options)),)
 
 
 def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future, transform) -> None:

@@ -50,6 +50,16 @@ class Deployment:
     slots: tuple[tuple[int, ...], ...] = ()
     # Test hooks: environment flags the task honours (e.g. slow down a subtask); never set by users.
     test_hooks: dict = field(default_factory=dict)
+    # (checkpoint directory, fsspec storage options) the executors open checkpoint files with
+    # (CheckpointConfig.storage_options: credentials, so never logged).
+    storage_options: tuple = field(default=(), repr=False)
+
+    def use_storage_options(self) -> None:
+        """Open this job's checkpoint files with its storage options in this (executor) process."""
+        from streamsnap.checkpoint import filesystem
+
+        for directory, options in self.storage_options:
+            filesystem.configure(directory, options)
 
     def vertex(self, task_index: int) -> ExecutionVertex:
         return self.execution_graph.vertices[task_index]

@@ -31,6 +31,7 @@ def run_slot(deployment: Deployment, slot_index: int, host: str | None = None) -
     """
     from streamsnap.runtime.task import run_task
 
+    deployment.use_storage_options()   # before the forks: every subtask process inherits them
     first, *others = deployment.slots[slot_index]
     context = multiprocessing.get_context("fork")
     children = []

@@ -31,6 +31,7 @@ import traceback
 from streamsnap.checkpoint.handles import OperatorSubtaskState
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, CheckpointMetrics, DeclineCheckpoint
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
+from streamsnap.checkpoint import storage_retry
 from streamsnap.clock import SystemClock, TimerQueue
 from streamsnap.errors import DataError, StreamsnapError, UserFunctionError
 from streamsnap.graph.stream_graph import NodeKind
@@ -666,6 +667,7 @@ class StreamTask:
                         metrics: AlignmentMetrics, location: str, channel_snapshot=None) -> None:
         """The asynchronous part (Flink's AsyncCheckpointRunnable): write state, acknowledge."""
         started = time.monotonic()
+        retries_before = storage_retry.COUNTER.of_this_thread()
         marker = self._phase("async", checkpoint_id)
         try:
             delay = self._hooks.get("async_delay")
@@ -700,7 +702,8 @@ class StreamTask:
             alignment_duration=metrics.alignment_duration, start_delay=metrics.start_delay,
             bytes_processed_during_alignment=metrics.bytes_processed_during_alignment,
             bytes_persisted_of_in_flight_data=channel_snapshot.persisted_bytes if channel_snapshot else 0,
-            unaligned=channel_snapshot is not None and channel_snapshot.unaligned), location)
+            unaligned=channel_snapshot is not None and channel_snapshot.unaligned,
+            storage_retries=storage_retry.COUNTER.of_this_thread() - retries_before), location)
         try:
             self.driver.send({"type": "ack", **ack.to_wire()})
         except TaskCancelled:

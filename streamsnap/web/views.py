@@ -216,6 +216,7 @@ def checkpoint_entry(stats: CheckpointStats) -> dict:
         # (less with incremental RocksDB or changelog snapshots, which reuse earlier files).
         "state_size": stats.state_size,
         "checkpointed_size": stats.checkpointed_size,
+        "storage_retries": stats.storage_retries,
         "processed_data": _processed(stats),
         "persisted_data": _persisted(stats),
         "unaligned": any(s.unaligned for s in stats.subtasks),
@@ -253,7 +254,8 @@ def checkpoints_overview(snapshot: CheckpointStatsSnapshot) -> dict:
         written.update(min=w.minimum, avg=w.average, max=w.maximum)
     return {
         "counts": {"total": c.triggered, "triggered": c.triggered, "in_progress": c.in_progress,
-                   "completed": c.completed, "failed": c.failed, "restored": c.restored},
+                   "completed": c.completed, "failed": c.failed, "restored": c.restored,
+                   "storage_retries": snapshot.storage_retries},
         "summary": {
             "end_to_end_duration": durations,
             "state_size": sizes,
@@ -289,6 +291,8 @@ def checkpoint_config(config, state_backend) -> dict:
         "checkpoints_after_tasks_finish": config.final_checkpoint,
         "state_backend": state_backend if isinstance(state_backend, str) else "rocksdb",
         "checkpoint_storage": config.directory,
+        # Only the names: the values are credentials.
+        "storage_options": sorted(config.storage_options or ()),
         "resume": config.resume,
     }
 

@@ -54,7 +54,8 @@ def test_rest_and_metrics_match_the_jobs_checkpoint_history(spark, tmp_path, no_
     assert status == 200
     c = stats.counts
     assert cps["counts"] == {"total": c.triggered, "triggered": c.triggered, "in_progress": c.in_progress,
-                             "completed": 3, "failed": c.failed, "restored": c.restored}
+                             "completed": 3, "failed": c.failed, "restored": c.restored,
+                             "storage_retries": stats.storage_retries}
     assert [h["id"] for h in cps["history"]] == [s.checkpoint_id for s in stats.history] == [3, 2, 1]
     latest = stats.latest_completed
     assert cps["latest"]["completed"]["id"] == latest.checkpoint_id == 3

@@ -46,7 +46,8 @@ def history() -> CheckpointStatsTracker:
 
 def test_checkpoints_overview_counts_latest_summary_and_history():
     doc = views.checkpoints_overview(history().snapshot())
-    assert doc["counts"] == {"total": 5, "triggered": 5, "in_progress": 1, "completed": 3, "failed": 1, "restored": 1}
+    assert doc["counts"] == {"total": 5, "triggered": 5, "in_progress": 1, "completed": 3, "failed": 1, "restored": 1,
+                             "storage_retries": 0}
     assert [h["id"] for h in doc["history"]] == [5, 4, 3, 2, 1]
     assert [h["status"] for h in doc["history"]] == ["IN_PROGRESS", "COMPLETED", "COMPLETED", "FAILED", "COMPLETED"]
     latest = doc["latest"]

@@ -346,7 +346,8 @@ class FileSinkWriter(SinkWriter):
         if self._ctx.subtask_index == 0:
             current = f"-{self._run}-a{self._ctx.attempt}-"
             fs, root = filesystem.filesystem(self._sink.path)
-            for path in fs.ls(root, detail=False):
+            # A restore into a new directory: nothing of an earlier attempt there (none yet).
+            for path in (fs.ls(root, detail=False) if fs.exists(root) else ()):
                 name = posixpath.basename(path)
                 if name.startswith((INPROGRESS_PREFIX, MANIFEST_PREFIX)) and name not in keep and current not in name:
                     log.info("file sink: deleting uncommitted %s of an earlier attempt", name)

@@ -78,15 +78,16 @@ _BATCH_ENTRIES = 20_000
 
 def shared_directory_of(location: str) -> str | None:
     """The job's `shared/` directory when `location` is a `chk-<n>` directory of the checkpoint
-    storage layout (the shared directory exists beside it); None for anything else
-    (savepoints, bare directories), which then get full snapshots."""
+    storage layout (the shared directory exists beside it — on an object store, which has no
+    empty directories, the `chk-<n>` name is enough); None for anything else (savepoints, bare
+    directories), which then get full snapshots."""
     url = filesystem.normalize(location).rstrip("/")
     parent, _, name = url.rpartition("/")
     if checkpoint_id_of(name) is None or not parent:
         return None
     shared = filesystem.join(parent, SHARED_DIR)
     try:
-        return shared if is_directory(shared) else None
+        return shared if not filesystem.has_directories(shared) or is_directory(shared) else None
     except OSError:
         return None
 
@@ -172,12 +173,13 @@ def take_snapshot(backend: "RocksDBKeyedStateBackend", checkpoint_id: int, locat
 
 
 def _upload(path: str, url: str) -> str:
-    """Copy a local file to storage; returns its xxh64 (hex)."""
+    """Copy a local file to storage as one whole-file transfer (retried on an object store's
+    transient errors, filesystem.upload); returns its xxh64 (hex)."""
     digest = xxhash.xxh64()
-    with open(path, "rb") as source, filesystem.open_write(url) as target:
+    with open(path, "rb") as source:
         while chunk := source.read(_COPY_CHUNK):
             digest.update(chunk)
-            target.write(chunk)
+    filesystem.upload(path, url)
     return digest.hexdigest()
 
 
