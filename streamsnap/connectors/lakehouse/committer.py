@@ -50,6 +50,7 @@ from streamsnap.errors import ConfigurationError, StreamsnapError
 log = logging.getLogger(__name__)
 
 NO_CHECKPOINT = 0   # the checkpoint id of files written by a job without checkpointing
+END_OF_INPUT = 2 ** 62   # the "checkpoint" a job without checkpointing commits at: its end
 
 
 class FinalCommitError(StreamsnapError):
@@ -318,7 +319,7 @@ class GlobalCommitter:
         self._ending = True
         try:
             if not checkpointing:
-                self._request(2 ** 62, transactional=False)
+                self._request(END_OF_INPUT, transactional=False)
             self.drain()
         finally:
             self.stop_worker()
@@ -396,12 +397,13 @@ class GlobalCommitter:
         """A commit of the current attempt failed: fail over (the files stay pending, and the
         restore's commit adds them) — or, at the job's end, leave it to `on_finished` to raise."""
         recurs = isinstance(error, ConfigurationError)   # the stream does not fit the table: every replay the same
+        what = "at the end of input" if checkpoint_id == END_OF_INPUT else f"of checkpoint {checkpoint_id}"
         if recurs:
-            cause = f"sink {self.name}: the commit of checkpoint {checkpoint_id} is refused: {error}"
+            cause = f"sink {self.name}: the commit {what} is refused: {error}"
             log.error("%s", cause)
         else:
-            cause = f"sink {self.name}: the commit of checkpoint {checkpoint_id} failed: {error!r}"
-            log.error("sink %s: the commit of checkpoint %d failed", self.name, checkpoint_id, exc_info=error)
+            cause = f"sink {self.name}: the commit {what} failed: {error!r}"
+            log.error("sink %s: the commit %s failed", self.name, what, exc_info=error)
         self._failures.append(cause)
         if self._fail is not None and not self._ending:
             self._fail(cause, recurs=recurs)
@@ -415,7 +417,8 @@ class GlobalCommitter:
             return
         marker = os.path.join(directory, f"table-commit-{checkpoint_id}")
         first = not os.path.exists(marker)
-        with open(marker, "w") as out:
+        with open(marker + ".tmp", "w") as out:   # renamed into place: a test never reads it half-written
             out.write(str(os.getpid()))
+        os.replace(marker + ".tmp", marker)
         if first and checkpoint_id == self._hooks.get("table_commit_pause_at"):
             time.sleep(float(self._hooks.get("table_commit_pause", 0)))

@@ -275,7 +275,7 @@ def test_a_commit_failing_at_the_job_end_raises_instead_of_failing_over():
     committer = _committer(table, failures)     # commits inline: no worker thread
     committer.on_message(0, {"op": "precommit", "checkpoint_id": 0, "files": [f("a", 0)]})
     with pytest.raises(FinalCommitError, match=r"1 data file\(s\) written by the job are not in the table: "
-                                               r".*commit of checkpoint \d+ failed.*object store"):
+                                               r".*the commit at the end of input failed.*object store"):
         committer.on_finished(checkpointing=False)   # the end of input is the commit point
     assert failures == [] and table.commits == []    # no failover asked: no task is left to restore
 
