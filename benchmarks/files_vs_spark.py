@@ -38,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import streamsnap as ss
 from benchmarks import spark_baselines as sb
@@ -87,17 +88,7 @@ def measure(spark, rows: int, runs: int = 3, files_per_trigger: int | None = Non
         sides = {"streamsnap": lambda d, n: run_streamsnap(spark, d, n),
                  "spark_sql": lambda d, n: run_spark(spark, "sql", d, work, n, files_per_trigger),
                  "spark_tws": lambda d, n: run_spark(spark, "tws", d, work, n, files_per_trigger)}
-        for side in sides.values():                      # warm workers, imports and the JVM
-            side(warm, max(FILES, rows // 20))
-        measured: dict[str, list[dict]] = {name: [] for name in sides}
-        for _ in range(runs):
-            for name, side in sides.items():
-                m = side(data, rows)
-                measured[name].append(m)
-                extra = (f", {m['checkpoints']} checkpoints" if "checkpoints" in m
-                         else f", {m['batches']} micro-batches")
-                print(f"  {name:10s} {m['events_per_second'] / 1e6:.2f} M events/s ({m['seconds']:.1f} s{extra})",
-                      flush=True)
+        measured = alternate(sides, (warm, max(FILES, rows // 20)), (data, rows), runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         cleanup()
@@ -111,14 +102,37 @@ def measure(spark, rows: int, runs: int = 3, files_per_trigger: int | None = Non
     return out
 
 
-def main(rows: int = 8_000_000, runs: int = 3) -> dict:
+def alternate(sides: dict, warm: tuple, data: tuple, runs: int) -> dict[str, list[dict]]:
+    """Every side once on `warm` (input, rows: warms workers, imports and the JVM), then `runs`
+    rounds of every side in turn on `data`, so a machine that slows down mid-run shifts all of
+    them; each run printed as it ends. Returns each side's runs."""
+    for side in sides.values():
+        side(*warm)
+    measured: dict[str, list[dict]] = {name: [] for name in sides}
+    for _ in range(runs):
+        for name, side in sides.items():
+            m = side(*data)
+            measured[name].append(m)
+            extra = (f", {m['checkpoints']} checkpoints" if "checkpoints" in m
+                     else f", {m['batches']} micro-batches" if "batches" in m else "")
+            print(f"  {name:13s} {m['events_per_second'] / 1e6:.2f} M events/s ({m['seconds']:.1f} s{extra})",
+                  flush=True)
+    return measured
+
+
+def in_embedded_session(measure: Callable[..., dict], *args) -> dict:
+    """`measure(spark, *args)` on the benchmarks' local Spark session, stopped afterwards."""
     from streamsnap.cluster.spark_session import embedded_session
 
     spark = embedded_session(16)
     try:
-        result = measure(spark, rows, runs)
+        return measure(spark, *args)
     finally:
         spark.stop()
+
+
+def main(rows: int = 8_000_000, runs: int = 3) -> dict:
+    result = in_embedded_session(measure, rows, runs)
     print(f"median events/s: streamsnap {result['streamsnap'] / 1e6:.2f} M, Spark SQL "
           f"{result['spark_sql'] / 1e6:.2f} M, Spark transformWithStateInPandas {result['spark_tws'] / 1e6:.2f} M; "
           f"streamsnap / Spark SQL {result['ratio_vs_spark_sql']:.2f}x, / transformWithState "

@@ -40,6 +40,7 @@ import time
 
 import streamsnap as ss
 from benchmarks import spark_baselines as sb
+from benchmarks.files_vs_spark import alternate, in_embedded_session
 from benchmarks.workloads import _checkpoint_dir, build_w1, cleanup
 
 PARALLELISM = 2
@@ -127,14 +128,7 @@ def measure(spark, rows: int, runs: int = 3) -> dict:
         sides = {"delta": lambda d, n: run_streamsnap(spark, n, "delta", work),
                  "discard": lambda d, n: run_streamsnap(spark, n, "discard", work),
                  "spark_parquet": lambda d, n: run_spark_parquet(spark, d, n, work)}
-        for side in sides.values():                      # warm workers, imports and the JVM
-            side(warm, warm_rows)
-        measured: dict[str, list[dict]] = {name: [] for name in sides}
-        for _ in range(runs):
-            for name, side in sides.items():
-                m = side(data, rows)
-                measured[name].append(m)
-                print(f"  {name:13s} {m['events_per_second'] / 1e6:.2f} M events/s ({m['seconds']:.1f} s)", flush=True)
+        measured = alternate(sides, (warm, warm_rows), (data, rows), runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         cleanup()
@@ -168,13 +162,7 @@ def table(result: dict) -> str:
 
 
 def main(rows: int = 8_000_000, runs: int = 3) -> dict:
-    from streamsnap.cluster.spark_session import embedded_session
-
-    spark = embedded_session(16)
-    try:
-        result = measure(spark, rows, runs)
-    finally:
-        spark.stop()
+    result = in_embedded_session(measure, rows, runs)
     print(table(result))
     return result
 

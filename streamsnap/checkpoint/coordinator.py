@@ -76,6 +76,13 @@ class CheckpointListener(Protocol):
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None: ...
 
 
+class CheckpointListenerError(Exception):
+    """A driver-side checkpoint listener raised when told of a completed or aborted checkpoint:
+    handed to `fail_job` (a global failover), never only logged."""
+
+    reason = "CHECKPOINT_LISTENER_FAILURE"   # how the job's exception history names it
+
+
 @dataclass(frozen=True)
 class _Finished:
     """A recently finished checkpoint, to recognise (and clean up after) late acknowledgements."""
@@ -114,6 +121,7 @@ class CheckpointCoordinator:
             config.num_retained, SharedStateRegistry(owned_directory=storage.job_directory, delete=self._io.delete),
             delete=self._io.delete)
         self._stats = stats or CheckpointStatsTracker()
+        self._fail_job = fail_job
         self._failure_manager = CheckpointFailureManager(config.tolerable_failures, fail_job)
         self._decider = CheckpointRequestDecider(config.max_concurrent, config.min_pause, scheduler,
                                                  max_queued_requests)
@@ -575,8 +583,7 @@ class CheckpointCoordinator:
             for attempt in self._commit_attempts:
                 self._call("notify_checkpoint_complete", self._gateway.notify_checkpoint_complete,
                            attempt, checkpoint_id, completed.timestamp)
-            for listener in list(self._listeners):
-                self._call("notify_checkpoint_complete", listener.notify_checkpoint_complete, completed)
+            self._notify_listeners("notify_checkpoint_complete", checkpoint_id, completed)
         self._run_queued()
         _resolve(self._futures.pop(checkpoint_id, None), result=completed)
 
@@ -597,8 +604,7 @@ class CheckpointCoordinator:
                                                         is_savepoint=pending.properties.is_savepoint)
         for attempt in dict.fromkeys((*self._ack_attempts, *self._commit_attempts)):
             self._call("notify_checkpoint_aborted", self._gateway.notify_checkpoint_aborted, attempt, checkpoint_id)
-        for listener in list(self._listeners):
-            self._call("notify_checkpoint_aborted", listener.notify_checkpoint_aborted, checkpoint_id)
+        self._notify_listeners("notify_checkpoint_aborted", checkpoint_id, checkpoint_id)
         _resolve(self._futures.pop(checkpoint_id, None), exception=exception)
         if run_queued:
             self._run_queued()
@@ -626,8 +632,24 @@ class CheckpointCoordinator:
     def _call(self, what: str, fn: Callable, *args) -> None:
         try:
             fn(*args)
-        except Exception:  # one unreachable task or faulty listener must not stop the others
+        except Exception:  # one unreachable task must not stop the others; its failure is noticed apart
             logger.warning("%s to %s failed", what, args[0], exc_info=True)
+
+    def _notify_listeners(self, what: str, checkpoint_id: int, argument) -> None:
+        """Tell every driver-side listener (a sink's global committer); one that raises fails the
+        job, as Flink's OperatorCoordinatorHolder turns a coordinator's notifyCheckpointComplete
+        error into a global failover: its side effect (a table commit) did not happen, and only
+        a restore does it again. The other listeners are still told."""
+        for listener in list(self._listeners):
+            try:
+                getattr(listener, what)(argument)
+            except Exception as exc:
+                logger.error("%s of checkpoint %d failed in the checkpoint listener %r; failing the job",
+                             what, checkpoint_id, listener, exc_info=True)
+                error = CheckpointListenerError(
+                    f"{what} of checkpoint {checkpoint_id} failed in the checkpoint listener {listener!r}: {exc!r}")
+                error.__cause__ = exc
+                self._fail_job(error)
 
     def abort_pending_checkpoints(self, reason: R) -> None:
         """Abort every pending checkpoint, e.g. with JOB_FAILOVER when the job fails over."""
@@ -895,4 +917,5 @@ def _resolve(future: Future | None, *, result=None, exception: BaseException | N
         future.set_result(result)
 
 
-__all__ = ["CheckpointCoordinator", "CheckpointTaskGateway", "CheckpointListener", "OperatorInfo"]
+__all__ = ["CheckpointCoordinator", "CheckpointTaskGateway", "CheckpointListener", "CheckpointListenerError",
+           "OperatorInfo"]

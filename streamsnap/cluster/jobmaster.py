@@ -32,11 +32,13 @@ from typing import Any, Callable
 from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy
 from streamsnap.api.result import JobResult, OperatorMetrics, SubtaskInfo
 from streamsnap.checkpoint import filesystem
+from streamsnap.checkpoint.coordinator import CheckpointListenerError
 from streamsnap.checkpoint.io import ThreadedIO
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import SystemClock, TimerQueue
 from streamsnap.cluster.attempts import AttemptTracker, replaces_cause
+from streamsnap.cluster.commit_gate import CommitGate
 from streamsnap.cluster.exception_history import ExceptionHistory, one_line
 from streamsnap.web.job_summary import describe_graph, summary_of, write_summary
 from streamsnap.cluster.restart import RestartBackoff
@@ -144,7 +146,7 @@ class _CoordinatorGateway:
                              "drain": pending is not None and pending.properties.drain})
 
     def notify_checkpoint_complete(self, attempt, checkpoint_id, timestamp) -> None:
-        self._master._after_table_commits(checkpoint_id, lambda: self._send(
+        self._master.commit_gate.hold(checkpoint_id, lambda: self._send(
             attempt, {"type": "notify_complete", "checkpoint_id": checkpoint_id, "timestamp": timestamp}))
 
     def notify_checkpoint_aborted(self, attempt, checkpoint_id) -> None:
@@ -223,9 +225,9 @@ class JobMaster:
                     if callable(getattr(component, "attach", None)):   # a global committer (lakehouse sinks)
                         component.attach(job_id=self.job_id, run_id=self.run_id, uid=node.uid,
                                          fail=self._fail_from_sink, hooks=settings.test_hooks, post=self._post,
-                                         on_committed=lambda _: self._release_notifications())
-        # Completion notifications held until the table commits of their checkpoint are done.
-        self._held_notifications: list[tuple[int, Callable[[], None]]] = []
+                                         on_committed=lambda _: self.commit_gate.release())
+        # Completions and the job's end wait for the table commits of the sinks' committers.
+        self.commit_gate = CommitGate(self._sinks.values())
         self.coordinator = None
         self._checkpoint_io = None
         self._server = ControlServer(control_host(spark) if control_bind is None else control_bind, self._secret, lambda conn: None,
@@ -755,7 +757,7 @@ class JobMaster:
         self._set_status(JobStatus.FAILING)
         if self.coordinator is not None:
             self.coordinator.abort_pending_checkpoints(CheckpointFailureReason.JOB_FAILOVER)
-        self._held_notifications.clear()   # the attempt's tasks are going; the restore re-sends the files
+        self.commit_gate.clear()   # the attempt's tasks are going; the restore re-sends the files
         for component in self._sinks.values():
             if hasattr(component, "on_failover"):
                 component.on_failover()
@@ -764,23 +766,6 @@ class JobMaster:
             self._after_attempt_stopped()
         else:
             self._timers.call_later(SPARK_CANCEL_GRACE, lambda a=self._attempt: self._spark_job_overdue(a))
-
-    def _after_table_commits(self, checkpoint_id: int, notify: Callable[[], None]) -> None:
-        """Tell the tasks that `checkpoint_id` completed once every global committer (lakehouse
-        sinks) has it in its table: until then their sink state must keep its files, since a
-        JobMaster that dies with the commit in flight leaves only a restore to commit them."""
-        self._held_notifications.append((checkpoint_id, notify))
-        self._release_notifications()
-
-    def _release_notifications(self) -> None:
-        through = min((c.committed_through for c in self._sinks.values() if hasattr(c, "committed_through")),
-                      default=None)
-        held, self._held_notifications = self._held_notifications, []
-        for checkpoint_id, notify in held:
-            if through is None or checkpoint_id <= through:
-                notify()
-            else:
-                self._held_notifications.append((checkpoint_id, notify))
 
     def _fail_from_sink(self, cause: str, recurs: bool = False) -> None:
         """A driver-side sink component could not do its part (a global committer's commit):
@@ -874,10 +859,13 @@ class JobMaster:
         self._restart_timer = self._timers.call_later(delay, self._deploy)
 
     def _on_checkpoint_failure_limit(self, exc: BaseException) -> None:
-        """The failure manager counted more checkpoint failures than tolerated: fail over."""
-        reason = getattr(getattr(exc, "reason", None), "name", "CHECKPOINT_FAILURE")
+        """The coordinator fails the job: more checkpoint failures than tolerated, or a
+        driver-side checkpoint listener (a sink's committer) raised. Fail over."""
+        listener = isinstance(exc, CheckpointListenerError)
+        cause = str(exc) if listener else f"too many checkpoint failures: {exc}"
+        reason = exc.reason if listener else getattr(getattr(exc, "reason", None), "name", "CHECKPOINT_FAILURE")
         attempt = self._attempt  # the coordinator calls this on the loop thread, for the current attempt
-        self._post(lambda: self._handle_failure(f"too many checkpoint failures: {exc}", reason, attempt))
+        self._post(lambda: self._handle_failure(cause, reason, attempt))
 
     def _cancel(self) -> None:
         if self.status.is_terminal:
@@ -979,11 +967,16 @@ class JobMaster:
             self.coordinator.job_status_changed(status)
 
     def _finalize(self, status: JobStatus, error: BaseException | None = None) -> None:
+        if status is JobStatus.FINISHED:   # the sinks' last commits; a failed one fails the job
+            latest = self.coordinator.completed_store.latest() if self.coordinator is not None else None
+            failed = self.commit_gate.finish(self.coordinator is not None,
+                                             latest and filesystem.user_path(latest.external_pointer))
+            if failed is not None:
+                self.exceptions.root(self._attempt, failed, "SINK_COMMIT_FAILED")
+                status, error = JobStatus.FAILED, JobExecutionError(
+                    failed, job_name=self.settings.job_name, cause=failed, reason="SINK_COMMIT_FAILED",
+                    history=self.exceptions.entries())
         self._set_status(status)
-        checkpointing = self.coordinator is not None
-        for component in self._sinks.values():
-            if status is JobStatus.FINISHED and hasattr(component, "on_finished"):
-                component.on_finished(checkpointing)
         stats = None
         if self.coordinator is not None:
             stats = self.coordinator.stats.snapshot()

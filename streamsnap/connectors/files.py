@@ -78,6 +78,23 @@ def list_data_files(fs, directory: str) -> list[str]:
     return sorted(files, key=posixpath.basename)
 
 
+def existing_directory(path: str, where: str, fix: str):
+    """(fs, root) of the output directory at `path` (listing cache dropped), None when nothing is
+    there yet; a file there is refused, `where` naming the output and `fix` what to choose."""
+    fs, root = filesystem.filesystem(path)
+    if not fs.exists(root):
+        return None
+    if not fs.isdir(root):
+        raise ConfigurationError(f"{where}: {filesystem.user_path(path)!r} is a file, not a directory; {fix}")
+    fs.invalidate_cache(root)
+    return fs, root
+
+
+def visible_names(entries: list[str]) -> list[str]:
+    """The base names of listed entries that are data (not hidden), sorted."""
+    return sorted(name for name in (posixpath.basename(e.rstrip("/")) for e in entries) if not is_hidden(name))
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -227,25 +244,94 @@ class FileSource(Source):
         return f"FileSource({self.path!r}, format={self.format!r}, {mode})"
 
 
-# ===================================================================== reader
-class FileSourceReader(SourceReader):
-    """Reads the files (splits) of one subtask in order, `batch_size` rows per poll at most."""
+# ===================================================================== readers
+class FileSplitReader(SourceReader):
+    """What readers of file splits share (FileSource's, and the lakehouse table sources'): the
+    splits they own queued in reading order, read one file after another through a `FileCursor`
+    opened when the file's turn comes (and closed with the reader), the file system or table
+    opened lazily on the worker, and — unbounded — `discover()` every `discovery_interval`
+    seconds in `poll`, so new files are found without a thread of their own.
+
+    A subclass says how a split opens (`_open_cursor`), what a batch read from it becomes
+    (`_emit`, which also advances the split's position), how to open its storage (`_connect`)
+    and, unbounded, how to find new splits (`discover`)."""
+
+    def __init__(self, clock: Clock | None, discovery_interval: float | None):
+        self._clock = clock or SystemClock()
+        self._discovery_interval = discovery_interval   # None: bounded, no discovery
+        # Splits owned and not finished, in reading order; _queue[0] is the one being read.
+        self._queue: deque[list] = deque()
+        self._cursor: FileCursor | None = None
+        self._next_discovery: float | None = None       # None: discover at the first poll
+
+    # ------------------------------------------------------------ what a subclass provides
+    def _connect(self) -> None:
+        """Open the storage the splits are read from (at most once: later calls return)."""
+        raise NotImplementedError
+
+    def _open_cursor(self, split: list) -> FileCursor:
+        raise NotImplementedError
+
+    def _emit(self, split: list, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """`batch` was read from `split`: advance its position; the batch to emit."""
+        raise NotImplementedError
+
+    def discover(self):
+        raise NotImplementedError(f"{type(self).__name__} is bounded: it discovers nothing")
+
+    # ------------------------------------------------------------ lifecycle
+    def open(self) -> None:
+        self._connect()
+
+    def close(self) -> None:
+        if self._cursor is not None:
+            self._cursor.close()
+            self._cursor = None
+
+    def poll(self) -> pa.RecordBatch | None:
+        if self._discovery_interval is not None:
+            now = self._clock.monotonic()
+            if self._next_discovery is None or now >= self._next_discovery:
+                self.discover()
+                self._next_discovery = now + self._discovery_interval
+        while self._queue:
+            split = self._queue[0]
+            if self._cursor is None:
+                self._cursor = self._open_cursor(split)
+            batch = self._cursor.next_batch()
+            if batch is None:
+                self.close()
+                self._queue.popleft()
+                continue
+            return self._emit(split, batch)
+        return None
+
+    def is_finished(self) -> bool:
+        return self._discovery_interval is None and not self._queue
+
+    def next_available_in(self) -> float:
+        if self._queue or self._discovery_interval is None or self._next_discovery is None:
+            return 0.0
+        return max(0.0, self._next_discovery - self._clock.monotonic())
+
+    def snapshot_splits(self, checkpoint_id: int) -> list:
+        return [list(split) for split in self._queue]
+
+
+class FileSourceReader(FileSplitReader):
+    """Reads the files (splits `[path, rows read]`) of one subtask in order, `batch_size` rows per poll at most."""
 
     def __init__(self, source: FileSource, ctx: OperatorContext, clock: Clock | None = None):
+        super().__init__(clock, source.monitor_interval)
         self._source = source
         self._subtask = ctx.subtask_index
         self._parallelism = ctx.parallelism
-        self._clock = clock or SystemClock()
         self._fs = None
         self._directory = None
-        # Splits owned and not finished, in reading order; _queue[0] is the one being read.
-        self._queue: deque[list] = deque()
-        self._cursor: _FileCursor | None = None
         # Files known to every subtask through the restored global state, and files this reader
         # took itself (assigned or discovered) — together: never to be taken again.
         self._inherited: set[str] = set()
         self._taken: set[str] = set()
-        self._next_listing: float | None = None  # None: list at the first poll
         self._current: str | None = None          # the file of the batch last returned
         self._current_start = 0                   # the row of that file the batch starts at
 
@@ -268,46 +354,25 @@ class FileSourceReader(SourceReader):
             self._queue.append([path, position])
             self._taken.add(path)
 
-    # ------------------------------------------------------------ lifecycle
-    def _filesystem(self):
+    # ------------------------------------------------------------ reading
+    def _connect(self):
         if self._fs is None:
             self._fs, self._directory = self._source.filesystem()
         return self._fs
 
-    def open(self) -> None:
-        self._filesystem()
+    def _open_cursor(self, split: list) -> FileCursor:
+        source = self._source
+        return FileCursor(self._connect(), split[0], split[1], format=source.format, batch_size=source.batch_size,
+                          schema=source.schema, csv_options=source.csv_options)
 
-    def close(self) -> None:
-        if self._cursor is not None:
-            self._cursor.close()
-            self._cursor = None
-
-    # ------------------------------------------------------------ reading
-    def poll(self) -> pa.RecordBatch | None:
-        if not self._source.bounded:
-            now = self._clock.monotonic()
-            if self._next_listing is None or now >= self._next_listing:
-                self.discover()
-                self._next_listing = now + self._source.monitor_interval
-        while self._queue:
-            split = self._queue[0]
-            if self._cursor is None:
-                self._cursor = _FileCursor(self._filesystem(), split[0], split[1], self._source,
-                                           self._source.schema)
-            batch = self._cursor.next_batch()
-            if batch is None:
-                self._cursor.close()
-                self._cursor = None
-                self._queue.popleft()
-                continue
-            self._current, self._current_start = split[0], split[1]
-            split[1] += batch.num_rows
-            return batch
-        return None
+    def _emit(self, split: list, batch: pa.RecordBatch) -> pa.RecordBatch:
+        self._current, self._current_start = split[0], split[1]
+        split[1] += batch.num_rows
+        return batch
 
     def discover(self) -> list[str]:
         """List the directory and take the new files this subtask owns; returns them."""
-        fs = self._filesystem()
+        fs = self._connect()
         try:
             files = list_data_files(fs, self._directory)
         except FileNotFoundError:
@@ -324,9 +389,6 @@ class FileSourceReader(SourceReader):
             self._taken.add(path)
         return new
 
-    def is_finished(self) -> bool:
-        return self._source.bounded and not self._queue
-
     def active_splits(self) -> list:
         """Only the file being read: files are read one after another, so a queued file has
         not started and must not hold the watermark back (it joins when its turn comes)."""
@@ -340,15 +402,7 @@ class FileSourceReader(SourceReader):
             return None
         return f"file {self._current!r}, row {self._current_start + index}"
 
-    def next_available_in(self) -> float:
-        if self._queue or self._source.bounded or self._next_listing is None:
-            return 0.0
-        return max(0.0, self._next_listing - self._clock.monotonic())
-
     # ------------------------------------------------------------ checkpoints
-    def snapshot_splits(self, checkpoint_id: int) -> list:
-        return [[path, position] for path, position in self._queue]
-
     def snapshot_global_state(self, checkpoint_id: int) -> list:
         # Every known file is reported by exactly one subtask, so the union stays one entry
         # per file: inherited files by their owner (all subtasks hold the same inherited set),
@@ -359,13 +413,15 @@ class FileSourceReader(SourceReader):
 
 
 # ===================================================================== one file
-class _FileCursor:
-    """Batches of one file from row `start` on, at most `batch_size` rows each."""
+class FileCursor:
+    """Batches of one file (`format`: one of FORMATS) from row `start` on, at most `batch_size`
+    rows each, conformed to `schema` (None: the file's own)."""
 
-    def __init__(self, fs, path: str, start: int, source: FileSource, schema: pa.Schema | None):
+    def __init__(self, fs, path: str, start: int, *, format: str, batch_size: int,
+                 schema: pa.Schema | None, csv_options: dict | None = None):
         self.path = path
-        self._format = source.format
-        self._batch_size = source.batch_size
+        self._format = format
+        self._batch_size = batch_size
         self._schema = schema
         self._start = start
         self._stream = None
@@ -374,7 +430,7 @@ class _FileCursor:
         self._seen = 0        # rows of the file decoded so far (skipped or kept)
         self._batches: Iterator[pa.RecordBatch] = iter(())
         try:
-            self._open(fs, source.csv_options)
+            self._open(fs, csv_options or {})
         except FileReadError:
             self.close()
             raise

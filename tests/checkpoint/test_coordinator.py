@@ -11,7 +11,7 @@ from tests.properties import examples
 
 from streamsnap.api.config import CheckpointConfig
 from streamsnap.checkpoint import filesystem
-from streamsnap.checkpoint.coordinator import CheckpointCoordinator
+from streamsnap.checkpoint.coordinator import CheckpointCoordinator, CheckpointListenerError
 from streamsnap.checkpoint.failure_manager import CheckpointFailureThresholdExceeded
 from streamsnap.checkpoint.handles import FileHandle, KeyGroupsStateHandle, OperatorSubtaskState
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, CheckpointMetrics
@@ -303,6 +303,40 @@ def test_stray_ack_never_deletes_files_outside_the_job_directory(make_harness, t
 
 
 # ---------------------------------------------------------------- decline, expiry, failure counting
+
+class _FailingListener(RecordingListener):
+    """A driver-side listener whose completion (or abort) handling raises, as a committer might."""
+
+    def notify_checkpoint_complete(self, checkpoint):
+        raise RuntimeError("table is read-only")
+
+    def notify_checkpoint_aborted(self, checkpoint_id):
+        raise RuntimeError("cleanup refused")
+
+
+def test_a_listener_that_raises_fails_the_job_with_its_traceback_logged_and_the_others_are_still_told(
+        make_harness, caplog):
+    h = make_harness(tolerable_failures=5)
+    h.start()
+    failing, recording = _FailingListener(), RecordingListener()
+    h.coordinator.add_listener(failing)
+    h.coordinator.add_listener(recording)
+    with caplog.at_level(logging.ERROR, logger="streamsnap.checkpoint.coordinator"):
+        completed = complete(h)
+    assert completed.checkpoint_id == 1 and recording.completed == [1]       # the checkpoint itself completed
+    assert sorted(a for a, cid, _ in h.gateway.completed if cid == 1) == sorted(h.tasks)
+    assert len(h.failures) == 1 and isinstance(h.failures[0], CheckpointListenerError)
+    assert "notify_checkpoint_complete of checkpoint 1 failed" in str(h.failures[0])
+    assert "table is read-only" in str(h.failures[0]) and h.failures[0].reason == "CHECKPOINT_LISTENER_FAILURE"
+    [record] = [r for r in caplog.records if "failing the job" in r.getMessage()]
+    assert record.exc_info is not None and "table is read-only" in caplog.text    # the traceback is logged
+    # An abort's listener error fails the job the same way (not counted as a checkpoint failure).
+    future = h.coordinator.trigger_checkpoint()
+    h.decline(2, h.tasks[1], R.CHECKPOINT_ASYNC_EXCEPTION)
+    assert reason_of(future) is R.CHECKPOINT_ASYNC_EXCEPTION and recording.aborted == [2]
+    assert len(h.failures) == 2 and "notify_checkpoint_aborted of checkpoint 2" in str(h.failures[1])
+
+
 
 def test_decline_aborts_with_the_task_reason(make_harness):
     h = make_harness(tolerable_failures=1)
@@ -1040,7 +1074,7 @@ def test_restored_from_a_snapshot_loaded_by_the_caller(make_harness):
 
 
 def test_stopping_the_periodic_scheduler_keeps_in_flight_checkpoints(tmp_path):
-    from streamsnap.checkpoint.coordinator import CheckpointCoordinator
+    from streamsnap.checkpoint.coordinator import CheckpointCoordinator, CheckpointListenerError
     from streamsnap.checkpoint.storage import CheckpointStorage
     from streamsnap.clock import ManualScheduler
     from streamsnap.cluster.status import ExecutionState, JobStatus

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 from streamsnap.checkpoint import filesystem
 from streamsnap.connectors.base import Sink, SinkWriter
+from streamsnap.connectors.files import existing_directory, visible_names
 from streamsnap.connectors.filesink.compaction import (MANIFEST_PREFIX, combine, compact, compact_completed,
                                                       delete_quietly_missing, write_manifest)
 from streamsnap.connectors.filesink.rolling import PartStats, RollingPolicy, check_policy
@@ -96,13 +97,10 @@ class FileSink(Sink):
         """Apply `mode` to existing output; called by execute() before the job runs (api/preflight.py)."""
         if resuming or self.mode == "append":
             return
-        fs, root = filesystem.filesystem(self.path)
-        if not fs.exists(root):
+        directory = existing_directory(self.path, f"FileSink '{sink_name}'", "choose a directory for the output")
+        if directory is None:
             return
-        if not fs.isdir(root):
-            raise ConfigurationError(f"FileSink '{sink_name}': {filesystem.user_path(self.path)!r} is a file, "
-                                     f"not a directory; choose a directory for the output")
-        fs.invalidate_cache(root)
+        fs, root = directory
         entries = fs.ls(root, detail=False)
         if self.mode == "overwrite":
             for entry in entries:
@@ -111,8 +109,7 @@ class FileSink(Sink):
                 log.info("FileSink '%s': mode='overwrite' deleted %d entries of %s", sink_name, len(entries),
                          filesystem.user_path(self.path))
             return
-        existing = sorted(posixpath.basename(e.rstrip("/")) for e in entries
-                          if not posixpath.basename(e.rstrip("/")).startswith((".", "_")))
+        existing = visible_names(entries)
         if existing:
             raise ConfigurationError(
                 f"FileSink '{sink_name}': the output directory {filesystem.user_path(self.path)!r} already holds "

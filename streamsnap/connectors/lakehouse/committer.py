@@ -45,11 +45,18 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from streamsnap.errors import ConfigurationError
+from streamsnap.errors import ConfigurationError, StreamsnapError
 
 log = logging.getLogger(__name__)
 
 NO_CHECKPOINT = 0   # the checkpoint id of files written by a job without checkpointing
+END_OF_INPUT = 2 ** 62   # the "checkpoint" a job without checkpointing commits at: its end
+
+
+class FinalCommitError(StreamsnapError):
+    """The commits at the job's end failed: rows the job wrote are not in the table. Raised by
+    `on_finished`, so the job fails (keeping its checkpoints to resume from) instead of ending
+    FINISHED over a table that lacks them."""
 
 
 def application_id(job_id: str, uid: str, run_id: str) -> str:
@@ -241,6 +248,8 @@ class GlobalCommitter:
         self._requested: deque[_Requested] = deque()
         self._epoch = 0
         self.committed_through = NO_CHECKPOINT
+        self._failures: list[str] = []   # commit failures of the current attempt, not yet covered by a restore
+        self._ending = False
         # One entry per table commit made: checkpoint id, files, seconds (the benchmarks' commit share).
         self.commits: list[dict] = []
 
@@ -296,6 +305,7 @@ class GlobalCommitter:
 
     def on_failover(self) -> None:
         self._epoch += 1
+        self._failures.clear()   # the restore's commit adds what the failed ones did not
         dropped = self.plan.failover()
         if dropped:
             log.info("sink %s: %d file(s) of uncompleted checkpoints dropped; the restore deletes them",
@@ -303,14 +313,22 @@ class GlobalCommitter:
 
     def on_finished(self, checkpointing: bool) -> None:
         """Without checkpoints the end of input is the commit point (no transaction to record).
-        Either way every commit requested is waited for: the table is complete when the job is."""
-        if not checkpointing:
-            self._request(2 ** 62, transactional=False)
-        self.drain()
-        if checkpointing and self.plan.uncommitted():
-            log.warning("sink %s: %d file(s) no checkpoint committed were left out at job end",
-                        self.name, len(self.plan.uncommitted()))
-        self.stop_worker()
+        Either way every commit requested is waited for: the table is complete when the job is.
+        A failed commit whose files are still not in the table raises FinalCommitError: the
+        job's tasks are done, so no failover can commit them any more, and the user must hear it."""
+        self._ending = True
+        try:
+            if not checkpointing:
+                self._request(END_OF_INPUT, transactional=False)
+            self.drain()
+        finally:
+            self.stop_worker()
+        left = self.plan.uncommitted()
+        if left and self._failures:
+            raise FinalCommitError(f"{len(left)} data file(s) written by the job are not in the table: "
+                                   f"{self._failures[-1]}")
+        if left:
+            log.warning("sink %s: %d file(s) no checkpoint committed were left out at job end", self.name, len(left))
 
     def drain(self) -> None:
         """Wait (on the loop) for every requested commit, and settle them."""
@@ -376,15 +394,19 @@ class GlobalCommitter:
             self._on_committed(self.committed_through)
 
     def _report(self, checkpoint_id: int, error: BaseException) -> None:
-        if isinstance(error, ConfigurationError):   # the stream does not fit the table: every replay the same
-            log.error("sink %s: the commit of checkpoint %d is refused: %s", self.name, checkpoint_id, error)
-            if self._fail is not None:
-                self._fail(f"sink {self.name}: the commit of checkpoint {checkpoint_id} is refused: {error}", recurs=True)
-            return
-        # The files stay pending; the failover's restore commits them.
-        log.error("sink %s: the commit of checkpoint %d failed", self.name, checkpoint_id, exc_info=error)
-        if self._fail is not None:
-            self._fail(f"sink {self.name}: the commit of checkpoint {checkpoint_id} failed: {error!r}")
+        """A commit of the current attempt failed: fail over (the files stay pending, and the
+        restore's commit adds them) — or, at the job's end, leave it to `on_finished` to raise."""
+        recurs = isinstance(error, ConfigurationError)   # the stream does not fit the table: every replay the same
+        what = "at the end of input" if checkpoint_id == END_OF_INPUT else f"of checkpoint {checkpoint_id}"
+        if recurs:
+            cause = f"sink {self.name}: the commit {what} is refused: {error}"
+            log.error("%s", cause)
+        else:
+            cause = f"sink {self.name}: the commit {what} failed: {error!r}"
+            log.error("sink %s: the commit %s failed", self.name, what, exc_info=error)
+        self._failures.append(cause)
+        if self._fail is not None and not self._ending:
+            self._fail(cause, recurs=recurs)
 
     def _test_pause(self, checkpoint_id: int) -> None:
         """Test hook (STREAMSNAP_TEST_HOOKS): mark that the commit of a completed checkpoint is
@@ -395,7 +417,8 @@ class GlobalCommitter:
             return
         marker = os.path.join(directory, f"table-commit-{checkpoint_id}")
         first = not os.path.exists(marker)
-        with open(marker, "w") as out:
+        with open(marker + ".tmp", "w") as out:   # renamed into place: a test never reads it half-written
             out.write(str(os.getpid()))
+        os.replace(marker + ".tmp", marker)
         if first and checkpoint_id == self._hooks.get("table_commit_pause_at"):
             time.sleep(float(self._hooks.get("table_commit_pause", 0)))

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from streamsnap.checkpoint import filesystem
 from streamsnap.connectors.base import SinkWriter
+from streamsnap.connectors.files import existing_directory, visible_names
 from streamsnap.connectors.lakehouse.committer import Commit, GlobalCommitter, TableCommitter
 from streamsnap.connectors.lakehouse.data_files import TARGET_FILE_SIZE, delete_unreferenced, file_prefix, widest_schema
 from streamsnap.connectors.lakehouse.table_sink import TableSink, schema_problem, to_table_types
@@ -80,12 +81,10 @@ class Delta(TableSink):
     def _check_table(self) -> None:
         from deltalake import DeltaTable
 
-        fs, root = filesystem.filesystem(self.path)
-        if not fs.exists(root):
+        directory = existing_directory(self.path, self._where(), "choose a directory (new or a Delta table)")
+        if directory is None:
             return
-        if not fs.isdir(root):
-            raise ConfigurationError(f"{self._where()}: the path is a file, not a table directory; choose a "
-                                     f"directory (new or a Delta table)")
+        fs, root = directory
         if not DeltaTable.is_deltatable(self.table_uri, self.storage_options):
             other = _other_format(fs, root)
             if other:
@@ -113,7 +112,7 @@ def _other_format(fs, root: str) -> str | None:
     if "metadata" in entries and any(p.endswith(".metadata.json") for p in fs.ls(posixpath.join(root, "metadata"),
                                                                                 detail=False)):
         return "an Apache Iceberg table (metadata/*.metadata.json)"
-    visible = [e for e in entries if not e.startswith((".", "_"))]
+    visible = visible_names(entries)
     if not visible:
         return None
     parquet = [e for e in visible if e.endswith(".parquet")]

@@ -234,7 +234,7 @@ def classify_commit(version: int, actions: list[dict], columns: list[str], path:
 
 
 class _ArrowFiles:
-    """`open(path, "rb")` over a pyarrow filesystem, as files._FileCursor reads files."""
+    """`open(path, "rb")` over a pyarrow filesystem, as files.FileCursor reads files."""
 
     def __init__(self, fs: pafs.FileSystem):
         self._fs = fs

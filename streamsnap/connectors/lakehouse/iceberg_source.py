@@ -215,7 +215,7 @@ class IcebergLog(TableLog):
 
 
 class _IcebergFiles:
-    """`open(path, "rb")` through the table's FileIO, as files._FileCursor reads files."""
+    """`open(path, "rb")` through the table's FileIO, as files.FileCursor reads files."""
 
     def __init__(self, io):
         self._io = io

@@ -20,27 +20,18 @@ only reorganise files without changing data (compaction, `dataChange=false` / Ic
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import deque
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from streamsnap.clock import Clock, SystemClock
+from streamsnap.clock import Clock
 from streamsnap.connectors.base import Source, SourceReader
-from streamsnap.connectors.files import _FileCursor
+from streamsnap.connectors.files import FileCursor, FileSplitReader
 from streamsnap.connectors.lakehouse.enumeration import Enumeration
 from streamsnap.errors import ConfigurationError, FileReadError, StreamsnapError
 from streamsnap.runtime.operators.base import OperatorContext
 from streamsnap.time.durations import to_millis
 from streamsnap.time.watermarks import WatermarkStrategy
-
-
-@dataclass(frozen=True)
-class CursorSettings:
-    """What `files._FileCursor` asks of its source: data files are Parquet."""
-    batch_size: int
-    format: str = "parquet"
-    csv_options: tuple = ()
 
 
 @dataclass
@@ -159,23 +150,19 @@ class TableLog(ABC):
 
 
 # ===================================================================== reader
-class TableReader(SourceReader):
+class TableReader(FileSplitReader):
     """Reads the data files (splits) of one subtask one after another."""
 
     VERSIONS_PER_POLL = 50
 
     def __init__(self, source: TableSource, ctx: OperatorContext, clock: Clock | None = None):
+        super().__init__(clock, None if source.bounded else source.poll_interval)
         self._source = source
         self._name = repr(source)
-        self._clock = clock or SystemClock()
-        self._settings = CursorSettings(source.batch_size)
         self._enumeration = None if source.bounded else Enumeration(
             ctx.subtask_index, ctx.parallelism, source.version + 1)
         self._subtask, self._parallelism = ctx.subtask_index, ctx.parallelism
         self._log: TableLog | None = None
-        self._queue: deque[list] = deque()
-        self._cursor = None
-        self._next_poll: float | None = None
         self._current: list | None = None
         self._current_start = 0
 
@@ -193,45 +180,22 @@ class TableReader(SourceReader):
                                       f"[version, path, rows read, partition values]") from exc
             self._queue.append(split)
 
-    def _table(self) -> TableLog:
+    def _connect(self) -> TableLog:
         if self._log is None:
             self._log = self._source.open_table()
         return self._log
 
-    def open(self) -> None:
-        self._table()
+    def _emit(self, split: list, batch: pa.RecordBatch) -> pa.RecordBatch:
+        self._current, self._current_start = split, split[2]
+        split[2] += batch.num_rows
+        return self._connect().conform(batch, split[3])
 
-    def close(self) -> None:
-        if self._cursor is not None:
-            self._cursor.close()
-            self._cursor = None
-
-    def poll(self) -> pa.RecordBatch | None:
-        if self._enumeration is not None:
-            now = self._clock.monotonic()
-            if self._next_poll is None or now >= self._next_poll:
-                self.discover()
-                self._next_poll = now + self._source.poll_interval
-        log = self._table()
-        while self._queue:
-            split = self._queue[0]
-            if self._cursor is None:
-                self._cursor = self._open_file(log, split)
-            batch = self._cursor.next_batch()
-            if batch is None:
-                self._cursor.close()
-                self._cursor = None
-                self._queue.popleft()
-                continue
-            self._current, self._current_start = split, split[2]
-            split[2] += batch.num_rows
-            return log.conform(batch, split[3])
-        return None
-
-    def _open_file(self, log: TableLog, split: list):
+    def _open_cursor(self, split: list) -> FileCursor:
         version, path, position, _ = split
+        log = self._connect()
         try:
-            return _FileCursor(log.filesystem(), path, position, self._settings, log.file_schema())
+            return FileCursor(log.filesystem(), path, position, format="parquet",
+                              batch_size=self._source.batch_size, schema=log.file_schema())
         except FileReadError as exc:
             if not isinstance(exc.__cause__, FileNotFoundError):
                 raise
@@ -245,7 +209,7 @@ class TableReader(SourceReader):
     def discover(self) -> int:
         """Enumerate the versions committed since the last look; returns how many."""
         enumeration = self._enumeration
-        versions = self._table().versions_from(enumeration.next_version, self.VERSIONS_PER_POLL)
+        versions = self._connect().versions_from(enumeration.next_version, self.VERSIONS_PER_POLL)
         for entry in versions:
             if entry.change is not None and not self._source.skip_change_commits:
                 raise StreamsnapError(
@@ -260,9 +224,6 @@ class TableReader(SourceReader):
             enumeration.enumerated(entry.version)
         return len(versions)
 
-    def is_finished(self) -> bool:
-        return self._source.bounded and not self._queue
-
     def active_splits(self) -> list:
         return [self._queue[0][1]] if self._queue else []
 
@@ -273,14 +234,6 @@ class TableReader(SourceReader):
         if self._current is None:
             return None
         return f"version {self._current[0]}, file {self._current[1]!r}, row {self._current_start + index}"
-
-    def next_available_in(self) -> float:
-        if self._queue or self._enumeration is None or self._next_poll is None:
-            return 0.0
-        return max(0.0, self._next_poll - self._clock.monotonic())
-
-    def snapshot_splits(self, checkpoint_id: int) -> list:
-        return [list(split) for split in self._queue]
 
     def snapshot_global_state(self, checkpoint_id: int) -> list:
         return [] if self._enumeration is None else self._enumeration.elements()

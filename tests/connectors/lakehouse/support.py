@@ -89,7 +89,7 @@ def appended_while_running(spark, tmp_path, source, append, first: int, per_appe
         assert not errors, errors
         deadline = time.monotonic() + 120
         while len(ids := committed_ids(out)) < total:
-            assert client.status() in ("RUNNING", "RESTARTING", "CREATED"), f"job {client.status()} with {len(ids)}/{total} rows committed"
+            assert client.status() in ("RUNNING", "FAILING", "RESTARTING", "CREATED"), f"job {client.status()} with {len(ids)}/{total} rows committed"
             assert time.monotonic() < deadline, f"only {len(ids)}/{total} rows committed"
             time.sleep(0.2)
         assert len(client.recoveries()) >= 1

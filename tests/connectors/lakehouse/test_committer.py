@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from streamsnap.connectors.lakehouse.committer import (Commit, CommitPlan, GlobalCommitter, TableCommitter,
+from streamsnap.connectors.lakehouse.committer import (Commit, CommitPlan, FinalCommitError, GlobalCommitter, TableCommitter,
                                                        application_id)
 from streamsnap.errors import ConfigurationError
 
@@ -268,3 +268,38 @@ def test_the_job_end_waits_for_the_commits_in_flight():
     _complete(committer, 1)
     committer.on_finished(checkpointing=True)
     assert [c.checkpoint_id for c in table.commits] == [1] and committer.committed_through == 1
+
+
+def test_a_commit_failing_at_the_job_end_raises_instead_of_failing_over():
+    table, failures = _Table(fail=True), []
+    committer = _committer(table, failures)     # commits inline: no worker thread
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 0, "files": [f("a", 0)]})
+    with pytest.raises(FinalCommitError, match=r"1 data file\(s\) written by the job are not in the table: "
+                                               r".*the commit at the end of input failed.*object store"):
+        committer.on_finished(checkpointing=False)   # the end of input is the commit point
+    assert failures == [] and table.commits == []    # no failover asked: no task is left to restore
+
+
+def test_the_final_checkpoints_failed_commit_raises_at_the_end_even_after_it_asked_for_a_failover():
+    table, failures = _Table(fail=True), []
+    committer = _committer(table, failures)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 1, "files": [f("a", 1)]})
+    _complete(committer, 1)                          # reported: a failover the ending job will not run
+    assert len(failures) == 1
+    with pytest.raises(FinalCommitError, match="object store"):
+        committer.on_finished(checkpointing=True)
+
+
+def test_a_failure_reported_before_the_end_whose_files_a_later_commit_added_is_not_raised_again():
+    table, failures, committed, loop = _Table(fail=True), [], [], []
+    committer, worker = _stepped(table, failures, committed, loop)
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 1, "files": [f("a", 1)]})
+    _complete(committer, 1)
+    worker.run_next()
+    _run_loop(loop)                              # reported: the failover is on its way
+    table.fail = False
+    committer.on_message(0, {"op": "precommit", "checkpoint_id": 2, "files": [f("b", 2)]})
+    _complete(committer, 2)                      # the final checkpoint, covering a too
+    worker.run_next()
+    committer.on_finished(True)                  # the job ended before the failover ran: nothing lacks
+    assert [[x["path"] for x in c.files] for c in table.commits] == [["a", "b"]] and len(failures) == 1

@@ -80,3 +80,22 @@ def test_cleanup_deletes_only_this_sinks_unreferenced_files_of_earlier_attempts(
     deleted = delete_unreferenced(str(tmp_path), "part-abc-", {"part-abc-run-a0-s0-2-y.parquet"}, "-run-a1-")
     assert [os.path.basename(p) for p in deleted] == [n for n, gone in names.items() if gone]
     assert sorted(os.listdir(tmp_path / "k=1")) == sorted(n for n, gone in names.items() if not gone)
+
+
+def test_only_columns_with_few_distinct_values_are_dictionary_encoded_and_every_value_reads_back(tmp_path):
+    """A dictionary over mostly distinct values (a running total, an id) costs more than the rest
+    of the write and grows the file: those columns are written plain (compressed), keys and
+    categories with a dictionary."""
+    n = 20_000
+    batch = pa.RecordBatch.from_pydict({"key": [i % 100 for i in range(n)], "total": [i * 7 for i in range(n)],
+                                        "region": [["eu", "us"][i % 2] for i in range(n)],
+                                        "tags": [[i % 3] for i in range(n)]})
+    writer = DataFileWriter(str(tmp_path), [], "part-abc-run-a0-s0-", to_table_types)
+    writer.write(batch)
+    [written] = writer.close_all()
+    parquet = pq.ParquetFile(tmp_path / written["path"])
+    group = parquet.metadata.row_group(0)
+    encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}
+    assert "RLE_DICTIONARY" in encodings["key"] and "RLE_DICTIONARY" in encodings["region"]
+    assert "RLE_DICTIONARY" not in encodings["total"]
+    assert parquet.read().to_pydict() == pa.Table.from_batches([batch]).to_pydict()

@@ -7,6 +7,7 @@ for 1.4/1.5, and an extension loads only into its own DuckDB version)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
 import glob
@@ -16,6 +17,7 @@ import os
 import random
 import re
 import signal
+import subprocess
 import time
 
 import duckdb
@@ -27,7 +29,6 @@ import streamsnap as ss
 from streamsnap.api.environment import TEST_HOOKS_ENV
 from streamsnap.cluster.registry import JobRegistry
 from streamsnap.connectors.lakehouse.data_files import file_prefix
-from tests.integration import support
 from tests.integration.support import wait_completed, wait_status
 from tests.integration.test_failover import RunningSum, causes, event, expected_rows, three_kills
 
@@ -82,18 +83,26 @@ def _completed_ids(caplog) -> set[int]:
             if (m := re.match(r"completed (?:checkpoint|savepoint) (\d+) ", r.getMessage()))}
 
 
+def keyed_job(spark, tmp_path, sink, n: int, *, uid: str, parallelism: int = 2, interval: float = 0.3,
+              attempts: int = 0, delay: float = 0.0, **options) -> ss.StreamEnvironment:
+    """The keyed job of these tests: `n` events at 2,000/s, a running sum per key, into `sink`;
+    checkpoints every `interval` s into tmp_path/ckpt, `attempts` restarts allowed."""
+    restart = ss.RestartStrategy.fixed_delay(attempts=attempts, delay=delay) if attempts else None
+    env = ss.StreamEnvironment(parallelism=parallelism, spark=spark, restart=restart, **options,
+                               checkpointing=ss.CheckpointConfig(interval=interval, directory=str(tmp_path / "ckpt")))
+    (env.from_source(ss.sources.Generator(event, count=n, rate=2_000), name="events", uid="events")
+        .key_by("key").process(RunningSum(), name="sum", uid="sum")
+        .sink_to(sink, name=uid, uid=uid))
+    return env
+
+
 def test_chaos_into_delta_leaves_exactly_the_failure_free_rows_and_commits_only_completed_checkpoints(
         spark, tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.INFO, logger="streamsnap.checkpoint.coordinator")
     n, phases, table = 24_000, tmp_path / "phases", tmp_path / "table"
     phases.mkdir()
     monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({"phase_dir": str(phases), "async_delay": 0.2, "notify_delay": 0.2}))
-    env = ss.StreamEnvironment(parallelism=2, spark=spark,
-                               checkpointing=ss.CheckpointConfig(interval=0.5, directory=str(tmp_path / "ckpt")),
-                               restart=ss.RestartStrategy.fixed_delay(attempts=3, delay=0.1))
-    (env.from_source(ss.sources.Generator(event, count=n, rate=2_000), name="events", uid="events")
-        .key_by("key").process(RunningSum(), name="sum", uid="sum")
-        .sink_to(ss.sinks.Delta(str(table)), name="delta", uid="delta"))
+    env = keyed_job(spark, tmp_path, ss.sinks.Delta(str(table)), n, uid="delta", interval=0.5, attempts=3, delay=0.1)
     client = env.execute_async("delta chaos")
     three_kills(client, random.Random(7), str(phases))
     result = client.wait(180)
@@ -115,12 +124,7 @@ def kill_job_master_before_commit(spark, tmp_path, monkeypatch, sink, committed,
     markers.mkdir()
     monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({"table_commit_dir": str(markers),
                                                    "table_commit_pause_at": pause_at, "table_commit_pause": 120}))
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, job_master="cluster",
-                               checkpointing=ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt")),
-                               restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.0))
-    (env.from_source(ss.sources.Generator(event, count=n, rate=2_000), name="events", uid="events")
-        .key_by("key").process(RunningSum(), name="sum", uid="sum")
-        .sink_to(sink, name="table", uid="table"))
+    env = keyed_job(spark, tmp_path, sink, n, uid="table", attempts=2, job_master="cluster")
     client = env.execute_async("jobmaster kill before commit")
     marker = markers / f"table-commit-{pause_at}"
     deadline = time.monotonic() + 120
@@ -166,12 +170,7 @@ def test_a_task_sigkilled_while_a_commit_is_in_flight_loses_and_repeats_nothing(
     markers.mkdir()
     monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({"table_commit_dir": str(markers),
                                                    "table_commit_pause_at": 2, "table_commit_pause": 3}))
-    env = ss.StreamEnvironment(parallelism=2, spark=spark,
-                               checkpointing=ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt")),
-                               restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.0))
-    (env.from_source(ss.sources.Generator(event, count=n, rate=2_000), name="events", uid="events")
-        .key_by("key").process(RunningSum(), name="sum", uid="sum")
-        .sink_to(ss.sinks.Delta(str(table)), name="delta", uid="delta"))
+    env = keyed_job(spark, tmp_path, ss.sinks.Delta(str(table)), n, uid="delta", attempts=1)
     client = env.execute_async("task kill during commit")
     deadline = time.monotonic() + 120
     while not (markers / "table-commit-2").exists():
@@ -187,12 +186,7 @@ def test_stop_with_savepoint_then_resume_at_another_parallelism_continues_the_sa
     n, table = 6_000, tmp_path / "table"
 
     def job(parallelism):
-        env = ss.StreamEnvironment(parallelism=parallelism, spark=spark,
-                                   checkpointing=ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt")))
-        (env.from_source(ss.sources.Generator(event, count=n, rate=2_000), name="events", uid="events")
-            .key_by("key").process(RunningSum(), name="sum", uid="sum")
-            .sink_to(ss.sinks.Delta(str(table)), name="delta", uid="delta"))
-        return env
+        return keyed_job(spark, tmp_path, ss.sinks.Delta(str(table)), n, uid="delta", parallelism=parallelism)
 
     client = job(2).execute_async("delta rescale")
     wait_status(client, "RUNNING")
@@ -258,6 +252,70 @@ def test_a_stream_whose_schema_shows_only_at_run_time_and_does_not_fit_the_table
     assert DeltaTable(path).version() == 0
 
 
+@contextlib.contextmanager
+def _unwritable(directory):
+    """No file can be created in `directory` meanwhile: a user's chmod, or for root (whom
+    permissions do not stop) the immutable attribute."""
+    as_root = os.geteuid() == 0
+    if as_root:
+        subprocess.run(["chattr", "+i", str(directory)], check=True)
+    else:
+        os.chmod(directory, 0o555)
+    try:
+        try:
+            (directory / "probe").touch()
+        except OSError:
+            yield
+        else:
+            pytest.fail(f"{directory} could not be made unwritable")
+    finally:
+        if as_root:
+            subprocess.run(["chattr", "-i", str(directory)], check=True)
+        else:
+            os.chmod(directory, 0o755)
+
+
+def _empty_table(path) -> None:
+    write_deltalake(str(path), pa.schema([(c, pa.int64()) for c in COLUMNS]).empty_table())
+
+
+def test_a_final_commit_that_fails_fails_the_job_and_a_resume_from_its_checkpoint_commits_the_rows(
+        spark, tmp_path, monkeypatch):
+    """The table's log cannot be written: the commit of the final checkpoint (the only one; held
+    2 s by the test hook, so the job's tasks are done when it fails) fails, and the job FAILS
+    naming it and the checkpoint to resume from; resumed from it once the table can be written,
+    the job commits exactly the rows."""
+    n, table, markers = 400, tmp_path / "table", tmp_path / "markers"
+    markers.mkdir()
+    _empty_table(table)
+    monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({"table_commit_dir": str(markers),
+                                                   "table_commit_pause_at": 1, "table_commit_pause": 2}))
+    job = keyed_job(spark, tmp_path, ss.sinks.Delta(str(table)), n, uid="delta", interval=60.0)
+    with _unwritable(table / "_delta_log"):
+        with pytest.raises(ss.JobExecutionError, match=r"(?s)commit (?:of checkpoint 1 )?failed.*Delta\(") as failed:
+            job.execute("unwritable table")
+    assert len(_rows(table)) == 0, "rows of a failed commit are visible"
+    checkpoints = sorted(glob.glob(str(tmp_path / "ckpt" / "*" / "chk-*")))
+    assert checkpoints, f"the failed job kept no checkpoint to resume from: {failed.value}"
+    monkeypatch.delenv(TEST_HOOKS_ENV)
+    keyed_job(spark, tmp_path, ss.sinks.Delta(str(table)), n, uid="delta", interval=60.0).execute(
+        "resumed", restore_from=checkpoints[-1])
+    _assert_exact(table, n)
+
+
+def test_a_job_without_checkpoints_whose_commit_at_the_end_fails_does_not_end_finished(spark, tmp_path):
+    table = tmp_path / "table"
+    _empty_table(table)
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    env.from_collection([{"key": k, "total": k, "i": k} for k in range(10)]).sink_to(
+        ss.sinks.Delta(str(table)), uid="delta")
+    with _unwritable(table / "_delta_log"):
+        with pytest.raises(ss.JobExecutionError, match=r"(?s)final table commit failed; run the job again once the "
+                                                       r"table can be written.*sink Delta\(.*not in the table"):
+            env.execute("unwritable, no checkpoints")
+    assert DeltaTable(str(table)).version() == 0
+
+
 # ===================================================================== bad input, before the job runs
 def _sink_to(tmp_path, sink, rows=({"key": 1, "total": 2, "i": 3},)):
     env = ss.StreamEnvironment(parallelism=1)
@@ -277,7 +335,7 @@ def test_a_path_holding_parquet_files_or_an_iceberg_table_or_a_file_is_refused_n
     with pytest.raises(ss.ConfigurationError, match="an Apache Iceberg table"):
         _sink_to(tmp_path, ss.sinks.Delta(str(iceberg)))
     (tmp_path / "file").write_text("x")
-    with pytest.raises(ss.ConfigurationError, match="is a file, not a table directory"):
+    with pytest.raises(ss.ConfigurationError, match="is a file, not a directory"):
         _sink_to(tmp_path, ss.sinks.Delta(str(tmp_path / "file")))
 
 

@@ -20,7 +20,7 @@ from pyiceberg.catalog import load_catalog
 import streamsnap as ss
 from streamsnap.api.environment import TEST_HOOKS_ENV
 from streamsnap.connectors.lakehouse.iceberg_sink import SUMMARY_PREFIX
-from tests.connectors.lakehouse.test_delta_sink import kill_job_master_before_commit
+from tests.connectors.lakehouse.test_delta_sink import keyed_job, kill_job_master_before_commit
 from tests.integration import support
 from tests.integration.support import wait_status
 from tests.integration.test_failover import RunningSum, causes, event, expected_rows, wait_restarted
@@ -49,12 +49,8 @@ def test_chaos_into_iceberg_leaves_exactly_the_failure_free_rows_one_snapshot_pe
     phases.mkdir()
     table = _create(catalog)
     monkeypatch.setenv(TEST_HOOKS_ENV, json.dumps({"phase_dir": str(phases), "notify_delay": 0.2}))
-    env = ss.StreamEnvironment(parallelism=2, spark=spark,
-                               checkpointing=ss.CheckpointConfig(interval=0.5, directory=str(tmp_path / "ckpt")),
-                               restart=ss.RestartStrategy.fixed_delay(attempts=2, delay=0.1))
-    (env.from_source(ss.sources.Generator(event, count=n, rate=2_000), name="events", uid="events")
-        .key_by("key").process(RunningSum(), name="sum", uid="sum")
-        .sink_to(ss.sinks.Iceberg("db.sums", catalog=catalog), name="iceberg", uid="iceberg"))
+    env = keyed_job(spark, tmp_path, ss.sinks.Iceberg("db.sums", catalog=catalog), n, uid="iceberg",
+                    interval=0.5, attempts=2, delay=0.1)
     client = env.execute_async("iceberg chaos")
     rng = random.Random(3)
     wait_status(client, "RUNNING")
@@ -147,12 +143,8 @@ def test_stop_with_savepoint_then_resume_at_another_parallelism_continues_the_sa
     table = _create(catalog)
 
     def job(parallelism):
-        env = ss.StreamEnvironment(parallelism=parallelism, spark=spark,
-                                   checkpointing=ss.CheckpointConfig(interval=0.3, directory=str(tmp_path / "ckpt")))
-        (env.from_source(ss.sources.Generator(event, count=n, rate=2_000), name="events", uid="events")
-            .key_by("key").process(RunningSum(), name="sum", uid="sum")
-            .sink_to(ss.sinks.Iceberg("db.sums", catalog=catalog), name="iceberg", uid="iceberg"))
-        return env
+        return keyed_job(spark, tmp_path, ss.sinks.Iceberg("db.sums", catalog=catalog), n, uid="iceberg",
+                         parallelism=parallelism)
 
     client = job(2).execute_async("iceberg rescale")
     wait_status(client, "RUNNING")
