@@ -18,9 +18,8 @@ pytestmark = pytest.mark.spark
 
 N = 3000
 DRIFT_AT = 1500
-# Seconds a failing job may run, from RUNNING to FAILED: 0.9-1.7 s on an idle machine, up to 5.2 s
-# on a loaded one (load 16 on 2 cores); 3 restarts took 15-19 s before these errors failed at once.
-RUN_BOUND = 10
+# "Fails at once" is asserted as no restart (fails_at_once), not as seconds: 0.9-1.7 s from
+# RUNNING to FAILED on an idle machine, up to 31 s with the machine's 2 cores under load 27.
 
 
 def drifting(row):
@@ -66,8 +65,9 @@ def fails_at_once(spark, build, name):
     """Runs a job that must fail with a data error: (error, seconds from RUNNING to FAILED,
     seconds of the whole execute() — which adds the checks of a user's session before the run).
 
-    Asserts the job failed at its first failure: FAILED within a second of it, where the fixed
-    delay restarts of `failing_job` would take 3 s of delays alone, plus redeployments."""
+    Asserts the job failed at its first failure: FAILED with no RESTARTING in between, where
+    `failing_job`'s fixed-delay strategy would restart it three times (no timed assertion: the
+    seconds are returned for the caller to print)."""
     jobmaster = logging.getLogger("streamsnap.cluster.jobmaster")
     handler, level = _StatusTimes(), jobmaster.level
     jobmaster.addHandler(handler)
@@ -77,7 +77,8 @@ def fails_at_once(spark, build, name):
     finally:
         jobmaster.removeHandler(handler)
         jobmaster.setLevel(level)
-    assert handler.times["FAILED"] - handler.times["first failure"] < 1.0
+    assert "first failure" in handler.times and "FAILED" in handler.times, handler.times
+    assert "RESTARTING" not in handler.times, handler.times
     return error, handler.times["FAILED"] - handler.times["RUNNING"], total
 
 
@@ -97,7 +98,7 @@ def test_a_field_added_mid_stream_fails_every_sink_alike_naming_field_row_and_fi
     assert "'extra': 'x'" in text and "'value': 150" in text  # the row (1500 or 1501)
     assert "on 'enrich'" in text and 'schema="widen"' in text and "schema=pa.schema" in text  # the fix
     assert "without a restart (0 earlier restart(s))" in text  # the restart budget is not burnt
-    assert seconds < 30
+    print(f"drift into {sink}: failed after {seconds:.1f} s")
     if sink == "parquet":  # nothing committed without the field
         assert not [p for p in (tmp_path / "out").iterdir() if not p.name.startswith(".")]
 
@@ -116,7 +117,7 @@ def test_a_type_change_mid_stream_names_the_operator_field_and_row(spark):
     assert "of field 'code' does not fit its type int64" in text and "'c20" in text
     assert "str(value)" not in text and "int(value)" in text   # cast to the field's type
     assert "ArrowInvalid" not in text and "Traceback" not in text
-    assert error.reason == "DATA_ERROR" and seconds < 30
+    assert error.reason == "DATA_ERROR" and "without a restart (0 earlier restart(s))" in text, text
 
 
 # At parallelism 1 the hash edge has one channel and the sender does not hash (the keyed
@@ -134,7 +135,7 @@ def test_a_null_key_names_the_keyed_operator_field_and_row_and_can_be_allowed(sp
     text = str(error)
     assert "key_by('key') in front of operator 'sum'" in text and "field 'key' is None" in text
     assert "'key': None, 'value': 1" in text and "allow_null_keys=True" in text
-    assert error.reason == "DATA_ERROR" and seconds < 30
+    assert error.reason == "DATA_ERROR" and "without a restart (0 earlier restart(s))" in text, text
 
     env = ss.StreamEnvironment(parallelism=parallelism, spark=spark)
     (env.from_source(ss.sources.Generator(with_null, count=N), name="events")
@@ -228,7 +229,7 @@ def test_a_missing_event_timestamp_fails_at_once_naming_the_row_and_its_source_p
     else:   # an Arrow batch off the network: checked column-wise
         assert "operator 'Timestamps/Watermarks'" in text and "subtask: Timestamps/Watermarks (" in text
         assert "timestamp column 'ts' is null" in text and "source position" not in text
-    assert seconds < RUN_BOUND, f"{seconds:.1f} s running ({total:.1f} s in execute())"
+    print(f"{seconds:.1f} s running ({total:.1f} s in execute())")
 
 
 class Opaque:
@@ -260,7 +261,7 @@ def test_a_state_value_the_serializer_cannot_keep_fails_at_once_naming_state_typ
     assert "row: {'key': 2, 'value': 1234}" in text                                        # the row
     assert "@dataclass" in text and "PickleSerializer()" in text                           # the fixes
     assert "test_data_errors.py" in text and "in process_element" in text                  # the user's line
-    assert seconds < RUN_BOUND, f"{seconds:.1f} s running ({total:.1f} s in execute())"
+    print(f"{seconds:.1f} s running ({total:.1f} s in execute())")
 
 
 def test_a_function_returning_no_row_is_a_configuration_error_found_at_run_time(spark):
@@ -276,7 +277,7 @@ def test_a_function_returning_no_row_is_a_configuration_error_found_at_run_time(
     assert "row: {'key': 3, 'value': 2222}" in text
     # The map ran chained to the source on the source's own row: its exact position.
     assert "source position: split 0 of 2, offset 1111 (index 2222 of the Generator)" in text
-    assert seconds < RUN_BOUND, f"{seconds:.1f} s running ({total:.1f} s in execute())"
+    print(f"{seconds:.1f} s running ({total:.1f} s in execute())")
 
 
 @dataclass(frozen=True)
