@@ -202,7 +202,9 @@ def test_event_time_windows_and_a_savepoint_rescale_resume_through_connect_on_a_
     assert "RESULT" in done.stdout, done.stdout[-5000:] + done.stderr[-5000:]
     out = json.loads(done.stdout.split("RESULT", 1)[1])
     seconds, message = out["too_few_slots"]
-    assert seconds < 5 and "only 8 task slots" in message and "9 or more executor cores (spark.cores.max" in message, message
+    # Refused before any barrier stage waits for slots (that wait would last minutes): a generous
+    # bound, not a speed target (about 1 s on a quiet machine).
+    assert seconds < 60 and "only 8 task slots" in message and "9 or more executor cores (spark.cores.max" in message, message
     assert out["windows"] == {"fired_once": True, "windows": out["windows"]["windows"], "exact": True}, out
     assert out["windows"]["windows"] >= 5 * 10
     assert 0 < out["rescale"]["before"] < 12_000 and out["rescale"]["every_row_once"] and out["rescale"]["finals"], out
