@@ -4,7 +4,8 @@ W1 vectorized (Generator → keyed running sum) at parallelism 2 with 1 s exactl
 into a Parquet `FileSink`, as fast as it goes for `--duration` seconds, then stopped with a
 draining savepoint (every open part rolls and is committed). Prints the files the directory
 holds, the rows in them (read back with pyarrow, so rows/s counts committed rows only) and
-rows/s over the run (from `execute_async()` to the end of the stop).
+rows/s over the run (from `execute_async()` to the end of the stop), and whether the output is
+exact: as many committed rows as source records, none twice (counted by DuckDB).
 
 The issue's shape is the default: 10 minutes. `--policy on-checkpoint` is FileSink's default
 (a file per subtask per checkpoint: 1,202 files in the issue), `--policy rolling` a
@@ -55,13 +56,21 @@ def soak(spark, duration: float, policy: str, interval: float, compact: bool) ->
     seconds = time.perf_counter() - started
     files = sorted(f for f in os.listdir(out) if not f.startswith((".", "_")))
     rows = sum(pq.ParquetFile(os.path.join(out, f)).metadata.num_rows for f in files)
+    # Exact: one output row per source row (W1 emits each running sum), none twice — a key's
+    # running totals only grow, so a repeated (key, total) is a duplicated row. Read by DuckDB,
+    # as an analyst would.
+    import duckdb
+
+    distinct = duckdb.sql(f"SELECT count(DISTINCT (key, total)) FROM read_parquet('{out}/*.parquet')").fetchone()[0]
+    exact = rows == distinct == result.records_in
     hidden = sorted(f for f in os.listdir(out) if f.startswith("."))
     if os.environ.get("SOAK_SHOW_HIDDEN"):
         print("hidden:", hidden, "visible:", files)
     shutil.rmtree(out, ignore_errors=True)
     return {"duration_s": duration, "policy": policy, "rollover_interval_s": None if rolling is None else interval,
             "compact": compact, "parallelism": PARALLELISM, "checkpoints": result.checkpoints.counts.completed,
-            "files": len(files), "hidden_leftovers": len(hidden), "rows": rows, "seconds": round(seconds, 1),
+            "files": len(files), "hidden_leftovers": len(hidden), "rows": rows, "distinct_rows": distinct,
+            "source_records": result.records_in, "exact": exact, "seconds": round(seconds, 1),
             "rows_per_second": round(rows / seconds)}
 
 

@@ -190,7 +190,7 @@ class ClusterJobMaster(JobMaster):
         SIGKILLed, or Spark killed it — or someone asked this process to stop. Fail the attempt
         with that cause, as for a lost subtask, so the record says what happened and when,
         instead of the next leader finding this JobMaster gone ("was lost") seconds later."""
-        gone = os.getppid() != parent_pid
+        gone = _parent_gone(parent_pid)
         cause = (f"Spark task 0's Python worker (pid {parent_pid} on {self._host}), which hosts slot 0 and this "
                  f"JobMaster, died or was killed" if gone else
                  f"the JobMaster (pid {os.getpid()} on {self._host}) was sent SIGTERM")
@@ -414,6 +414,34 @@ class _RequestFileReply:
             self._box.answer(self._request_id, reply)
         except OSError as exc:     # the client times out naming the directory; the log says why
             log.warning("could not answer request file %s: %s", self._request_id, exc)
+            return False
+        return True
+
+
+def _parent_gone(parent_pid: int, wait: float = 0.5) -> bool:
+    """Whether the process that forked us died. The parent-death signal is sent while the
+    parent exits, so it may still look alive for a moment (and being reparented is not always
+    visible at once): give it `wait` seconds before deciding the signal came from elsewhere."""
+    deadline = time.monotonic() + wait
+    while True:
+        if os.getppid() != parent_pid or not _running(parent_pid):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a SIGKILLed process stays one until its parent reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:       # no /proc: whether the pid exists at all
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
             return False
         return True
 

@@ -82,6 +82,10 @@ class JobSettings:
     web: Any = None            # WebConfig a JobMaster in the cluster serves (a client's serves its own)
 
 
+# Seconds a failure report that followed from a lost upstream waits for that upstream's own failure.
+FOLLOW_ON_GRACE = 0.3
+
+
 def _failure_reason(message: dict) -> str:
     """The reason a task's `failed` report gives: a data error, a user function's error, a
     neighbour's failure it followed from (a lost input or output connection), or other."""
@@ -619,10 +623,16 @@ class JobMaster:
         elif kind == "failed":
             with self._lock:
                 subtask.state = ExecutionState.FAILED
+            report = _failure_report(message)
             if message.get("follow_on") and message.get("lost"):
                 vertex, index = message["lost"]
                 self._lost_upstream = (attempt.attempt, str(vertex), int(index))
-            self._handle_failure(attempt=attempt.attempt, **_failure_report(message))
+                # The upstream it lost is the likely root cause, and its own failure (its dropped
+                # connection, its report) usually arrives within milliseconds: let it come first.
+                self._timers.call_later(FOLLOW_ON_GRACE, lambda: self._handle_failure(attempt=attempt.attempt,
+                                                                                      **report))
+                return
+            self._handle_failure(attempt=attempt.attempt, **report)
         elif kind == "first_output":
             if self.recovery_log and "first_output_at" not in self.recovery_log[-1]:
                 self.recovery_log[-1]["first_output_at"] = float(message["at"])

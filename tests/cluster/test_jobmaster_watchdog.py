@@ -101,7 +101,9 @@ def test_a_data_error_reported_by_a_task_after_a_knock_on_failure_is_the_jobs_ca
         spark.release.set()
 
 
-def test_a_killed_upstream_is_the_root_cause_even_when_its_downstream_reports_the_lost_channel_first():
+@pytest.mark.parametrize("close_after_grace", [False, True])
+def test_a_killed_upstream_is_the_root_cause_even_when_its_downstream_reports_the_lost_channel_first(
+        close_after_grace):
     # SIGKILL of an upstream task: its downstream notices the dropped data connection and may
     # report before the JobMaster sees the upstream's own control connection drop. The attempt
     # ends with the first report; the killed subtask is still named as the root cause.
@@ -115,7 +117,10 @@ def test_a_killed_upstream_is_the_root_cause_even_when_its_downstream_reports_th
             "type": "failed", "attempt": other.attempt_id.to_wire(), "follow_on": True, "lost": lost,
             "error": f"UpstreamLostError: lost the connection from upstream subtask {lost[0]}#0",
             "task": "downstream (2/2)", "user_error": False, "data_error": False}))
+        if close_after_grace:     # the upstream's connection drops late: the cause is upgraded then
+            time.sleep(jobmaster.FOLLOW_ON_GRACE + 0.2)
         master._post(lambda: master._handle_close(type("Conn", (), {"context": source})(), None))
+        time.sleep(jobmaster.FOLLOW_ON_GRACE + 0.2)       # the follow-on report, held for that long, folds in
         done = threading.Event()
         master._post(done.set)
         assert done.wait(10)
