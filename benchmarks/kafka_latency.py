@@ -179,7 +179,8 @@ def run_once(spark, bootstrap: str, job: str, mode: str, rate: int, seconds: flo
     try:
         client.wait(60)
     except ss.JobExecutionError:
-        pass      # cancelled: how this measurement ends
+        if client.status() != "CANCELED":    # cancelled is how the run ends; anything else is a failure
+            raise
     latencies_ms = np.load(out_path) / 1e6
     if len(latencies_ms) == 0:
         raise RuntimeError(f"latency {job} {mode}: the consumer read no rows from {out_topic}")

@@ -132,7 +132,8 @@ def run(spark, backend: str, keys: int, payload: int, minutes: float, budget: in
     try:
         client.wait(120)
     except ss.JobExecutionError:
-        pass       # cancelled: how the run ends
+        if client.status() != "CANCELED":    # cancelled is how the run ends; anything else is a failure
+            raise
     points = _progress(progress_dir)
     if load_done_at is None:
         raise RuntimeError(f"{backend}: the keyed subtasks did not get through the {keys:,} keys once in "
