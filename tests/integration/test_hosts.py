@@ -112,9 +112,11 @@ def test_a_lost_host_is_recovered_from_on_the_hosts_left_exactly_once(hosts, tmp
     cluster, session = hosts
     job = session.run(tmp_path, "host lost", {"local_recovery": True})
     info = job.info()
-    # Local-recovery copies stay on their host: under its own scratch directory.
+    # Local-recovery copies stay on their host: under its own scratch directory. (Spark places
+    # the three barrier tasks on the executors' free cores: sometimes all on one host.)
     for h in cluster["hosts"].values():
-        assert glob.glob(os.path.join(h["local_dir"], "**", ROOT_NAME), recursive=True), h
+        if h["address"] in subtask_hosts(info):
+            assert glob.glob(os.path.join(h["local_dir"], "**", ROOT_NAME), recursive=True), h
     victim = sorted(subtask_hosts(info))[0]
     worker = next(name for name, h in cluster["hosts"].items() if h["address"] == victim)
     lost_at = time.time()
