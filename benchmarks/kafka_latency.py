@@ -5,9 +5,10 @@
 then for each job and delivery mode: fresh 2-partition input and output topics, the job started
 and RUNNING, then a producer process writing `rate` JSON events/s ({"k", "v", "ts_ns"}: the
 producer's wall clock just before the message is handed to librdkafka, linger 0) and a consumer
-process reading the output topic (read_committed for exactly-once). Latency = the consumer's
-wall clock at receipt − the event's `ts_ns`: producer client, broker, the job's Kafka source,
-the pipeline, its Kafka sink, broker, consumer client. The first `WARMUP` seconds are dropped.
+process reading the output topic (for exactly-once: a row counts as received when its commit
+marker is read, polled every millisecond — local_kafka.CommittedTail says why not librdkafka's
+read_committed). Latency = the consumer's wall clock at receipt − the event's `ts_ns`: producer
+client, broker, the job's Kafka source, the pipeline, its Kafka sink, broker, consumer. The first `WARMUP` seconds are dropped.
 
 The jobs are written the way the docs teach (per-row functions, parallelism 2, the default
 connectors, checkpoints on): (a) `stateless`: filter + projection; (b) `count`: a keyed
@@ -126,23 +127,34 @@ def _produce(bootstrap: str, topic: str, rate: int, seconds: float, started, ach
 def _consume(bootstrap: str, topic: str, isolation: str, expected: int, seconds: float, out_path: str,
              ready) -> None:
     """Read until `expected` rows arrived or `seconds` passed (a slow machine's last rows are
-    waited for, not taken for lost)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"latency-{uuid.uuid4().hex[:8]}",
-                         "isolation.level": isolation, "enable.auto.commit": False,
-                         "fetch.wait.max.ms": 1, "fetch.min.bytes": 1})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])   # no group rebalance to wait for
+    waited for, not taken for lost). read_committed: a row is received when its transaction's
+    commit marker is read (local_kafka.CommittedTail: the local broker's last stable offset can
+    stall, so librdkafka's read_committed is not used); otherwise librdkafka, read_uncommitted."""
     latencies = []
-    ready.set()
     deadline = time.monotonic() + seconds
-    while len(latencies) < expected and time.monotonic() < deadline:
-        for message in consumer.consume(1000, 0.05):
-            if message.error():
-                continue
+    if isolation == "read_committed":
+        tail = local_kafka.CommittedTail(bootstrap, topic, 2, max_wait_ms=1)
+        ready.set()
+        while len(latencies) < expected and time.monotonic() < deadline:
+            rows = tail.poll()
             received = time.time_ns()
-            latencies.append(received - json.loads(message.value())["ts_ns"])
-    consumer.close()
+            latencies += [received - json.loads(value)["ts_ns"] for _, _, value in rows]
+        tail.close()
+    else:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"latency-{uuid.uuid4().hex[:8]}",
+                             "isolation.level": isolation, "enable.auto.commit": False,
+                             "fetch.wait.max.ms": 1, "fetch.min.bytes": 1})
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])   # no group rebalance to wait for
+        ready.set()
+        while len(latencies) < expected and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 0.05):
+                if message.error():
+                    raise RuntimeError(f"consumer of {topic}: {message.error()}")
+                received = time.time_ns()
+                latencies.append(received - json.loads(message.value())["ts_ns"])
+        consumer.close()
     np.save(out_path, np.asarray(latencies, dtype=np.int64))
 
 

@@ -9,7 +9,8 @@ transactions and non-transactional rows, never rows of aborted or open transacti
 the log itself (Fetch v4, record batches v2) and decides by the transaction markers, because
 tansu (0.6) writes the markers but leaves the aborted-transactions list of its Fetch responses
 empty — so librdkafka's own read_committed shows aborted rows there, while it does hide open
-transactions (`consumer_read_committed` below uses librdkafka, for the checks it can make).
+transactions (`consumer_read_committed` below uses librdkafka, for the checks it can make) — and
+its last stable offset can stay behind a committed transaction for good (`CommittedTail`).
 """
 
 from __future__ import annotations
@@ -109,15 +110,26 @@ def parse_batches(records: bytes):
         pos = body + length
 
 
-def _fetch(address, topic: str, partition: int, offset: int) -> tuple[int, bytes]:
+def _fetch(address, topic: str, partition: int, offset: int, max_wait_ms: int = 100,
+           conn: socket.socket | None = None) -> tuple[int | None, bytes]:
+    """(high watermark, record bytes from `offset`): one Fetch v4, read_uncommitted (the markers
+    decide); (None, b"") when the broker answered with no partition at all."""
     topic_raw = topic.encode()
-    body = struct.pack(">iiiib", -1, 100, 1, 16 << 20, 0) + struct.pack(">i", 1) + \
+    body = struct.pack(">iiiib", -1, max_wait_ms, 1, 16 << 20, 0) + struct.pack(">i", 1) + \
         struct.pack(">h", len(topic_raw)) + topic_raw + struct.pack(">iiqi", 1, partition, offset, 16 << 20)
-    with socket.create_connection(address, timeout=10) as conn:
+    own = conn is None
+    if own:
+        conn = socket.create_connection(address, timeout=10)
+    try:
         conn.sendall(encode_request(1, 4, 9, body))
         size, = struct.unpack(">i", _read(conn, 4))
         data = _read(conn, size)
+    finally:
+        if own:
+            conn.close()
     pos = 4 + 4 + 4                       # correlation id, throttle, topics count
+    if not struct.unpack_from(">i", data, pos - 4)[0]:
+        return None, b""                  # tansu's answer when a short wait found nothing new
     name_length, = struct.unpack_from(">h", data, pos)
     pos += 2 + name_length + 4            # topic, partitions count
     _, error, high = struct.unpack_from(">ihq", data, pos)
@@ -140,28 +152,41 @@ def _read(conn, n: int) -> bytes:
     return bytes(data)
 
 
-def read_log(bootstrap: str, topic: str, partitions: int):
-    """(committed, still_open) of a topic, read by its transaction markers: committed is
-    [(partition, key, value)] of every committed and non-transactional row in log order per
-    partition; still_open is {(partition, producer id): rows} of transactions without a marker
-    yet (open, or pre-committed and not yet committed)."""
-    address = parse_bootstrap(bootstrap)[0]
-    out, still_open = [], {}
-    for partition in range(partitions):
-        offset, pending = 0, {}
-        while True:
-            high, records = _fetch(address, topic, partition, offset)
-            if offset >= high:
-                break
-            progressed = False
+class CommittedTail:
+    """A topic's rows as their transactions commit, read incrementally by the markers: what a
+    read_committed consumer of a correct broker sees, and when.
+
+    Why not librdkafka's read_committed consumer: tansu 0.6 marks a transaction committed only
+    once every transaction overlapping it is prepared (`txn_end` in its dynostore); with two
+    sink subtasks committing side by side one can stay "prepare-commit" for good, its commit
+    marker written, and the partition's last stable offset never passes its first row — that
+    consumer then stops short of rows whose commit marker is in the log (seen: 1,255 of 2,000).
+    """
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, max_wait_ms: int = 100):
+        self.topic, self.max_wait_ms = topic, max_wait_ms
+        self._address = parse_bootstrap(bootstrap)[0]
+        self._offsets = [0] * partitions
+        self._pending: list[dict[int, list]] = [{} for _ in range(partitions)]
+        self._conn: socket.socket | None = None
+        self.stalled = 0     # polls in a row that found rows below the high watermark and read none
+
+    def poll(self) -> list[tuple[int, bytes | None, bytes]]:
+        """(partition, key, value) of rows committed (or written without a transaction) since the last call."""
+        if self._conn is None:
+            self._conn = socket.create_connection(self._address, timeout=10)
+        out = []
+        for partition, offset in enumerate(self._offsets):
+            high, records = _fetch(self._address, self.topic, partition, offset, self.max_wait_ms, self._conn)
+            if high is None or offset >= high:
+                continue
+            pending, start = self._pending[partition], offset
             for base, last, producer_id, transactional, control, rows in parse_batches(records):
                 if last < offset:
                     continue
-                progressed = True
                 offset = last + 1
                 if control:
-                    marker = rows[0][1]
-                    committed = struct.unpack(">hh", marker)[1] == 1
+                    committed = struct.unpack(">hh", rows[0][1])[1] == 1
                     kept = pending.pop(producer_id, [])
                     if committed:
                         out += [(partition, k, v) for _, k, v in kept]
@@ -169,10 +194,49 @@ def read_log(bootstrap: str, topic: str, partitions: int):
                     pending.setdefault(producer_id, []).extend(rows)
                 else:
                     out += [(partition, k, v) for _, k, v in rows]
-            if not progressed:
-                raise RuntimeError(f"no progress reading {topic}[{partition}] at offset {offset} (high {high})")
-        still_open.update({(partition, pid): len(rows) for pid, rows in pending.items()})
-    return out, still_open
+            # No complete batch below the high watermark: the broker may count a batch before
+            # it serves it; the next poll reads it (read_log gives up after a while).
+            self.stalled = 0 if offset > start else self.stalled + 1
+            self._offsets[partition] = offset
+        return out
+
+    def caught_up(self) -> bool:
+        """Whether the last poll reached every partition's high watermark."""
+        for p, offset in enumerate(self._offsets):
+            high = _fetch(self._address, self.topic, p, offset, 100, self._conn)[0]
+            if high is None or offset < high:
+                return False
+        return True
+
+    def still_open(self) -> dict[tuple[int, int], int]:
+        """{(partition, producer id): rows} of transactions without a marker yet."""
+        return {(p, pid): len(rows) for p, pending in enumerate(self._pending) for pid, rows in pending.items()}
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def read_log(bootstrap: str, topic: str, partitions: int):
+    """(committed, still_open) of a topic, read by its transaction markers: committed is
+    [(partition, key, value)] of every committed and non-transactional row in log order per
+    partition; still_open is {(partition, producer id): rows} of transactions without a marker
+    yet (open, or pre-committed and not yet committed)."""
+    tail = CommittedTail(bootstrap, topic, partitions)
+    try:
+        out = []
+        while True:
+            rows = tail.poll()
+            out += rows
+            if not rows and tail.caught_up():
+                break
+            if tail.stalled > 100:
+                raise RuntimeError(f"no progress reading {topic} at offsets {tail._offsets}")
+        out.sort(key=lambda row: row[0])   # stable: log order within each partition
+        return out, tail.still_open()
+    finally:
+        tail.close()
 
 
 def read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, bytes | None, bytes]]:
