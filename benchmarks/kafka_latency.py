@@ -16,6 +16,10 @@ running count (`key_by` + `KeyedProcessFunction` with ValueState); (c) `join`: e
 the stream from a static Spark DataFrame (`from_dataframe`, connected and keyed, the catalog
 row kept in keyed state, as docs/examples/dataframe-enrichment shows).
 
+`broker` is no job at all: the consumer reads the input topic as the producer writes it — the
+share of every figure that is the local broker's and the clients' (printed first: the latency
+targets can only be judged against it).
+
 Modes: `alo` at-least-once sink (rows leave as soon as produced; checkpoints every 1 s),
 `eo100`/`eo1000` exactly-once Kafka transactions committed when a checkpoint completes, every
 100 ms / 1 s: a row is visible to read_committed consumers only after the checkpoint after it
@@ -43,7 +47,8 @@ from benchmarks.workloads import _checkpoint_dir, cleanup
 WARMUP = 3.0        # seconds of output dropped at the start
 LINGER_MS = 2      # the producer batches for 2 ms: with 0 the local broker took one request per message and fell behind at 5,000/s
 KEYS = 1000
-JOBS = ("stateless", "count", "join")
+BROKER = "broker"   # producer → broker → consumer, no job: what the broker alone adds
+JOBS = (BROKER, "stateless", "count", "join")
 MODES = {"alo": ("at_least_once", 1.0), "eo100": ("exactly_once", 0.1), "eo1000": ("exactly_once", 1.0)}
 
 
@@ -169,14 +174,19 @@ def run_once(spark, bootstrap: str, job: str, mode: str, rate: int, seconds: flo
     semantic, interval = MODES[mode]
     source_topic, out_topic = f"lat-in-{uuid.uuid4().hex[:8]}", f"lat-out-{uuid.uuid4().hex[:8]}"
     local_kafka.create_topic(bootstrap, source_topic, 2)
-    local_kafka.create_topic(bootstrap, out_topic, 2)
-    env = ss.StreamEnvironment(parallelism=2, spark=spark, buffer_timeout=buffer_timeout,
-                               checkpointing=ss.CheckpointConfig(interval=interval,
-                                                                 directory=_checkpoint_dir("latency-")))
-    build(env, spark, job, bootstrap, source_topic, ss.sinks.Kafka(bootstrap, out_topic, key="k", semantic=semantic))
-    client = env.execute_async(f"latency {job} {mode}")
-    while client.status() != "RUNNING":
-        time.sleep(0.01)
+    client = None
+    if job == BROKER:     # no job: the consumer reads what the producer wrote, the broker's own share
+        out_topic, semantic = source_topic, "at_least_once"
+    else:
+        local_kafka.create_topic(bootstrap, out_topic, 2)
+        env = ss.StreamEnvironment(parallelism=2, spark=spark, buffer_timeout=buffer_timeout,
+                                   checkpointing=ss.CheckpointConfig(interval=interval,
+                                                                     directory=_checkpoint_dir("latency-")))
+        build(env, spark, job, bootstrap, source_topic,
+              ss.sinks.Kafka(bootstrap, out_topic, key="k", semantic=semantic))
+        client = env.execute_async(f"latency {job} {mode}")
+        while client.status() != "RUNNING":
+            time.sleep(0.01)
     context = multiprocessing.get_context("spawn")
     produced, ready = context.Event(), context.Event()
     out_path = tempfile.mktemp(suffix=".npy", prefix="latency-")
@@ -192,12 +202,13 @@ def run_once(spark, bootstrap: str, job: str, mode: str, rate: int, seconds: flo
     producer.start()
     producer.join()
     consumer.join()
-    client.cancel()
-    try:
-        client.wait(60)
-    except ss.JobExecutionError:
-        if client.status() != "CANCELED":    # cancelled is how the run ends; anything else is a failure
-            raise
+    if client is not None:
+        client.cancel()
+        try:
+            client.wait(60)
+        except ss.JobExecutionError:
+            if client.status() != "CANCELED":    # cancelled is how the run ends; anything else is a failure
+                raise
     latencies_ms = np.load(out_path) / 1e6
     if len(latencies_ms) == 0:
         raise RuntimeError(f"latency {job} {mode}: the consumer read no rows from {out_topic}")
@@ -237,7 +248,7 @@ def main(argv=None) -> list[dict]:
               f"dropped), parallelism 2, buffer_timeout {args.buffer_timeout}", flush=True)
         print(f"{'job':10s} {'mode':7s} {'rows':>8s} {'p50 ms':>8s} {'p99 ms':>8s} {'p99.9 ms':>9s} {'max ms':>8s}")
         for job in jobs:
-            for mode in modes:
+            for mode in (["alo"] if job == BROKER else modes):
                 m = run_once(spark, bootstrap, job, mode, args.rate, args.seconds, args.buffer_timeout)
                 results.append(m)
                 print(f"{job:10s} {mode:7s} {m['rows']:8,d} {m['p50_ms']:8.1f} {m['p99_ms']:8.1f} {m['p999_ms']:9.1f} "
