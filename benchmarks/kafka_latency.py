@@ -42,7 +42,7 @@ import numpy as np
 
 import streamsnap as ss
 from benchmarks import local_kafka
-from benchmarks.workloads import _checkpoint_dir, cleanup
+from benchmarks.workloads import _checkpoint_dir, cancel_and_wait, cleanup
 
 WARMUP = 3.0        # seconds of output dropped at the start
 LINGER_MS = 2      # the producer batches for 2 ms: with 0 the local broker took one request per message and fell behind at 5,000/s
@@ -203,12 +203,7 @@ def run_once(spark, bootstrap: str, job: str, mode: str, rate: int, seconds: flo
     producer.join()
     consumer.join()
     if client is not None:
-        client.cancel()
-        try:
-            client.wait(60)
-        except ss.JobExecutionError:
-            if client.status() != "CANCELED":    # cancelled is how the run ends; anything else is a failure
-                raise
+        cancel_and_wait(client, 60)
     latencies_ms = np.load(out_path) / 1e6
     if len(latencies_ms) == 0:
         raise RuntimeError(f"latency {job} {mode}: the consumer read no rows from {out_topic}")

@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 import streamsnap as ss
-from benchmarks.workloads import _checkpoint_dir, cleanup
+from benchmarks.workloads import _checkpoint_dir, cancel_and_wait, cleanup
 
 MIB = 1024 * 1024
 PROGRESS_EVERY = 50_000
@@ -128,12 +128,7 @@ def run(spark, backend: str, keys: int, payload: int, minutes: float, budget: in
         if load_done_at is None and points and points[-1][1] >= keys:
             load_done_at = points[-1][0]
         time.sleep(1.0)
-    client.cancel()
-    try:
-        client.wait(120)
-    except ss.JobExecutionError:
-        if client.status() != "CANCELED":    # cancelled is how the run ends; anything else is a failure
-            raise
+    cancel_and_wait(client, 120)
     points = _progress(progress_dir)
     if load_done_at is None:
         raise RuntimeError(f"{backend}: the keyed subtasks did not get through the {keys:,} keys once in "

@@ -45,6 +45,16 @@ def cleanup() -> None:
         _checkpoint_root = None
 
 
+def cancel_and_wait(client, timeout: float) -> None:
+    """End a measured job by cancelling it; a job that failed instead is an error of the run."""
+    client.cancel()
+    try:
+        client.wait(timeout)
+    except ss.JobExecutionError:
+        if client.status() != "CANCELED":
+            raise
+
+
 def _batch_size(form: str) -> int:
     return 65536 if form == "batch" else 8192
 
