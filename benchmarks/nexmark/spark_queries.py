@@ -16,7 +16,12 @@ remaining window. Spark's optimizer pushes filters that do not read the event-ti
 the watermark, so each query's kind filter lets the END row through and a filter on `ts` above
 the watermark drops it.
 
-Not expressible, so not here: q4 (average closing price per category) joins auctions with their
+Not expressible as defined, so not here: q6 and q9 (like q4 below: an auction's winning bid is
+final only when it closes, then aggregated again — q6 over each seller's last ten, unwindowed),
+q12 (processing-time windows: Spark SS windows only on a column), q15 and q16 (exact distinct
+counts: Spark SS refuses distinct aggregations on streams; `approx_count_distinct` is another
+query), q18 and q19 (ROW_NUMBER over a partition: Spark SS refuses non-time window functions;
+`dropDuplicates` keeps the first row, q18 wants the last). And q4 (average closing price per category) joins auctions with their
 bids, takes each auction's maximum bid once it has closed, and averages those per category,
 unwindowed. A Spark SS query has one output mode. The closing price is final only in append mode
 (an aggregation keyed by the watermarked closing time, emitted once the watermark passes it);
@@ -45,7 +50,9 @@ LOCAL_STATES = ("OR", "ID", "CA")
 # join reads the flat stream once per side.
 SCANS = {"q3": 2}
 
-SPARK_QUERIES = ("q0", "q1", "q2", "q3", "q5", "q7", "q8")
+SPARK_QUERIES = ("q0", "q1", "q2", "q3", "q5", "q7", "q8", "q10", "q11", "q13", "q14", "q17", "q20", "q21", "q22")
+# Days and hours are UTC, as the reference's: the queries that format them need this session setting.
+UTC = {"spark.sql.session.timeZone": "UTC"}
 
 
 def end_marker():
@@ -152,4 +159,85 @@ def queries(spark, input_dir: str, config: nexmark.NexmarkConfig) -> dict:
     def q2():
         return plain_bids().where(F.col("auction") % 123 == 0).select("auction", "price")
 
-    return {"q0": q0, "q1": q1, "q2": q2, "q3": q3, "q5": q5, "q7": q7, "q8": q8}
+    def bid_columns(*names: str):
+        return kinds(read(), nexmark.BID).select("ts", "date_time", *(F.col("bid_" + n).alias(n) for n in names))
+
+    def q10():
+        """Every bid with its UTC day and minute (the partition columns of the file output)."""
+        return bid_columns("auction", "bidder", "price", "extra").select(
+            "auction", "bidder", "price", "date_time", "extra", F.date_format("ts", "yyyy-MM-dd").alias("dt"),
+            F.date_format("ts", "HH:mm").alias("hm"))
+
+    def q14():
+        euro = F.col("price") * F.lit(DOLLAR_TO_EURO)
+        hour = F.hour("ts")
+        kind = (F.when((hour >= 8) & (hour <= 18), "dayTime")
+                .when((hour <= 6) | (hour >= 20), "nightTime").otherwise("otherTime"))
+        return (bid_columns("auction", "bidder", "price", "extra")
+                .where((euro > 1_000_000) & (euro < 50_000_000))
+                .select("auction", "bidder", euro.alias("price"), kind.alias("bid_time_type"), "date_time", "extra",
+                        (F.length("extra") - F.length(F.regexp_replace("extra", "c", ""))).alias("c_counts")))
+
+    def q21():
+        pattern = "(&|^)channel_id=([^&]*)"
+        hot = F.lower(F.col("channel"))
+        channel_id = (F.when(hot == "apple", "0").when(hot == "google", "1").when(hot == "facebook", "2")
+                      .when(hot == "baidu", "3")
+                      .when(F.col("url").rlike(pattern), F.regexp_extract("url", pattern, 2)))
+        return (bid_columns("auction", "bidder", "price", "channel", "url")
+                .select("auction", "bidder", "price", "channel", channel_id.alias("channel_id"))
+                .where(F.col("channel_id").isNotNull()))
+
+    def q22():
+        parts = F.split(F.col("url"), "/")
+        return bid_columns("auction", "bidder", "price", "channel", "url").select(
+            "auction", "bidder", "price", "channel", parts.getItem(3).alias("dir1"), parts.getItem(4).alias("dir2"),
+            parts.getItem(5).alias("dir3"))
+
+    def q13():
+        """Stream-static join with the side table (a DataFrame of reference.SIDE_KEYS rows)."""
+        from benchmarks.nexmark import reference
+
+        side = spark.createDataFrame([(k, reference.side_value(k)) for k in range(reference.SIDE_KEYS)],
+                                     "key long, value string")
+        bids = bid_columns("auction", "bidder", "price").withColumn("key", F.col("auction") % reference.SIDE_KEYS)
+        return bids.join(side, "key").select("auction", "bidder", "price", "date_time", "value")
+
+    def q11():
+        """Session windows per bidder (10 s gap): bids, session start, session end."""
+        sessions = bid_columns("bidder").groupBy(F.session_window("ts", "10 seconds"), "bidder").count()
+        return sessions.select("bidder", F.col("count").alias("bid_count"),
+                               F.unix_millis("session_window.start").alias("starttime"),
+                               F.unix_millis("session_window.end").alias("endtime"))
+
+    def q17():
+        """Per auction and UTC day: bids, bids per price rank, min, max, average and sum of prices."""
+        from benchmarks.nexmark import reference
+
+        low, high = reference.RANK_LIMITS
+        price = F.col("price")
+        per_day = bid_columns("auction", "price").groupBy(F.window("ts", "1 day"), "auction").agg(
+            F.count("*").alias("total_bids"), F.count(F.when(price < low, 1)).alias("rank1_bids"),
+            F.count(F.when((price >= low) & (price < high), 1)).alias("rank2_bids"),
+            F.count(F.when(price >= high, 1)).alias("rank3_bids"), F.min(price).alias("min_price"),
+            F.max(price).alias("max_price"), F.avg(price).alias("avg_price"), F.sum(price).alias("sum_price"))
+        return per_day.select("auction", F.date_format("window.start", "yyyy-MM-dd").alias("day"), "total_bids",
+                              "rank1_bids", "rank2_bids", "rank3_bids", "min_price", "max_price", "avg_price",
+                              "sum_price")
+
+    def q20():
+        """Bids joined with their auction when it is in category 10 (unwindowed stream-stream join)."""
+        events = read()
+        bids = bid_columns("auction", "bidder", "price", "channel", "url", "extra")
+        auctions = (of_kind(events, nexmark.AUCTION, "auction_", "id", "item_name", "description", "initial_bid",
+                            "reserve", "expires", "seller", "category", "extra")
+                    .where(F.col("category") == 10)
+                    .select(*(F.col(c).alias("a_" + c) for c in ("id", "item_name", "description", "initial_bid",
+                                                                 "reserve", "date_time", "expires", "seller",
+                                                                 "category", "extra"))))
+        return bids.join(auctions, bids["auction"] == auctions["a_id"]).select(
+            "auction", "bidder", "price", "channel", "url", "date_time", "extra", "a_item_name", "a_description",
+            "a_initial_bid", "a_reserve", "a_date_time", "a_expires", "a_seller", "a_category", "a_extra")
+
+    return {"q0": q0, "q1": q1, "q2": q2, "q3": q3, "q5": q5, "q7": q7, "q8": q8, "q10": q10, "q11": q11,
+            "q13": q13, "q14": q14, "q17": q17, "q20": q20, "q21": q21, "q22": q22}

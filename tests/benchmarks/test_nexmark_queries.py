@@ -63,10 +63,11 @@ def test_spark_queries_equal_the_reference(spark, tmp_path):
     from benchmarks.nexmark import bench, spark_queries
 
     config = nexmark.NexmarkConfig(seed=11, events_per_second=200, out_of_order_group_size=37)
-    count, new = 6_000, ("q3", "q5", "q7", "q8")   # ~30 s of event time: 4 tumbling windows
+    count = 6_000   # ~30 s of event time: 4 tumbling windows
+    new = [name for name in spark_queries.SPARK_QUERIES if name not in ("q0", "q1", "q2")]
     bench.write_events_parquet(str(tmp_path / "in"), count, files=3, config=config)
     made = spark_queries.queries(spark, str(tmp_path / "in"), config)
-    with sb._session_conf(spark, {"spark.sql.shuffle.partitions": "2"}):
+    with sb._session_conf(spark, {"spark.sql.shuffle.partitions": "2", **spark_queries.UTC}):
         running = [made[name]().writeStream.format("memory").queryName(f"nexmark_spark_{name}")
                    .option("checkpointLocation", str(tmp_path / name)).trigger(availableNow=True).start()
                    for name in new]
@@ -82,4 +83,11 @@ def test_spark_queries_equal_the_reference(spark, tmp_path):
         got = sorted(tuple(r) for r in spark.table(f"nexmark_spark_{name}").collect())
         expected = reference.QUERIES[name](events)
         assert expected, f"{name}: the reference is empty on this input, so the check is vacuous"
-        assert got == expected, name
+        if name in ("q14", "q17"):    # a float column: equal up to the last bits of a division/product
+            assert [tuple(map(_approx, r)) for r in got] == [tuple(map(_approx, r)) for r in expected], name
+        else:
+            assert got == expected, name
+
+
+def _approx(value):
+    return pytest.approx(value, rel=1e-12) if isinstance(value, float) else value
