@@ -127,7 +127,8 @@ def write_events_parquet(directory: str, count: int, files: int = 8, config: nex
 SPARK_QUERIES = spark_queries.SPARK_QUERIES   # those Spark SS can express: its docstring says which not, and why
 # Spark SS runs these queries at 4-80 K events/s here: each reads 1/N of the Spark input size, so
 # a quick run stays within minutes (still 8 micro-batches of >= 12 K events; the rate is per event).
-SPARK_INPUT_DIVISOR = {"q0": 4, "q1": 4, "q2": 4, "q3": 8, "q5": 40, "q7": 8, "q8": 8}
+SPARK_INPUT_DIVISOR = {"q0": 4, "q1": 4, "q2": 4, "q3": 8, "q5": 40, "q7": 8, "q8": 8, "q10": 4, "q11": 8, "q13": 8,
+                       "q14": 4, "q17": 8, "q20": 8, "q21": 4, "q22": 4}
 
 
 def run_spark(spark, query: str, input_dir: str, checkpoint_dir: str) -> dict:
