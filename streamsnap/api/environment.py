@@ -304,9 +304,6 @@ class StreamEnvironment:
 
     def _start(self, job_name: str, restore_from: str | None, allow_non_restored_state: bool,
                job_id: str | None = None, detached: bool = False):
-        from streamsnap.cluster.jobmaster import JobMaster, JobSettings
-        from streamsnap.cluster.spark_session import align_executor_python, embedded_session, require_slots
-
         if restore_from is None and CLI_DEFAULTS.get("restore_from"):
             restore_from = CLI_DEFAULTS["restore_from"]
             allow_non_restored_state = allow_non_restored_state or CLI_DEFAULTS["allow_non_restored_state"]

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from streamsnap.state.serialization import array_header, pack_array_body
-
 
 @dataclass(frozen=True)
 class EncodedKeys:

@@ -103,7 +103,7 @@ class ColumnarProducer:
                                                    partitions, c), kp.decode_add_partitions)
             bad = {p: e for p, e in errors.items() if e}
             if any(e not in kp.RETRIABLE for e in bad.values()):
-                raise self._fail(f"AddPartitionsToTxn failed: " + ", ".join(
+                raise self._fail("AddPartitionsToTxn failed: " + ", ".join(
                     f"[{p}] {kp.error_name(e)}" for p, e in sorted(bad.items())))
             return not bad, ", ".join(kp.error_name(e) for e in bad.values())
         self._retrying("AddPartitionsToTxn", attempt)

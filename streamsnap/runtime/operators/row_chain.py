@@ -99,7 +99,7 @@ def _compile(kinds: tuple):
     turn, what the last one yields appended; counts: the rows that reached operators 1, 2, …
     (`fail(stage, row, exc)` makes the error of the operator at `stage`)."""
     n = len(kinds)
-    body = [f"def loop(rows, functions, append, fail):",
+    body = ["def loop(rows, functions, append, fail):",
             f"    {''.join(f'f{k}, ' for k in range(n))}= functions",
             "    c0 = len(rows)"]
     count = ["c0"]   # count[k]: the variable counting the rows that reached stage k
