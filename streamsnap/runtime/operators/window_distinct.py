@@ -1,9 +1,10 @@
 """Count-distinct for the vectorized window aggregate: exact distinct sets per key and window.
 
 Flink SQL's ``COUNT(DISTINCT x) [FILTER (WHERE p)]`` in a window keeps, per key and window, a
-MapState of the values seen; so does this: one MapState entry per (key, window start) state key
-(the window's namespace, in the key's key group), whose map holds ``(column index, value)`` for
-each distinct value seen, with a bit per count of that column that has seen it. A batch only
+MapState of the values seen; so does this: per counted column a MapState (`_window.distinct.<i>`)
+with an entry per (key, window start) state key (the window's namespace, in the key's key
+group), whose map holds each distinct value seen, with a bit per count of that column (plain
+and filtered) that has seen it. A batch only
 *adds* its new values (the stored set is never copied per row or per batch); the count itself
 lives in the window's partial aggregate, so firing reads no set. Sets are checkpointed, restored
 and rescaled with their key group like any keyed state (heap: copy-on-write per checkpoint;
@@ -62,11 +63,11 @@ def seen_per_group(values: pa.Array, bits: np.ndarray, groups: np.ndarray, num_g
 
 
 class DistinctSets:
-    """The distinct sets of one operator's windows, in a MapState keyed by (key, window start).
-
-    Its map holds ``(column index, value) -> bits``: bit s set when spec s (of that column) has
-    seen the value, so the filtered and unfiltered counts of one column share one entry, and a
-    batch reads one entry per (window, column, distinct value)."""
+    """The distinct sets of one operator's windows: per column a MapState keyed by (key, window
+    start), mapping ``value -> bits``: bit s set when spec s (of that column) has seen the
+    value, so the filtered and unfiltered counts of one column share one entry, and a batch
+    reads one entry per (window, column, distinct value). (Plain map keys, not tuples: their
+    writes skip the encodability check.)"""
 
     def __init__(self, backend, specs: tuple[DistinctSpec, ...]):
         self.backend = backend
@@ -75,7 +76,7 @@ class DistinctSets:
         # per column: [(spec position, bit)] of the specs counting it
         self.bits = [[(i, 1 << j) for j, i in enumerate(i for i, s in enumerate(specs) if s.column == c)]
                      for c in self.columns]
-        self.state = backend.get_state(MapStateDescriptor(DISTINCT))
+        self.states = [backend.get_state(MapStateDescriptor(f"{DISTINCT}.{i}")) for i in range(len(self.columns))]
 
     def add(self, batch: pa.RecordBatch, rows: np.ndarray, row_groups: np.ndarray, names: list,
             key_groups: list) -> list[np.ndarray]:
@@ -92,32 +93,32 @@ class DistinctSets:
             values = batch.column(batch.schema.get_field_index(column)).take(pa.array(rows[some], pa.int64()))
             per_column.append(seen_per_group(values, bits[some], row_groups[some], num))
         new = [np.zeros(num, dtype=np.int64) for _ in self.specs]
-        state, backend = self.state, self.backend
+        backend = self.backend
         for g in range(num):
             if not any(seen[g] for seen in per_column):
                 continue
             backend.set_current_key(names[g], key_groups[g])
-            fresh = {}
-            for c, seen in enumerate(per_column):
-                specs = self.bits[c]
+            for state, specs, seen in zip(self.states, self.bits, per_column):
+                fresh = {}
+                get = state.get
                 for value, bits in seen[g].items():
-                    entry = (c, value)
-                    stored = state.get(entry, 0)
+                    stored = get(value, 0)
                     added = bits & ~stored
                     if added:
-                        fresh[entry] = stored | bits
+                        fresh[value] = stored | bits
                         for i, bit in specs:
                             if added & bit:
                                 new[i][g] += 1
-            if fresh:
-                state.put_all(fresh)
+                if fresh:
+                    state.put_all(fresh)
         return new
 
     def clear(self, names: list, key_groups: list) -> None:
         """Drop the sets of these (key, window start) state keys (their windows were cleaned up)."""
         for name, key_group in zip(names, key_groups):
             self.backend.set_current_key(name, key_group)
-            self.state.clear()
+            for state in self.states:
+                state.clear()
 
 
 __all__ = ["DISTINCT", "DistinctSets", "DistinctSpec", "row_mask", "seen_per_group"]
