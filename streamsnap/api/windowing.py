@@ -164,9 +164,13 @@ class WindowedStream:
     def aggregate_columns(self, aggregates: dict, **options) -> "DataStream":
         """Vectorized per-window aggregates on Arrow batches, no Python per row (tumbling and
         sliding windows, default trigger). `aggregates` maps output names to
-        ``(function, column)`` with function one of sum, min, max, mean, or to ``"count"``
-        (rows); min and max also take string columns. Emits the key column(s) (``key`` for a key function), ``window_start``,
-        ``window_end`` and the outputs; nulls are skipped (all-null gives None)."""
+        ``(function, column)`` with function one of sum, min, max, mean, count_distinct, or to
+        ``"count"`` (rows); min and max also take string columns. ``("count_distinct", column)``
+        counts the distinct non-null values exactly (SQL's ``COUNT(DISTINCT column)``);
+        ``("count_distinct", column, where)`` only those of rows whose boolean (or 0/1) column
+        `where` holds (``COUNT(DISTINCT column) FILTER (WHERE where)``). Emits the key column(s)
+        (``key`` for a key function), ``window_start``, ``window_end`` and the outputs; nulls are
+        skipped (all-null gives None)."""
         from streamsnap.runtime.operators.vectorized_windows import (AGGREGATES, ColumnAggregate,
                                                            VectorizedWindowOperatorFactory, is_text)
 
@@ -188,18 +192,23 @@ class WindowedStream:
         schema = self._keyed.schema
         reserved = {"window_start", "window_end", *self._keyed.key.columns}
         for output, definition in aggregates.items():
-            function, column = (definition, None) if definition == "count" else (
-                definition if isinstance(definition, tuple) and len(definition) == 2
-                else (None, None))
-            if function not in AGGREGATES or (function != "count") != isinstance(column, str):
+            function, column, where = (definition, None, None) if definition == "count" else (
+                definition + (None,) if isinstance(definition, tuple) and len(definition) == 2
+                else definition if isinstance(definition, tuple) and len(definition) == 3
+                and definition[0] == "count_distinct" else (None, None, None))
+            if function not in AGGREGATES or (function != "count") != isinstance(column, str) \
+                    or not (where is None or isinstance(where, str)):
                 raise ConfigurationError(
-                    f"aggregate_columns: {output!r}: give ('sum' | 'min' | 'max' | 'mean', "
-                    f"column name) or 'count', got {definition!r}")
+                    f"aggregate_columns: {output!r}: give ('sum' | 'min' | 'max' | 'mean' | "
+                    f"'count_distinct', column name), ('count_distinct', column name, filter column "
+                    f"name) or 'count', got {definition!r}")
             if not isinstance(output, str) or output in reserved:
                 raise ConfigurationError(
                     f"aggregate_columns: output name {output!r} must be a str other than "
                     f"{sorted(reserved)}")
-            if column is not None and schema is not None:
+            if function == "count_distinct":
+                _check_distinct(output, column, where, schema)
+            elif column is not None and schema is not None:
                 if column not in schema.names:
                     raise ConfigurationError(
                         f"aggregate_columns: column {column!r} is not in the stream's schema "
@@ -211,7 +220,7 @@ class WindowedStream:
                         f"aggregate_columns: column {column!r} has type {kind}; {function} "
                         f"takes integer, float or boolean columns"
                         + ("" if function in ("min", "max") else " (min and max also strings)"))
-            parsed.append(ColumnAggregate(output, function, column))
+            parsed.append(ColumnAggregate(output, function, column, where))
         keyed = self._keyed
         name = options.pop("name", None) or f"Window({type(assigner).__name__}).aggregate_columns"
         key = keyed.key.for_operator(name)
@@ -275,3 +284,27 @@ class WindowedStream:
 
 
 __all__ = ["AggregateFunction", "ProcessWindowFunction", "WindowedStream"]
+
+
+def _check_distinct(output: str, column: str, where: str | None, schema: pa.Schema | None) -> None:
+    """count_distinct's column must hold values a state map key can be (numbers, strings,
+    bytes, booleans); its filter column must be boolean or integer (0/1)."""
+    if schema is None:
+        return
+    for name, role in ((column, "column"), (where, "filter column")):
+        if name is not None and name not in schema.names:
+            raise ConfigurationError(
+                f"aggregate_columns: {output!r}: count_distinct's {role} {name!r} is not in the "
+                f"stream's schema (columns {schema.names}); add it with map_batches first")
+    kind = schema.field(column).type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+            or pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)):
+        raise ConfigurationError(
+            f"aggregate_columns: {output!r}: count_distinct takes an integer, float, boolean, "
+            f"string or binary column; {column!r} has type {kind} (cast it with map_batches)")
+    if where is not None:
+        kind = schema.field(where).type
+        if not (pa.types.is_boolean(kind) or pa.types.is_integer(kind)):
+            raise ConfigurationError(
+                f"aggregate_columns: {output!r}: the filter column {where!r} has type {kind}; it "
+                f"must be boolean or integer (nonzero = the row counts)")

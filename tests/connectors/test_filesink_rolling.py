@@ -92,12 +92,12 @@ class Clock:
         return self.now
 
 
-def writer(path, clock, rolling, attempt=0, fmt="parquet", subtask=0, parallelism=1, compact=False):
+def writer(path, clock, rolling, attempt=0, fmt="parquet", subtask=0, parallelism=1, compact=False, **options):
     ctx = OperatorContext(name="files", uid="files", subtask_index=subtask, parallelism=parallelism,
                           max_parallelism=128, attempt=attempt, job_id="job-a", task_name="files (1/1)",
                           extra={"checkpointing": True})
     ctx.clock = clock
-    w = FileSinkWriter(ss.sinks.FileSink(str(path), format=fmt, rolling=rolling, compact=compact), ctx)
+    w = FileSinkWriter(ss.sinks.FileSink(str(path), format=fmt, rolling=rolling, compact=compact, **options), ctx)
     w.open()
     return w
 

@@ -23,6 +23,11 @@ The default (`RollingPolicy.on_checkpoint()`) makes rows visible at every checkp
 file per subtask per checkpoint; `RollingPolicy(rollover_interval=...)` leaves one per subtask per
 interval (or per `max_part_size`) and shows rows that much later. Segments are written once and
 (for parts of several checkpoints) copied once at the roll.
+
+Partitioned output (`partition_by=[...]`, `partitions.py`): one open part per partition
+directory, each rolled, pre-committed and committed as above; hidden files live beside the
+part files in their directory. After a failover, every restored open part is resumed (one per
+directory) or rolled and committed at the next checkpoint.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import pyarrow.parquet as pq
 from streamsnap.checkpoint import filesystem
 from streamsnap.connectors.base import Sink, SinkWriter
 from streamsnap.connectors.files import existing_directory, visible_names
+from streamsnap.connectors.filesink import partitions
 from streamsnap.connectors.filesink.compaction import (MANIFEST_PREFIX, combine, compact, compact_completed,
                                                       delete_quietly_missing, write_manifest)
 from streamsnap.connectors.filesink.rolling import PartStats, RollingPolicy, check_policy
@@ -73,10 +79,15 @@ class FileSink(Sink):
       schema), as Flink's `enableCompact`: p times fewer files, at the price of subtask 0 copying
       them once when the checkpoint completes (`filesink/compaction.py` says why it is
       exactly-once). Needs checkpointing; without it, parts are committed as they are.
+    partition_by: column names, e.g. ["dt", "hm"]: Hive-style directories
+      `dt=<value>/hm=<value>/part-...` as Spark's `partitionBy` (the columns are left out of the
+      files; Spark, `pyarrow.dataset(path, partitioning="hive")` and DuckDB's
+      `hive_partitioning` read them back from the paths). Each directory has its own parts,
+      rolled and committed exactly-once as above.
     """
 
     def __init__(self, path: str, format: str = "parquet", *, mode: str = "error_if_exists",
-                 rolling: RollingPolicy | None = None, compact: bool = False):
+                 rolling: RollingPolicy | None = None, compact: bool = False, partition_by=None):
         if not isinstance(path, str) or not path:
             raise ConfigurationError(f"FileSink.path must be a directory path or fsspec URL, got {path!r}")
         if format not in FORMATS:
@@ -92,6 +103,16 @@ class FileSink(Sink):
         if not isinstance(compact, bool):
             raise ConfigurationError(f"FileSink.compact must be True or False, got {compact!r}")
         self.compact = compact
+        self.partition_by = partitions.check_partition_by(partition_by)
+        if compact and self.partition_by:
+            raise ConfigurationError(
+                "FileSink: compact=True merges the parts of a checkpoint into one file and cannot "
+                "follow partition directories yet; use partition_by without compact (or a "
+                "RollingPolicy for fewer, larger files)")
+
+    def validate(self, schema: pa.Schema | None) -> None:
+        if self.partition_by and schema is not None:
+            partitions.check_columns(self.partition_by, schema.names, f"FileSink {filesystem.user_path(self.path)!r}")
 
     def check_output(self, sink_name: str, resuming: bool) -> None:
         """Apply `mode` to existing output; called by execute() before the job runs (api/preflight.py)."""
@@ -132,14 +153,17 @@ class FileSink(Sink):
         return spark.read.json(self.path)
 
     def __repr__(self) -> str:
-        return f"FileSink({self.path!r}, format={self.format!r}, mode={self.mode!r}, rolling={self.rolling!r}, compact={self.compact})"
+        partitioned = f", partition_by={list(self.partition_by)}" if self.partition_by else ""
+        return (f"FileSink({self.path!r}, format={self.format!r}, mode={self.mode!r}, rolling={self.rolling!r}, "
+                f"compact={self.compact}{partitioned})")
 
 
 class _Part:
     """The open part: its closed segments (URLs) and the segment being written."""
 
     def __init__(self, created_ms: int, segments: list[str] | None = None, size: int = 0,
-                 last_write_ms: int | None = None, schema: pa.Schema | None = None):
+                 last_write_ms: int | None = None, schema: pa.Schema | None = None, directory: str = ""):
+        self.directory = directory        # relative partition directory ("" unpartitioned)
         self.created_ms = created_ms
         self.last_write_ms = created_ms if last_write_ms is None else last_write_ms
         self.segments = list(segments or [])
@@ -168,8 +192,11 @@ class _Part:
         self.path = None
 
     def state(self) -> dict:
-        return {"part": list(self.segments), "size": self.closed_size, "created": self.created_ms,
-                "last_write": self.last_write_ms}
+        state = {"part": list(self.segments), "size": self.closed_size, "created": self.created_ms,
+                 "last_write": self.last_write_ms}
+        if self.directory:
+            state["dir"] = self.directory
+        return state
 
 
 class FileSinkWriter(SinkWriter):
@@ -181,7 +208,7 @@ class FileSinkWriter(SinkWriter):
         self._run = ctx.run_id or ctx.job_id[:12]
         self._token = f"{self._run}-a{ctx.attempt}-s{ctx.subtask_index}"
         self._counter = 0
-        self._part: _Part | None = None
+        self._parts: dict[str, _Part] = {}   # the open part of each partition directory
         self._pending: list[dict] = []  # rolled, not yet committed
         self._compacting: list[dict] = []  # committed to subtask 0's compaction, source not yet merged
         self._compact = sink.compact and bool(ctx.extra.get("checkpointing"))
@@ -195,33 +222,45 @@ class FileSinkWriter(SinkWriter):
         clock = self._ctx.clock
         return int((clock.wall() if clock is not None else time.time()) * 1000)
 
-    def _new_name(self) -> tuple[str, str]:
-        """(hidden URL, final URL) of a new file of this writer."""
+    def _new_name(self, directory: str = "") -> tuple[str, str]:
+        """(hidden URL, final URL) of a new file of this writer in `directory` (a partition's)."""
         name = (f"part-{self._ctx.subtask_index}-{self._token}-{self._counter}-{uuid.uuid4().hex[:8]}"
                 f".{self._sink.format}")
         self._counter += 1
-        return (filesystem.join(self._sink.path, INPROGRESS_PREFIX + name),
-                filesystem.join(self._sink.path, name))
+        base = filesystem.join(self._sink.path, directory) if directory else self._sink.path
+        return filesystem.join(base, INPROGRESS_PREFIX + name), filesystem.join(base, name)
 
     # ------------------------------------------------------------ writing
     def write(self, batch: Batch) -> None:
         if not num_rows(batch):
             return
         now = self._now_ms()
-        part = self._part
+        by = self._sink.partition_by
+        if not by:
+            self._write_part("", batch, now)
+            return
+        record_batch = to_record_batch(batch)
+        partitions.check_columns(by, record_batch.schema.names,
+                                 f"FileSink {filesystem.user_path(self._sink.path)!r}")
+        for directory, rows in partitions.split(record_batch, by):
+            self._write_part(directory, rows, now)
+
+    def _write_part(self, directory: str, batch: Batch, now: int) -> None:
+        part = self._parts.get(directory)
         if part is not None and self._policy.roll_before_write(part.stats(), now):
-            self._roll()
+            self._roll(directory)
         record_batch = to_record_batch(batch) if self._sink.format == "parquet" else None
-        if (record_batch is not None and self._part is not None and self._part.schema is not None
-                and not self._part.schema.equals(record_batch.schema)):
+        part = self._parts.get(directory)
+        if (record_batch is not None and part is not None and part.schema is not None
+                and not part.schema.equals(record_batch.schema)):
             # A widening stream grew (connectors.base checks every batch): a new part starts
             # with the wider schema, as one Parquet file has one schema.
-            self._roll()
-        part = self._part
+            self._roll(directory)
+        part = self._parts.get(directory)
         if part is None:
-            part = self._part = _Part(now)
+            part = self._parts[directory] = _Part(now, directory=directory)
         if part.file is None:
-            part.path = self._new_name()[0]
+            part.path = self._new_name(directory)[0]
             part.file = filesystem.open_write(part.path)
             if record_batch is not None:
                 part.schema = record_batch.schema
@@ -234,34 +273,36 @@ class FileSinkWriter(SinkWriter):
             part.file.write(lines.encode())
         part.last_write_ms = now
         if self._policy.roll_after_write(part.stats()):
-            self._roll()
+            self._roll(directory)
 
-    def _roll(self) -> None:
-        """Close the open part into a pending file (hidden), committed at the next checkpoint."""
-        part, self._part = self._part, None
+    def _roll(self, directory: str = "") -> None:
+        """Close the open part of `directory` into a pending file (hidden), committed at the
+        next checkpoint."""
+        part = self._parts.pop(directory, None)
         if part is None:
             return
         part.close_segment()
-        self._pending.append(dict(self._part_file(part.segments), checkpoint_id=None))
+        self._pending.append(dict(self._part_file(part.segments, directory), checkpoint_id=None))
 
-    def _part_file(self, segments: list[str]) -> dict:
+    def _part_file(self, segments: list[str], directory: str = "") -> dict:
         """The committable of a part made of `segments`: the one segment itself, or a combined file."""
         if len(segments) == 1:
             (segment,) = segments
             name = posixpath.basename(segment)
-            return {"inprogress": segment, "final": filesystem.join(self._sink.path, name[len(INPROGRESS_PREFIX):])}
-        hidden, final = self._new_name()
+            return {"inprogress": segment, "final": posixpath.join(posixpath.dirname(segment),
+                                                                   name[len(INPROGRESS_PREFIX):])}
+        hidden, final = self._new_name(directory)
         combine(segments, hidden, self._sink.format)
         return {"inprogress": hidden, "final": final, "segments": list(segments)}
 
     # ------------------------------------------------------------ two-phase commit
     def prepare_commit(self, checkpoint_id: int) -> list:
-        part = self._part
-        if part is not None:
+        now = self._now_ms()
+        for directory, part in list(self._parts.items()):
             part.close_segment()
             if (self._ending or checkpoint_id == self._stop_at
-                    or self._policy.roll_at_checkpoint(part.stats(), self._now_ms())):
-                self._roll()
+                    or self._policy.roll_at_checkpoint(part.stats(), now)):
+                self._roll(directory)
         new = [p for p in self._pending if p.get("checkpoint_id") is None]
         for pending in new:
             pending["checkpoint_id"] = checkpoint_id
@@ -272,8 +313,7 @@ class FileSinkWriter(SinkWriter):
         # A compacted file stays in the state until subtask 0 merged it (its source is gone).
         self._compacting = [c for c in self._compacting if filesystem.exists(c["inprogress"])]
         state = [dict(p) for p in self._pending + self._compacting]
-        if self._part is not None and self._part.segments:
-            state.append(self._part.state())
+        state += [part.state() for part in self._parts.values() if part.segments]
         return state
 
     def commit(self, checkpoint_id: int) -> None:
@@ -300,7 +340,8 @@ class FileSinkWriter(SinkWriter):
         self._ending = True
         if self._ctx.extra.get("checkpointing"):
             return  # the final checkpoint pre-commits and commits what is left
-        self._roll()
+        for directory in list(self._parts):
+            self._roll(directory)
         for pending in self._pending:
             _commit_file(pending)
         self._pending = []
@@ -332,19 +373,24 @@ class FileSinkWriter(SinkWriter):
                     f"or savepoint older than the output's latest commit (its parts were rolled and committed "
                     f"since) cannot continue that output exactly; restore the latest one, or write to a new "
                     f"directory")
-        if mine:
-            # Resume one part (with the same parallelism: this subtask's own); more than one after a
-            # scale-in: the others roll now and are committed at the next checkpoint.
-            first = mine[0]
-            for extra in mine[1:]:
-                self._pending.append(dict(self._part_file(list(extra["part"])), checkpoint_id=None))
-            self._part = _Part(int(first["created"]), list(first["part"]), int(first["size"]),
-                               int(first["last_write"]), schema=self._segment_schema(first["part"][0]))
+        for state in mine:
+            # Resume one part per directory (with the same parallelism: this subtask's own); more
+            # than one after a scale-in: the others roll now and are committed at the next checkpoint.
+            directory = state.get("dir", "")
+            if directory in self._parts:
+                self._pending.append(dict(self._part_file(list(state["part"]), directory), checkpoint_id=None))
+                continue
+            self._parts[directory] = _Part(int(state["created"]), list(state["part"]), int(state["size"]),
+                                           int(state["last_write"]), schema=self._segment_schema(state["part"][0]),
+                                           directory=directory)
         if self._ctx.subtask_index == 0:
             current = f"-{self._run}-a{self._ctx.attempt}-"
             fs, root = filesystem.filesystem(self._sink.path)
             # A restore into a new directory: nothing of an earlier attempt there (none yet).
-            for path in (fs.ls(root, detail=False) if fs.exists(root) else ()):
+            # Partitioned: hidden files are in the partition directories, below the root.
+            listed = (fs.find(root) if self._sink.partition_by else fs.ls(root, detail=False)) \
+                if fs.exists(root) else ()
+            for path in listed:
                 name = posixpath.basename(path)
                 if name.startswith((INPROGRESS_PREFIX, MANIFEST_PREFIX)) and name not in keep and current not in name:
                     log.info("file sink: deleting uncommitted %s of an earlier attempt", name)
@@ -357,8 +403,8 @@ class FileSinkWriter(SinkWriter):
             return pq.read_schema(f)
 
     def close(self) -> None:
-        if self._part is not None:
-            self._part.close_segment()  # stays hidden; recovery resumes or deletes it
+        for part in self._parts.values():
+            part.close_segment()  # stays hidden; recovery resumes or deletes it
 
 
 def _commit_file(committable: dict) -> None:

@@ -1,4 +1,5 @@
-"""Vectorized windowed aggregation: sum/count/min/max/mean per key and window on Arrow batches.
+"""Vectorized windowed aggregation: sum/count/min/max/mean/count_distinct per key and window on
+Arrow batches.
 
 min and max also take string columns (lexicographic, as Python compares str): per group with
 Arrow's hash aggregation, stored as the window's str (or None) in the same partial layout.
@@ -25,6 +26,10 @@ and advancing time reads, fires and drops just the due windows, in bulk. As in F
 window fires when time passes its end, late rows within the allowed lateness re-fire it (once
 per batch, with all of that batch's rows), and it is dropped at its cleanup time; rows for
 dropped windows go to the late side output or are counted as dropped.
+
+count_distinct (optionally over the rows where a filter column holds, as SQL's ``COUNT(DISTINCT
+x) FILTER (WHERE p)``) adds one count per distinct aggregate at the end of the partial, and the
+values seen to a MapState per window (`window_distinct.py`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, 
 from streamsnap.runtime.operators.keyed import current_millis
 from streamsnap.runtime.operators.process import ProcessOperator
 from streamsnap.runtime.operators.timestamps_and_watermarks import batch_timestamps
+from streamsnap.runtime.operators.window_distinct import DistinctSets, DistinctSpec
 from streamsnap.runtime.operators.windows import WindowOperator
 from streamsnap.state.descriptors import ValueStateDescriptor
 from streamsnap.state.serialization import Serializer, pack_value, unpack_value
@@ -49,17 +55,19 @@ from streamsnap.time.watermarks import MAX_WATERMARK, MIN_WATERMARK
 from streamsnap.time.window_index import AlignedWindowIndex
 from streamsnap.time.windows import WindowAssigner
 
-AGGREGATES = ("sum", "count", "min", "max", "mean")
+AGGREGATES = ("sum", "count", "min", "max", "mean", "count_distinct")
 WINDOWS = "_window.columns"
 
 
 @dataclass(frozen=True)
 class ColumnAggregate:
-    """`output` = `function` over `column` (None for count, which counts rows)."""
+    """`output` = `function` over `column` (None for count, which counts rows); count_distinct
+    only counts the rows where `where` (a boolean or 0/1 column) holds, when given."""
 
     output: str
     function: str
     column: str | None
+    where: str | None = None
 
 
 class _Keys:
@@ -209,7 +217,12 @@ class VectorizedWindowOperator(WindowOperator):
         super().__init__(ctx, key, assigner, assigner.default_trigger(), allowed_lateness,
                          contents=None, late_tag=late_tag, timestamps=timestamps)
         self.aggregates = aggregates
-        self.columns = tuple(dict.fromkeys(a.column for a in aggregates if a.column is not None))
+        self.columns = tuple(dict.fromkeys(a.column for a in aggregates
+                                           if a.column is not None and a.function != "count_distinct"))
+        # The distinct sets kept: one per (column, filter), counted at the partial's end.
+        self.distinct_specs = tuple(dict.fromkeys(DistinctSpec(a.column, a.where) for a in aggregates
+                                                  if a.function == "count_distinct"))
+        self.distinct = None
         # Columns only taken by min/max, which may be strings (the others must be numeric).
         self.extreme_only = frozenset(c for c in self.columns if all(
             a.function in ("min", "max") for a in aggregates if a.column == c))
@@ -228,6 +241,8 @@ class VectorizedWindowOperator(WindowOperator):
         ProcessOperator.initialize_state(self)
         backend = self.keyed_backend
         self.windows = backend.get_state(ValueStateDescriptor(WINDOWS, serializer=_Unchecked()))
+        if self.distinct_specs:
+            self.distinct = DistinctSets(backend, self.distinct_specs)
         # The restored windows imply their timers: index them (by start, then by key).
         by_start: dict[int, tuple[list, list]] = {}
         pending = set()
@@ -313,6 +328,7 @@ class VectorizedWindowOperator(WindowOperator):
             valid, values = valid[rows][order], values[rows][order]
             parts += [valid.astype(np.int64), np.where(valid, values, 0), values, values]
         merged = _reduce(parts, bounds)
+        numeric = len(merged)
         first = sorted_codes[bounds]
         group_keys = (first // len(window_starts)).tolist()
         group_starts = window_starts[first % len(window_starts)]
@@ -324,10 +340,18 @@ class VectorizedWindowOperator(WindowOperator):
         pending = ends > self._watermark if self.event_time else np.ones(len(ends), dtype=bool)
         stored = self.windows.get_many(state_keys)
         existed = np.fromiter((v is not None for v in stored), dtype=bool, count=len(stored))
-        if existed.any():
-            old = list(zip(*(v for v in stored if v is not None)))
+        old = list(zip(*(v for v in stored if v is not None))) if existed.any() else None
+        if old is not None:
             pending[existed] |= np.asarray(old[0], dtype=bool)
-            merged = _fold_stored(merged, existed, old[1:])
+            merged = _fold_stored(merged, existed, old[1:1 + numeric])
+        if self.distinct is not None:
+            row_groups = np.empty(len(rows), dtype=np.int64)
+            row_groups[order] = np.repeat(np.arange(len(bounds)), np.diff(np.r_[bounds, len(rows)]))
+            for d, new in enumerate(self.distinct.add(batch, rows, row_groups, state_keys.unique,
+                                                      state_keys.key_groups)):
+                if old is not None:
+                    new[existed] += np.asarray(old[1 + numeric + d], dtype=np.int64)
+                merged.append(new)
         if self.event_time:
             fire_now = ends <= self._watermark
             if fire_now.any():   # late elements within the allowed lateness re-fire
@@ -382,6 +406,9 @@ class VectorizedWindowOperator(WindowOperator):
                 self._output([names[i][0] for i in chosen.tolist()], starts[chosen],
                              [(np.array(o, dtype=object) if j in self.object_fields else np.asarray(o))[chosen]
                               for j, o in enumerate(old[1:])])
+            if self.distinct is not None and clean.any():
+                cleaned = np.flatnonzero(clean).tolist()
+                self.distinct.clear([names[i] for i in cleaned], [state_keys.key_groups[i] for i in cleaned])
             if clean.all():
                 updates = [None] * len(present)
             else:
@@ -426,10 +453,14 @@ class VectorizedWindowOperator(WindowOperator):
         names += ["window_start", "window_end"]
         columns += [starts.tolist(), (starts + self.size).tolist()]
         position = {c: 1 + 4 * i for i, c in enumerate(self.columns)}
+        distinct = {s: 1 + 4 * len(self.columns) + d for d, s in enumerate(self.distinct_specs)}
         for aggregate in self.aggregates:
             names.append(aggregate.output)
             if aggregate.function == "count":
                 columns.append(merged[0].tolist())
+                continue
+            if aggregate.function == "count_distinct":
+                columns.append(merged[distinct[DistinctSpec(aggregate.column, aggregate.where)]].tolist())
                 continue
             i = position[aggregate.column]
             valid = merged[i]
