@@ -68,7 +68,11 @@ class RowOrder:
         if direction is not None:
             values = self._values
             return values(a) > values(b) if direction else values(a) < values(b)
-        for column, descending in zip(self.columns, self.descending):
+        column = self.columns[0]   # mixed directions: most rows differ in the first column
+        x, y = a[column], b[column]
+        if x != y:
+            return (x > y) if self.descending[0] else (x < y)
+        for column, descending in zip(self.columns[1:], self.descending[1:]):
             x, y = a[column], b[column]
             if x != y:
                 return (x > y) if descending else (x < y)
