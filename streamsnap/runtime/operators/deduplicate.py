@@ -1,0 +1,90 @@
+"""Deduplication: one row per key, the first or the last (Flink SQL's `ROW_NUMBER() OVER
+(PARTITION BY key ORDER BY t) = 1` deduplication, which its planner runs as a Deduplicate
+operator).
+
+* keep="first" without order_by: the key's first row is emitted, every later one dropped (an
+  append-only stream); the state is one flag per key.
+* keep="first" with order_by: a row that ranks strictly before the key's held row (smaller
+  order_by value: an earlier event time) replaces it and is emitted.
+* keep="last" with order_by: a row whose order_by value is not smaller than the held row's
+  replaces it and is emitted (on ties the later arrival wins, as in Flink).
+* keep="last" without order_by: every row is the key's newest, so every row is emitted; no state.
+
+Whenever a key can emit more than once, the output is an **upsert stream keyed by the key**:
+each row replaces the key's previous one, and the key's current answer is its last row. There
+is no retraction row (streamsnap rows carry no change kind); a sink that upserts by the key
+(or a downstream keyed operator that keeps the last row) reads it correctly.
+
+The held row lives in keyed `ValueState`, so it is checkpointed, restored and rescaled with its
+key group on both backends; `ttl` (a `StateTtlConfig`) forgets a key that long after its last
+write, bounding the state as Flink's `table.exec.state.ttl` does.
+"""
+
+from __future__ import annotations
+
+from streamsnap.api.functions import KeyedProcessFunction
+from streamsnap.errors import ConfigurationError
+from streamsnap.runtime.operators.row_order import RowOrder
+from streamsnap.state.descriptors import ValueStateDescriptor
+from streamsnap.state.ttl import StateTtlConfig
+
+KEEP = ("first", "last")
+
+
+def check_keep(keep) -> str:
+    if keep not in KEEP:
+        raise ConfigurationError(
+            f"deduplicate: keep must be 'first' or 'last' (which row per key to keep), got {keep!r}")
+    return keep
+
+
+def ttl_config(ttl, what: str) -> StateTtlConfig | None:
+    """`ttl=`: None, a StateTtlConfig, or seconds / a timedelta (made a StateTtlConfig)."""
+    if ttl is None or isinstance(ttl, StateTtlConfig):
+        return ttl
+    try:
+        return StateTtlConfig(ttl)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{what}: ttl must be seconds, a timedelta or an ss.StateTtlConfig; {exc}") from None
+
+
+def replaces(keep: str, order: RowOrder | None, held: dict | None, row: dict) -> bool:
+    """Whether `row` becomes the key's kept row (and is emitted), given the row held so far."""
+    if held is None:
+        return True
+    if order is None:
+        return keep == "last"
+    return order.before(row, held) if keep == "first" else not order.before(row, held)
+
+
+class Deduplicate(KeyedProcessFunction):
+    """Keeps the first or last row per key (see the module docstring)."""
+
+    def __init__(self, keep: str, order: RowOrder | None = None, ttl: StateTtlConfig | None = None):
+        self.keep = check_keep(keep)
+        self.order = order
+        self.ttl = ttl
+
+    def open(self, ctx):
+        self._name = ctx.operator_name
+        self._held = ctx.get_state(ValueStateDescriptor("deduplicate", ttl=self.ttl))
+
+    def process_element(self, row, ctx):
+        order = self.order
+        if order is None:
+            if self.keep == "last":
+                return row   # every row is the newest: nothing to remember
+            held = self._held
+            if held.value() is not None:
+                return None
+            held.update(True)   # a flag: the first row is never compared with
+            return row
+        order.check(row, self._name)
+        held = self._held.value()
+        if not replaces(self.keep, order, held, row):
+            return None
+        self._held.update(row)
+        return dict(row)   # downstream may change its row; the state keeps its own
+
+
+__all__ = ["Deduplicate", "KEEP", "check_keep", "replaces", "ttl_config"]

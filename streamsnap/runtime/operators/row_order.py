@@ -1,0 +1,98 @@
+"""The order of rows by some of their columns, as `deduplicate(order_by=...)` and `top_n(by=...)`
+rank them (SQL's ORDER BY inside ROW_NUMBER() OVER).
+
+`RowOrder.before(a, b)` compares two rows column by column, each ascending or descending, with
+no sort key built per row: those operators compare a new row with one or a few held rows, so a
+comparison costs less than keying every row. Ties are decided by the operators (arrival order).
+Checked at build time against the stream's schema when it is known; a null in an order column
+fails the job naming the operator, column and row (a rank needs a value to rank by).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import itemgetter
+
+import pyarrow as pa
+
+from streamsnap.errors import ConfigurationError, DataError
+from streamsnap.runtime.schemas import describe_row
+
+
+def _columns(value, what: str, parameter: str) -> tuple[str, ...]:
+    columns = (value,) if isinstance(value, str) else value
+    if not isinstance(columns, (list, tuple)) or not columns \
+            or not all(isinstance(c, str) and c for c in columns):
+        raise ConfigurationError(
+            f"{what}: {parameter} takes a column name or a list of column names, got {value!r}")
+    return tuple(columns)
+
+
+@dataclass(frozen=True)
+class RowOrder:
+    """Rows ordered by `columns`, each descending or not; `before(a, b)`: a ranks ahead of b."""
+
+    columns: tuple[str, ...]
+    descending: tuple[bool, ...]
+
+    @classmethod
+    def of(cls, columns, descending, what: str, parameter: str, schema: pa.Schema | None = None) -> "RowOrder":
+        """Build-time checks: column names (present in `schema` when it is known) and one
+        direction for all columns or one per column."""
+        columns = _columns(columns, what, parameter)
+        if isinstance(descending, bool):
+            descending = (descending,) * len(columns)
+        elif not isinstance(descending, (list, tuple)) or len(descending) != len(columns) \
+                or not all(isinstance(d, bool) for d in descending):
+            raise ConfigurationError(
+                f"{what}: descending must be True/False or a list of one True/False per column of "
+                f"{parameter}={list(columns)}, got {descending!r}")
+        if schema is not None:
+            for column in columns:
+                if column not in schema.names:
+                    raise ConfigurationError(
+                        f"{what}: {parameter} names the column {column!r}, which the stream does not "
+                        f"have (its columns: {', '.join(schema.names)}); name one of them, or add the "
+                        f"column with map first")
+        return cls(columns, tuple(descending))
+
+    def __post_init__(self) -> None:
+        # One C call reads a row's order values; with one direction for every column they
+        # compare as tuples (or scalars) without a Python loop.
+        object.__setattr__(self, "_values", itemgetter(*self.columns))
+        object.__setattr__(self, "_direction", self.descending[0] if len(set(self.descending)) == 1 else None)
+
+    def before(self, a: dict, b: dict) -> bool:
+        """True when row a ranks strictly ahead of row b."""
+        direction = self._direction
+        if direction is not None:
+            values = self._values
+            return values(a) > values(b) if direction else values(a) < values(b)
+        column = self.columns[0]   # mixed directions: most rows differ in the first column
+        x, y = a[column], b[column]
+        if x != y:
+            return (x > y) if self.descending[0] else (x < y)
+        for column, descending in zip(self.columns[1:], self.descending[1:]):
+            x, y = a[column], b[column]
+            if x != y:
+                return (x > y) if descending else (x < y)
+        return False
+
+    def check(self, row: dict, operator: str) -> None:
+        """Fails on a row without a value to rank by (DataError naming operator, column, row)."""
+        try:
+            values = self._values(row)
+            if values is not None and (len(self.columns) == 1 or None not in values):
+                return
+        except KeyError:
+            pass
+        for column in self.columns:
+            if row.get(column) is None:
+                raise DataError(
+                    f"operator '{operator}': the row has no value in the order column '{column}' "
+                    f"({'missing' if column not in row else 'null'})\n  row: {describe_row(row)}\n"
+                    f"  fix: filter such rows out or fill the column before ranking",
+                    operator=operator, field=column, row=row)
+
+
+__all__ = ["RowOrder"]

@@ -1,0 +1,77 @@
+"""Top-N per key: the `n` best rows of each key, ranked (Flink SQL's `ROW_NUMBER() OVER
+(PARTITION BY key ORDER BY by DESC) <= n`, which its planner runs as a Rank operator).
+
+The key's ranking — at most `n` rows, best first — is keyed `ValueState`, so it is
+checkpointed, restored and rescaled with its key group on both backends. A row that enters the
+ranking emits the rows whose rank it changed, each with its rank (1 = best) in `rank_column`:
+itself and every row below it. The output is an **upsert stream keyed by (key, rank)**: a row
+replaces the one at its key and rank, and the key's current top N is its last row per rank. A
+row pushed out of the top N gets no row of its own (the row now at rank n replaced it); there is
+no retraction row, since streamsnap rows carry no change kind. Rows that tie on every `by`
+column rank in arrival order (the earlier ahead), so the result is deterministic per input order.
+"""
+
+from __future__ import annotations
+
+from streamsnap.api.functions import KeyedProcessFunction
+from streamsnap.errors import ConfigurationError
+from streamsnap.runtime.operators.row_order import RowOrder
+from streamsnap.state.descriptors import ValueStateDescriptor
+from streamsnap.state.ttl import StateTtlConfig
+
+
+def check_n(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigurationError(f"top_n: n is how many rows to keep per key, an int >= 1; got {n!r}")
+    return n
+
+
+def insert(top: list, row: dict, n: int, order: RowOrder) -> int | None:
+    """Puts `row` into the ranking `top` (best first, at most `n` rows, changed in place) and
+    returns its position, or None when it does not make the top n (`top` unchanged). A row
+    goes after the rows it ties with."""
+    at = len(top)
+    if at >= n and not order.before(row, top[-1]):
+        return None
+    while at and order.before(row, top[at - 1]):
+        at -= 1
+    top.insert(at, row)
+    del top[n:]
+    return at
+
+
+def ranked(top: list, start: int, rank_column: str) -> list[dict]:
+    """The rows of `top` from position `start` on, each with its rank (1 = best)."""
+    return [{**row, rank_column: rank} for rank, row in enumerate(top[start:], start=start + 1)]
+
+
+class TopN(KeyedProcessFunction):
+    """Keeps the `n` best rows per key by `order` and emits the ranks a row changed."""
+
+    def __init__(self, n: int, order: RowOrder, rank_column: str = "rank", ttl: StateTtlConfig | None = None):
+        self.n = check_n(n)
+        self.order = order
+        self.rank_column = rank_column
+        self.ttl = ttl
+
+    def open(self, ctx):
+        self._name = ctx.operator_name
+        self._top = ctx.get_state(ValueStateDescriptor("top-n", ttl=self.ttl))
+
+    def process_element(self, row, ctx):
+        order = self.order
+        order.check(row, self._name)
+        held = self._top.value()
+        if held and len(held) >= self.n and not order.before(row, held[-1]):
+            return None   # the common case once a key's ranking is full: no write
+        # Changed in place, then written back: the heap backend hands out a list a pending
+        # snapshot holds as a copy (state/copy_on_write.py), RocksDB always does.
+        top = held if held else []
+        at = insert(top, row, self.n, order)
+        if at is None:
+            return None
+        self._top.update(top)
+        return ranked(top, at, self.rank_column)
+
+
+__all__ = ["TopN", "check_n", "insert", "ranked"]
