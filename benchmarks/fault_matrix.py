@@ -176,7 +176,7 @@ def main() -> None:
         failed = sum(1 for t in tallies.values() for f in t.failures if f[0] == number)
         print(f"round {number}/{args.runs}: {time.monotonic() - started:.0f} s, "
               f"{'all exact' if not failed else f'{failed} FAILED'}", flush=True)
-    print(table(tallies))
+        print(table(tallies), flush=True)       # the counts so far: an interrupted matrix still tells
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"runs": args.runs, "scenarios": {n: t.__dict__ for n, t in tallies.items()}}, f, indent=1)
