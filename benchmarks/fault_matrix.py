@@ -103,7 +103,7 @@ def tally_round(number: int, xml_path: str, selected: dict, tallies: dict[str, T
             problem = case.find("error")
         if problem is not None:
             outcome = "failed"
-            tally.failures.append((number, case.get("name"), (problem.get("message") or "")[:300]))
+            tally.failures.append((number, case.get("name"), (problem.get("message") or "").split("\n")[0][:300]))
         elif case.find("skipped") is not None:
             outcome = "skipped"
         else:
