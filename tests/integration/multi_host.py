@@ -106,10 +106,11 @@ DRIVER = textwrap.dedent('''
         env = ss.StreamEnvironment(parallelism=P, spark=spark, web=False,
                                    local_recovery=options.get("local_recovery", False),
                                    network=ss.NetworkConfig(**options.get("network", {})),
-                                   checkpointing=ss.CheckpointConfig(interval=0.5, directory=job["ckpt"]),
+                                   checkpointing=ss.CheckpointConfig(interval=0.5, directory=job["ckpt"],
+                                                                     tolerable_failures=options.get("tolerable_failures", 0)),
                                    restart=ss.RestartStrategy.fixed_delay(attempts=options.get("attempts", 2),
                                                                           delay=0.5))
-        (env.from_source(ss.sources.Generator(event, count=job["n"], rate=RATE), name="events", uid="events")
+        (env.from_source(ss.sources.Generator(event, count=job["n"], rate=options.get("rate", RATE)), name="events", uid="events")
             .filter(lambda row: row["i"] %% 7 != 3, name="kept")
             .key_by("key").process(RunningSum(), name="sum", uid="sum")
             .key_by("key").process(RunningCount(), name="count", uid="count")
@@ -118,15 +119,27 @@ DRIVER = textwrap.dedent('''
         while client.status() != "RUNNING" or client.checkpoint_stats().counts.completed < 1:
             assert client.status() not in ("FAILED", "FINISHED", "CANCELED"), client.status()
             time.sleep(0.05)
-        info = {"subtasks": [{"vertex": s.vertex, "index": s.index, "host": s.host, "pid": s.pid,
-                              "data_address": s.data_address} for s in client.subtasks()]}
-        with open(job["info"] + ".tmp", "w") as f:
-            json.dump(info, f)
-        os.replace(job["info"] + ".tmp", job["info"])
+        def write_info():
+            info = {"subtasks": [{"vertex": s.vertex, "index": s.index, "host": s.host, "pid": s.pid,
+                                  "data_address": s.data_address} for s in client.subtasks()],
+                    "recoveries": client.recoveries(), "driver_pid": os.getpid()}
+            with open(job["info"] + ".tmp", "w") as f:
+                json.dump(info, f, default=str)
+            os.replace(job["info"] + ".tmp", job["info"])
+
+        # Rewritten every second while the job runs: who watches it (a fault test, the soak)
+        # follows the running attempt's subtasks and the failovers so far.
+        write_info()
+        deadline = time.monotonic() + options.get("timeout", 300)
+        while client.status() not in ("FAILED", "FINISHED", "CANCELED") and time.monotonic() < deadline:
+            time.sleep(1)
+            write_info()
         try:
-            result = client.wait(300)
+            result = client.wait(max(1.0, deadline - time.monotonic()))
             outcome = {"restarts": result.restarts, "status": result.status, "recoveries": result.recoveries,
-                       "hosts": sorted({s.host for s in client.subtasks()})}
+                       "hosts": sorted({s.host for s in client.subtasks()}),
+                       "checkpoints": {"completed": result.checkpoints.counts.completed,
+                                       "failed": result.checkpoints.counts.failed}}
         except Exception as exc:
             outcome = {"status": "FAILED", "error": f"{type(exc).__name__}: {exc}",
                        "recoveries": client.recoveries()}
@@ -188,9 +201,9 @@ class Session:
         self.log.seek(0)
         return self.log.read()[-20_000:]
 
-    def run(self, tmp_path, name: str, options: dict | None = None, n: int = N) -> "Job":
+    def run(self, tmp_path, name: str, options: dict | None = None, n: int = N, ckpt: str | None = None) -> "Job":
         job = Job(self, tmp_path, n)
-        self.process.stdin.write(json.dumps({"name": name, "out": str(job.out), "ckpt": str(tmp_path / "ckpt"),
+        self.process.stdin.write(json.dumps({"name": name, "out": str(job.out), "ckpt": ckpt or str(tmp_path / "ckpt"),
                                              "info": job.info_path, "n": n, "options": options or {}}) + "\n")
         self.process.stdin.flush()
         return job

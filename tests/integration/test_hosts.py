@@ -7,10 +7,12 @@ output, with one restart a fault:
 * a network partition between two hosts (scripts/partition: nftables drops their packets, no
   FIN, no RST), healed after 10 s: noticed within `NetworkConfig.peer_timeout`, not only once it
   heals, and nothing of the cut-off attempt is left running;
+* a partition between a host and the driver (its subtasks' control connections to the JobMaster
+  cut, both ways), healed once noticed;
 * a host lost: the Worker JVM, its executor and its Python workers SIGKILLed at once
   (scripts/spark-standalone kill-host); the job goes on with the two hosts left.
 
-One Spark application serves both jobs (multi_host.Session); the host loss comes last, as the
+One Spark application serves every job (multi_host.Session); the host loss comes last, as the
 lost host does not come back."""
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import psutil
 import pytest
 
 from streamsnap.state.local_recovery import ROOT_NAME
-from tests.integration import multi_host
+from tests.integration import fault_figures, multi_host
 from tests.integration.multi_host import CLUSTER_SCRIPT, PARTITION_SCRIPT
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults]
@@ -68,27 +70,33 @@ def test_each_worker_is_a_host_of_its_own_address_that_its_subtasks_advertise(ho
     assert len({h["local_dir"] for h in cluster["hosts"].values()}) == multi_host.HOSTS
 
 
-@pytest.mark.skipif(shutil.which("nft") is None or os.geteuid() != 0,
-                    reason="needs nft (apt-get install -y nftables; .ci/run installs it) and root")
-def test_a_partition_between_two_hosts_is_noticed_failed_over_and_healed_exactly_once(hosts, tmp_path):
-    cluster, session = hosts
+needs_nft = pytest.mark.skipif(shutil.which("nft") is None or os.geteuid() != 0,
+                               reason="needs nft (apt-get install -y nftables; .ci/run installs it) and root")
+
+
+def partitioned_run(session, tmp_path, scenario: str, sides, heal_once_noticed: bool = False):
+    """Run the chaos job, cut `sides(info)` (two addresses) apart with scripts/partition once a
+    checkpoint completed, for PARTITION_SECONDS or — `heal_once_noticed` — until the job noticed
+    (its first failover). Asserts one restart, noticed while still cut, a clean heal, exact
+    output, and nothing of the cut-off attempt left; returns (info of the cut-off attempt, result)."""
     # 12 s of input: on a loaded machine the first checkpoint may come seconds in, and the cut
-    # must fall while rows still cross between the hosts.
-    job = session.run(tmp_path, "partition", {"network": {"peer_timeout": PEER_TIMEOUT}}, n=18_000)
+    # must fall while rows still flow.
+    job = session.run(tmp_path, scenario, {"network": {"peer_timeout": PEER_TIMEOUT}}, n=18_000)
     info = job.info()
-    # Every subtask advertises its executor's host (never the machine's name or 127.0.0.1), and
-    # each host runs a slot: the partition cuts the data channels between them.
-    assert subtask_hosts(info) == {h["address"] for h in cluster["hosts"].values()}, info
-    a, b = sorted(subtask_hosts(info))[:2]
+    a, b = sides(info)
     cut_at = time.time()
     partition = subprocess.Popen([sys.executable, PARTITION_SCRIPT, "cut", a, b, "--for", str(PARTITION_SECONDS)],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
+        if heal_once_noticed:
+            while not job.info()["recoveries"] and partition.poll() is None:
+                time.sleep(0.2)
+            partition.terminate()           # it heals on SIGTERM
         result = job.result()
         output, _ = partition.communicate(timeout=PARTITION_SECONDS + 60)
     finally:
         if partition.poll() is None:
-            partition.terminate()           # it heals on SIGTERM
+            partition.terminate()
             partition.wait(30)
         subprocess.run([sys.executable, PARTITION_SCRIPT, "heal"], check=True, timeout=30)
     assert partition.returncode == 0, output
@@ -96,9 +104,11 @@ def test_a_partition_between_two_hosts_is_noticed_failed_over_and_healed_exactly
                           check=True).stdout == "", "a partition rule outlived the script"
     # One fault, one restart — noticed while the network was still cut (a closed connection
     # would only come after it healed; without liveness probes there is no restart at all).
+    fault_figures.report(scenario, faults=1, restarts=result["restarts"], fault_at=cut_at,
+                         recoveries=result["recoveries"])
     assert result["restarts"] == 1, result
     noticed = result["recoveries"][0]["failed_at"] - cut_at
-    print(f"partition noticed after {noticed:.1f} s (peer_timeout {PEER_TIMEOUT:g} s)")
+    print(f"{scenario}: noticed after {noticed:.1f} s (peer_timeout {PEER_TIMEOUT:g} s)")
     assert noticed < PARTITION_SECONDS, result["recoveries"]
     job.assert_exact()
     # Nothing of the cut-off attempt still runs: its subtasks' data endpoints are gone.
@@ -106,6 +116,36 @@ def test_a_partition_between_two_hosts_is_noticed_failed_over_and_healed_exactly
         if s["data_address"]:
             with pytest.raises(ConnectionRefusedError):
                 socket.create_connection(tuple(s["data_address"]), timeout=10).close()
+    return info, result
+
+
+@needs_nft
+def test_a_partition_between_two_hosts_is_noticed_failed_over_and_healed_exactly_once(hosts, tmp_path):
+    cluster, session = hosts
+
+    def two_hosts(info):
+        # Every subtask advertises its executor's host (never the machine's name or 127.0.0.1),
+        # and each host runs a slot: the partition cuts the data channels between them.
+        assert subtask_hosts(info) == {h["address"] for h in cluster["hosts"].values()}, info
+        return sorted(subtask_hosts(info))[:2]
+
+    partitioned_run(session, tmp_path, "partition host-host", two_hosts)
+
+
+@needs_nft
+def test_a_partition_between_a_host_and_the_driver_is_noticed_and_failed_over_exactly_once(hosts, tmp_path):
+    """The driver (127.0.0.1: its JobMaster's control port) cut from a host: its subtasks' control
+    connections leave from the host's own address (network/addresses.py), so the rule cuts them
+    — while Spark's executor-to-driver RPC, which leaves from 127.0.0.1, still carries the
+    cancellation of the cut-off barrier tasks. Healed once the JobMaster noticed, so that the
+    new attempt's subtasks on that host can register."""
+    _, session = hosts
+
+    def host_and_driver(info):
+        busiest = max(subtask_hosts(info), key=lambda h: sum(s["host"] == h for s in info["subtasks"]))
+        return busiest, "127.0.0.1"
+
+    partitioned_run(session, tmp_path, "partition host-driver", host_and_driver, heal_once_noticed=True)
 
 
 def test_a_lost_host_is_recovered_from_on_the_hosts_left_exactly_once(hosts, tmp_path):
@@ -131,6 +171,8 @@ def test_a_lost_host_is_recovered_from_on_the_hosts_left_exactly_once(hosts, tmp
         assert time.monotonic() < deadline, [p for p in pids if alive(p)]
         time.sleep(0.05)
     result = job.result()
+    fault_figures.report("host lost", faults=1, restarts=result["restarts"], fault_at=lost_at,
+                         recoveries=result["recoveries"])
     assert result["restarts"] == 1, result
     assert victim not in result["hosts"] and len(result["hosts"]) == multi_host.HOSTS - 1, result
     recovery = result["recoveries"][0]

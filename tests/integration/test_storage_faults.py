@@ -15,7 +15,7 @@ import pytest
 
 import streamsnap as ss
 from streamsnap.checkpoint import filesystem
-from tests.integration import support
+from tests.integration import fault_figures, support
 from tests.integration.test_failover import RunningSum, causes, event, expected_rows, read_output, wait_restarted
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults]
@@ -61,12 +61,15 @@ def test_checkpoints_and_a_savepoint_on_s3_with_a_subtask_killed(spark, tmp_path
     for marker in gate.glob("held-*"):     # the first attempt's holds (it marks each once): the
         marker.unlink()                    # restored attempt's own say when it holds
     victim = random.Random(33).choice([s for s in client.subtasks() if s.vertex.startswith("sum")])
+    killed_at = time.time()
     os.kill(victim.pid, signal.SIGKILL)
     wait_restarted(client, 1)
     assert client.checkpoint_stats().latest_restored is not None, "restored from the checkpoint on S3"
     support.wait_held(gate, 2, client)
     savepoint = client.stop_with_savepoint(f"s3://{bucket}/savepoints")
     first = client.wait(60)
+    fault_figures.report("s3 slot killed", faults=1, restarts=first.restarts, fault_at=killed_at,
+                         recoveries=first.recoveries)
     assert first.restarts == 1 and len(first.recoveries) == 1, causes(client)
     assert savepoint.startswith(f"s3://{bucket}/savepoints/savepoint-")
     assert "_metadata" in s3_objects(savepoint)
@@ -128,6 +131,7 @@ def test_a_full_checkpoint_disk_fails_checkpoints_not_the_output(spark, tmp_path
     support.wait_status(client, "RUNNING")
     support.wait_completed(client, 1, timeout=60)
     filler = fill(small_disk)
+    full_at = time.time()
     deadline = time.monotonic() + 60
     while not client.recoveries():
         assert time.monotonic() < deadline, f"no failover while the disk was full: {client.checkpoint_stats()}"
@@ -139,6 +143,9 @@ def test_a_full_checkpoint_disk_fails_checkpoints_not_the_output(spark, tmp_path
     assert "3 consecutive checkpoint failure(s), tolerable_failures=2" in causes(client), causes(client)
     support.release(gate)
     result = client.wait(120)
+    # detection: until the third failed checkpoint in a row failed the job over
+    fault_figures.report("enospc", faults=1, restarts=result.restarts, fault_at=full_at,
+                         recoveries=result.recoveries)
     assert result.restarts == 1, causes(client)
     assert result.checkpoints.counts.completed >= 2
     assert_exact(read_output(tmp_path / "out"))
