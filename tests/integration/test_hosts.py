@@ -153,10 +153,15 @@ def test_a_lost_host_is_recovered_from_on_the_hosts_left_exactly_once(hosts, tmp
     job = session.run(tmp_path, "host lost", {"local_recovery": True})
     info = job.info()
     # Local-recovery copies stay on their host: under its own scratch directory. (Spark places
-    # the three barrier tasks on the executors' free cores: sometimes all on one host.)
+    # the three barrier tasks on the executors' free cores: sometimes all on one host.) The first
+    # completed checkpoint may precede any row reaching a keyed stage — no keyed state, no copy —
+    # so a copy is waited for: the next checkpoints, every 0.5 s, hold keyed state.
+    deadline = time.monotonic() + 30
     for h in cluster["hosts"].values():
         if h["address"] in subtask_hosts(info):
-            assert glob.glob(os.path.join(h["local_dir"], "**", ROOT_NAME), recursive=True), h
+            while not glob.glob(os.path.join(h["local_dir"], "**", ROOT_NAME), recursive=True):
+                assert time.monotonic() < deadline, h
+                time.sleep(0.1)
     victim = sorted(subtask_hosts(info))[0]
     worker = next(name for name, h in cluster["hosts"].items() if h["address"] == victim)
     lost_at = time.time()
