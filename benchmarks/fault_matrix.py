@@ -10,9 +10,9 @@ put out its first row after it (median and max over the runs).
     python -m benchmarks.fault_matrix [--runs 10] [--only host,partition,s3,enospc,...]
                                       [--json PATH] [--keep DIR]
 
-A round's tests run one after another (`-n 0`): the partition tests share scripts/partition's
-one nftables table, and one test's heal would end another's cut. Each round's junit XML and pytest output stay in --keep (default: a temporary directory, its
-path printed). Needs root and nft for the partitions and the tmpfs; without them those tests
+A round's tests run one after another (`-n 0`), so each fault's timings are its own (side by
+side they also share the machine's two cores). Each round's junit XML and pytest output stay in
+--keep (default: a temporary directory, its path printed). Needs root and nft for the partitions and the tmpfs; without them those tests
 are counted as skipped, not run.
 """
 

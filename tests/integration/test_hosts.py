@@ -98,10 +98,12 @@ def partitioned_run(session, tmp_path, scenario: str, sides, heal_once_noticed: 
         if partition.poll() is None:
             partition.terminate()
             partition.wait(30)
-        subprocess.run([sys.executable, PARTITION_SCRIPT, "heal"], check=True, timeout=30)
+        subprocess.run([sys.executable, PARTITION_SCRIPT, "heal", a, b], check=True, timeout=30)
     assert partition.returncode == 0, output
-    assert subprocess.run([sys.executable, PARTITION_SCRIPT, "list"], capture_output=True, text=True,
-                          check=True).stdout == "", "a partition rule outlived the script"
+    # Only this cut: another test (tests/network/test_liveness.py) may cut its own pair meanwhile.
+    assert " ".join(sorted((a, b))) not in subprocess.run(
+        [sys.executable, PARTITION_SCRIPT, "list"], capture_output=True, text=True, check=True).stdout.splitlines(), \
+        "a partition rule outlived the script"
     # One fault, one restart — noticed while the network was still cut (a closed connection
     # would only come after it healed; without liveness probes there is no restart at all).
     fault_figures.report(scenario, faults=1, restarts=result["restarts"], fault_at=cut_at,

@@ -97,14 +97,16 @@ def test_an_authenticated_connection_leaves_from_its_host_and_is_armed():
 def test_a_partitioned_peer_fails_a_blocked_read_instead_of_hanging_it():
     """Real sockets, a real drop rule: the reader of an idle connection hears nothing at all, and
     still learns within the peer timeout that its peer is gone (ETIMEDOUT)."""
+    # Addresses of its own: the multi-host tests' Workers (127.0.0.2, .3) may be running meanwhile.
+    a, b = "127.0.0.42", "127.0.0.43"
     with socket.socket() as server:
-        server.bind(("127.0.0.3", 0))
+        server.bind((b, 0))
         server.listen()
-        client = socket.create_connection(server.getsockname(), source_address=("127.0.0.2", 0))
+        client = socket.create_connection(server.getsockname(), source_address=(a, 0))
         peer, _ = server.accept()
         with client, peer:
             liveness.arm(peer, 2.0)
-            subprocess.run([sys.executable, PARTITION, "cut", "127.0.0.2", "127.0.0.3"], check=True, timeout=30)
+            subprocess.run([sys.executable, PARTITION, "cut", a, b], check=True, timeout=30)
             try:
                 peer.settimeout(60)
                 started = time.monotonic()
@@ -113,7 +115,7 @@ def test_a_partitioned_peer_fails_a_blocked_read_instead_of_hanging_it():
                 assert info.value.errno == 110          # ETIMEDOUT: given up, not a socket timeout
                 print(f"silent peer noticed after {time.monotonic() - started:.1f} s (peer_timeout 2 s)")
             finally:
-                subprocess.run([sys.executable, PARTITION, "heal"], check=True, timeout=30)
+                subprocess.run([sys.executable, PARTITION, "heal", a, b], check=True, timeout=30)
 
 
 def test_the_partition_script_refuses_addresses_off_the_loopback_network():
