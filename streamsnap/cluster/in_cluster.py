@@ -34,8 +34,11 @@ import msgpack
 from streamsnap.cluster import storage_control, wire_objects
 from streamsnap.cluster.jobmaster import DEPLOY_TIMEOUT, JobMaster, JobSettings
 from streamsnap.cluster.log_buffer import LogBuffer
+from streamsnap.cluster.process_liveness import parent_gone, process_start_time
 from streamsnap.cluster.registry import TERMINAL, FencedError, JobRegistry
+from streamsnap.cluster.request_files import RequestFileWatch
 from streamsnap.cluster.status import JobStatus
+from streamsnap.cluster.submitter_watch import SubmitterWatch
 from streamsnap.errors import JobExecutionError, StreamsnapError
 from streamsnap.runtime.deployment import Deployment
 
@@ -77,8 +80,10 @@ class AttemptEnded(StreamsnapError):
 
 
 # ====================================================================== the JobMaster side
-class ClusterJobMaster(JobMaster):
-    """A JobMaster leading exactly one attempt, from inside the barrier stage."""
+class ClusterJobMaster(SubmitterWatch, RequestFileWatch, JobMaster):
+    """A JobMaster leading exactly one attempt, from inside the barrier stage; it also watches a
+    detached job's submitter (cluster/submitter_watch.py) and answers request files
+    (cluster/request_files.py)."""
 
     def __init__(self, job: ClusterJob, task0_tid: int, host: str, started: dict | None = None):
         d = job.deployment
@@ -190,7 +195,7 @@ class ClusterJobMaster(JobMaster):
         SIGKILLed, or Spark killed it — or someone asked this process to stop. Fail the attempt
         with that cause, as for a lost subtask, so the record says what happened and when,
         instead of the next leader finding this JobMaster gone ("was lost") seconds later."""
-        gone = _parent_gone(parent_pid)
+        gone = parent_gone(parent_pid)
         cause = (f"Spark task 0's Python worker (pid {parent_pid} on {self._host}), which hosts slot 0 and this "
                  f"JobMaster, died or was killed" if gone else
                  f"the JobMaster (pid {os.getpid()} on {self._host}) was sent SIGTERM")
@@ -301,52 +306,7 @@ class ClusterJobMaster(JobMaster):
         self._publish(status.value, ending=True, payload=summary, ended_at=time.time())
         self.outcome = ("ended", payload)
 
-    # ------------------------------------------------------------------ the detached submitter
-    def _watch_submitter(self) -> None:
-        """Every RENEW seconds: has the detached job's submitter stopped renewing its lease?
-        Then start a replacement (cluster/submitter_lease.py) — once per JobMaster: the
-        replacement's new Spark job brings the next one."""
-        from streamsnap.cluster import detached
-        from streamsnap.cluster.submitter_lease import RENEW, SubmitterLease, expired
-
-        if self.status.is_terminal or self._submitter_replaced or self.outcome is not None:
-            return
-        try:
-            lease = SubmitterLease(self.registry).current()
-        except OSError as exc:
-            log.warning("job '%s': could not read the submitter's lease: %s", self.settings.job_name, exc)
-            lease = None
-        if expired(lease, time.time()):
-            self._submitter_replaced = True
-            lost = (f"the submitter of detached job '{self.settings.job_name}' (pid {lease.get('pid')} on "
-                    f"{lease.get('host')}) stopped renewing its lease {time.time() - lease['renewed_at']:.0f} s ago")
-            pid, host, log_file = detached.replace(self._job, self.settings.job_name, lease)
-            log.warning("job '%s': %s; started a replacement submitter (pid %d on %s, log %s), which resubmits "
-                        "the job from its latest completed checkpoint", self.settings.job_name, lost, pid, host,
-                        log_file)
-            self._record["submitter_lost"] = {"cause": lost, "at": time.time(), "replacement": {
-                "pid": pid, "host": host, "log": log_file}}
-            self._publish()
-            return
-        self._timers.call_later(RENEW, self._watch_submitter)
-
     # ------------------------------------------------------------------ clients
-    def _watch_request_files(self) -> None:
-        """Every storage_control.POLL seconds: answer the requests of clients that cannot reach the
-        control port (cluster/storage_control.py), exactly as those that can."""
-        if self.status.is_terminal or self.outcome is not None:
-            return
-        try:
-            requests = self._storage_control.take_requests(self._request_files_seen)
-        except OSError as exc:
-            log.warning("job '%s': could not read its request files: %s", self.settings.job_name, exc)
-            requests = []
-        for request in requests:
-            arguments = request.get("arguments") if isinstance(request.get("arguments"), dict) else {}
-            self._answer(_RequestFileReply(self._storage_control, request["id"]),
-                         {**arguments, "type": "client", "id": request["id"], "call": request.get("call")})
-        self._timers.call_later(storage_control.POLL, self._watch_request_files)
-
     def _on_control_message(self, conn, message: dict) -> None:
         if message.get("type") == "client":
             if message.get("call") == "logs":     # answered here: the event loop may be busy
@@ -402,50 +362,6 @@ class ClusterJobMaster(JobMaster):
             reply(error=exc)
 
 
-class _RequestFileReply:
-    """Where `_answer` sends a request file's reply: its signed response file."""
-
-    def __init__(self, box: storage_control.StorageControl, request_id: str):
-        self._box = box
-        self._request_id = request_id
-
-    def send(self, reply: dict) -> bool:
-        try:
-            self._box.answer(self._request_id, reply)
-        except OSError as exc:     # the client times out naming the directory; the log says why
-            log.warning("could not answer request file %s: %s", self._request_id, exc)
-            return False
-        return True
-
-
-def _parent_gone(parent_pid: int, wait: float = 0.5) -> bool:
-    """Whether the process that forked us died. The parent-death signal is sent while the
-    parent exits, so it may still look alive for a moment (and being reparented is not always
-    visible at once): give it `wait` seconds before deciding the signal came from elsewhere."""
-    deadline = time.monotonic() + wait
-    while True:
-        if os.getppid() != parent_pid or not _running(parent_pid):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (a SIGKILLed process stays one until its parent reaps it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:       # no /proc: whether the pid exists at all
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
 def _jobmaster_process(job: ClusterJob, task0_tid: int, host: str, sender, parent_pid: int, started: dict) -> None:
     from streamsnap.runtime.slot import _die_with_parent
 
@@ -488,7 +404,7 @@ def run_cluster_slot(job: ClusterJob, slot: int, host: str, tid: int, n: int) ->
     job.deployment.use_storage_options()   # the registry lies in the checkpoint directory
     master = receiver = None
     if slot == 0:
-        started = {"task_started_at": time.time(), "worker_started_at": _process_start_time(),
+        started = {"task_started_at": time.time(), "worker_started_at": process_start_time(),
                    "closure_loaded_at": getattr(job, "unpickled_at", None),
                    "closure_loaded_cpu": getattr(job, "unpickled_cpu", None)}
         context = multiprocessing.get_context("fork")
@@ -515,19 +431,6 @@ def run_cluster_slot(job: ClusterJob, slot: int, host: str, tid: int, n: int) ->
         if master is not None and master.is_alive():
             master.kill()
         raise
-
-
-def _process_start_time() -> float | None:
-    """Wall-clock start of this Python worker process (Linux /proc), to tell worker start-up
-    apart from the task's own work in a recovery's timeline; None elsewhere."""
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _await_leader(job: ClusterJob, tid: int, n: int, master) -> dict | None:

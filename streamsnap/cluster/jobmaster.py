@@ -22,7 +22,6 @@ import concurrent.futures
 import logging
 import os
 import queue
-import re
 import threading
 import time
 import uuid
@@ -30,21 +29,26 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from streamsnap.api.config import CheckpointConfig, NetworkConfig, RestartStrategy
-from streamsnap.api.result import JobResult, OperatorMetrics, SubtaskInfo
+from streamsnap.api.result import JobResult, SubtaskInfo
 from streamsnap.checkpoint import filesystem
-from streamsnap.checkpoint.coordinator import CheckpointListenerError
 from streamsnap.checkpoint.io import ThreadedIO
 from streamsnap.checkpoint.messages import AcknowledgeCheckpoint, DeclineCheckpoint
 from streamsnap.checkpoint.reasons import CheckpointFailureReason
 from streamsnap.clock import SystemClock, TimerQueue
-from streamsnap.cluster.attempts import AttemptTracker, replaces_cause
+from streamsnap.cluster.attempts import AttemptTracker
 from streamsnap.cluster.commit_gate import CommitGate
+from streamsnap.cluster.coordinator_gateway import CoordinatorGateway, LoopScheduler
 from streamsnap.cluster.exception_history import ExceptionHistory, one_line
 from streamsnap.web.job_summary import describe_graph, summary_of, write_summary
+from streamsnap.cluster.failover import FOLLOW_ON_GRACE, Failover, failure_reason, failure_report
+from streamsnap.cluster.job_result import ResultReport
 from streamsnap.cluster.restart import RestartBackoff
 from streamsnap.cluster.spark_bridge import bridge_for
 from streamsnap.cluster.spark_session import control_host, is_local
+from streamsnap.cluster.savepoint_stop import SavepointStop
+from streamsnap.cluster.spark_errors import spark_error_summary
 from streamsnap.cluster.status import ExecutionState, JobStatus
+from streamsnap.cluster.subtask_record import SubtaskRecord
 from streamsnap.errors import JobExecutionError, RestoreError, StreamsnapError
 from streamsnap.graph.execution_graph import ExecutionGraph
 from streamsnap.graph.ids import ExecutionAttemptId, job_id_for_name
@@ -82,82 +86,10 @@ class JobSettings:
     web: Any = None            # WebConfig a JobMaster in the cluster serves (a client's serves its own)
 
 
-# Seconds a failure report that followed from a lost upstream waits for that upstream's own failure.
-FOLLOW_ON_GRACE = 0.3
+class JobMaster(Failover, SavepointStop, ResultReport):
+    """One job's master. Mixins beside it: failover decisions (cluster/failover.py), savepoints and
+    stop-with-savepoint (cluster/savepoint_stop.py), its result (cluster/job_result.py)."""
 
-
-def _failure_reason(message: dict) -> str:
-    """The reason a task's `failed` report gives: a data error, a user function's error, a
-    neighbour's failure it followed from (a lost input or output connection), or other."""
-    return ("DATA_ERROR" if message.get("data_error") else
-            "USER_FUNCTION" if message.get("user_error") else
-            "FOLLOW_ON" if message.get("follow_on") else "TASK_FAILURE")
-
-
-def _failure_report(message: dict) -> dict:
-    """`_handle_failure`'s arguments from a task's `failed` report, but the attempt."""
-    return {"cause": str(message["error"]), "reason": _failure_reason(message), "task": message.get("task"),
-            "exception": message.get("exception")}
-
-
-@dataclass
-class _Subtask:
-    attempt_id: ExecutionAttemptId
-    task_index: int
-    state: ExecutionState = ExecutionState.DEPLOYING
-    connection: ControlConnection | None = None
-    pid: int | None = None
-    host: str | None = None
-    data_address: tuple | None = None
-    end_of_data: bool = False
-    metrics: dict | None = None
-    local_recovery: dict | None = None   # the task-local store's metrics when it ran (restore)
-
-
-class _LoopScheduler:
-    """The Scheduler the coordinator sees: timers run on the JobMaster's thread."""
-
-    def __init__(self, clock: SystemClock, timers: TimerQueue):
-        self._clock = clock
-        self._timers = timers
-
-    def monotonic(self) -> float:
-        return self._clock.monotonic()
-
-    def wall(self) -> float:
-        return self._clock.wall()
-
-    def call_later(self, delay: float, callback: Callable[[], None]):
-        return self._timers.call_later(delay, callback)
-
-
-class _CoordinatorGateway:
-    """CheckpointTaskGateway over the control connections."""
-
-    def __init__(self, master: "JobMaster"):
-        self._master = master
-
-    def _send(self, attempt: ExecutionAttemptId, message: dict) -> None:
-        subtask = self._master._subtask_of(attempt)
-        if subtask is not None and subtask.connection is not None:
-            subtask.connection.send(message)
-
-    def trigger_checkpoint(self, attempt, checkpoint_id, timestamp, options) -> None:
-        pending = self._master.coordinator.pending_checkpoint(checkpoint_id)
-        self._send(attempt, {"type": "trigger_checkpoint", "checkpoint_id": checkpoint_id,
-                             "timestamp": timestamp, "options": options.to_wire(),
-                             # sources advance event time to its end before this barrier
-                             "drain": pending is not None and pending.properties.drain})
-
-    def notify_checkpoint_complete(self, attempt, checkpoint_id, timestamp) -> None:
-        self._master.commit_gate.hold(checkpoint_id, lambda: self._send(
-            attempt, {"type": "notify_complete", "checkpoint_id": checkpoint_id, "timestamp": timestamp}))
-
-    def notify_checkpoint_aborted(self, attempt, checkpoint_id) -> None:
-        self._send(attempt, {"type": "notify_aborted", "checkpoint_id": checkpoint_id})
-
-
-class JobMaster:
     def __init__(self, spark, execution_graph: ExecutionGraph, settings: JobSettings, *,
                  secret: bytes | None = None, run_id: str | None = None, control_bind: str | None = None,
                  local: bool | None = None):
@@ -180,10 +112,10 @@ class JobMaster:
         self._events: queue.Queue = queue.Queue()
         self._clock = SystemClock()
         self._timers = TimerQueue(self._clock)
-        self._scheduler = _LoopScheduler(self._clock, self._timers)
+        self._scheduler = LoopScheduler(self._clock, self._timers)
         self._secret = secret or auth.new_secret()
         self._lock = threading.Lock()
-        self._subtasks: dict[int, _Subtask] = {}
+        self._subtasks: dict[int, SubtaskRecord] = {}
         self._attempts = AttemptTracker()
         self._restart_timer = None
         self._backoff = RestartBackoff(settings.restart)
@@ -373,7 +305,7 @@ class JobMaster:
         self._checkpoint_io = ThreadedIO(self._post)
         coordinator = CheckpointCoordinator(
             job_id=self.job_id, config=config, storage=storage, scheduler=self._scheduler,
-            gateway=_CoordinatorGateway(self), fail_job=self._on_checkpoint_failure_limit,
+            gateway=CoordinatorGateway(self), fail_job=self._on_checkpoint_failure_limit,
             io=self._checkpoint_io, fence=self._leadership_check())
         for component in self._sinks.values():
             if hasattr(component, "notify_checkpoint_complete"):
@@ -404,7 +336,7 @@ class JobMaster:
                             "(%s); they are left in place", name, earlier, where, why)
         self.coordinator.discard_abandoned_locations()  # what a dead driver's tasks left half-written
 
-    def _subtask_of(self, attempt: ExecutionAttemptId) -> _Subtask | None:
+    def _subtask_of(self, attempt: ExecutionAttemptId) -> SubtaskRecord | None:
         for subtask in self._subtasks.values():
             if subtask.attempt_id == attempt:
                 return subtask
@@ -430,7 +362,7 @@ class JobMaster:
         deployment = new_deployment(self.job_id, self.run_id, self.settings, eg, self._secret, self.slots,
                                     self._local, self._attempt, self._server.address, plan, self._ends_at_restore)
         with self._lock:
-            self._subtasks = {v.task_index: _Subtask(deployment.attempt_id(v.task_index), v.task_index)
+            self._subtasks = {v.task_index: SubtaskRecord(deployment.attempt_id(v.task_index), v.task_index)
                               for v in eg.vertices}
         if self.coordinator is not None:
             self._configure_coordinator()
@@ -516,14 +448,6 @@ class JobMaster:
                  self._attempt, metadata.checkpoint_id, base)
         return plan
 
-    def _restore_sources(self) -> dict:
-        """Where this attempt's subtasks restored their keyed state from: files and bytes read
-        from task-local copies and from checkpoint storage, in total and per subtask."""
-        from streamsnap.state.local_recovery import summarize_restores
-
-        return summarize_restores({f"{s.attempt_id.vertex_id}#{s.attempt_id.index}": counts
-                                   for s in self._subtasks.values()
-                                   if (counts := (s.local_recovery or {}).get("restored")) is not None})
 
     def _release_local_state(self) -> None:
         """Delete the job's task-local copies on this host: in local mode the tasks ran here;
@@ -560,9 +484,9 @@ class JobMaster:
                 self.coordinator.receive_decline(DeclineCheckpoint.from_wire(message))
             return
         subtask = self._subtask_of(attempt)
-        if kind == "failed" and subtask is not None and self._upgrades_cause(_failure_reason(message), attempt.attempt):
+        if kind == "failed" and subtask is not None and self._upgrades_cause(failure_reason(message), attempt.attempt):
             # The attempt ended with an earlier report (a knock-on failure); this is its root cause.
-            self._handle_failure(attempt=attempt.attempt, **_failure_report(message))
+            self._handle_failure(attempt=attempt.attempt, **failure_report(message))
             return
         if kind == "failed" and not self._attempts.is_live(attempt.attempt):
             # A neighbour of the failure that ended the attempt: counted in its history entry.
@@ -623,7 +547,7 @@ class JobMaster:
         elif kind == "failed":
             with self._lock:
                 subtask.state = ExecutionState.FAILED
-            report = _failure_report(message)
+            report = failure_report(message)
             if message.get("follow_on") and message.get("lost"):
                 vertex, index = message["lost"]
                 self._lost_upstream = (attempt.attempt, str(vertex), int(index))
@@ -648,40 +572,6 @@ class JobMaster:
     def _after_subtask_finished(self) -> None:
         """Here the job ends with its Spark job (`_on_spark_job_end`); in_cluster.py ends it earlier."""
 
-    def _handle_close(self, conn: ControlConnection, error) -> None:
-        subtask = conn.context
-        if not isinstance(subtask, _Subtask):
-            return
-        if subtask.state in (ExecutionState.FINISHED, ExecutionState.FAILED, ExecutionState.CANCELED):
-            return
-        current = self._subtask_of(subtask.attempt_id) is subtask
-        if not current or not self._attempts.is_live(subtask.attempt_id.attempt):
-            if not (current and self._lost_by_neighbour(subtask)):
-                log.debug("connection of %s closed (its attempt has ended)", subtask.attempt_id)
-                return
-            # The attempt ended on a downstream report that this subtask's data connection
-            # dropped; now its own connection drops too: it died, and that is the root cause.
-        if self.status.is_terminal or self.status is JobStatus.CANCELLING:
-            return
-        with self._lock:
-            subtask.state = ExecutionState.FAILED
-        where = f"pid {subtask.pid} on {subtask.host}" if subtask.pid else "before it registered"
-        self._handle_failure(
-            f"lost subtask {subtask.attempt_id.vertex_id}#{subtask.attempt_id.index} ({where}): its "
-            f"connection to the driver dropped — the task process died or was killed"
-            + (f" ({error})" if error else ""), "TASK_LOST", subtask.attempt_id.attempt, self._task_name(subtask))
-
-    def _lost_by_neighbour(self, subtask: _Subtask) -> bool:
-        """Whether the failure that ended `subtask`'s attempt was a neighbour losing its data connection from it."""
-        a = subtask.attempt_id
-        return self._failure_reason == "FOLLOW_ON" and self._lost_upstream == (a.attempt, a.vertex_id, a.index)
-
-    def _task_name(self, subtask: _Subtask) -> str:
-        """The name a task gives itself ("sum -> out (2/2)"), for a subtask that cannot say it."""
-        vertex = self.execution_graph.job_graph.vertices.get(subtask.attempt_id.vertex_id)
-        if vertex is None:
-            return subtask.attempt_id.vertex_id
-        return f"{vertex.name} ({subtask.attempt_id.index + 1}/{vertex.parallelism})"
 
     # ================================================================ job end
     def _on_all_end_of_data(self) -> None:
@@ -725,7 +615,7 @@ class JobMaster:
         elif all(s.state is ExecutionState.FINISHED for s in self._subtasks.values()):
             self._finalize(JobStatus.FINISHED)
         else:
-            self._handle_failure(_spark_error_summary(error) if error else
+            self._handle_failure(spark_error_summary(error) if error else
                                  "the Spark job ended before all subtasks finished", "SPARK_JOB_FAILED", attempt)
 
     def _handle_failure(self, cause: str, reason: str, attempt: int, task: str | None = None,
@@ -777,18 +667,6 @@ class JobMaster:
         else:
             self._timers.call_later(SPARK_CANCEL_GRACE, lambda a=self._attempt: self._spark_job_overdue(a))
 
-    def _fail_from_sink(self, cause: str, recurs: bool = False) -> None:
-        """A driver-side sink component could not do its part (a global committer's commit):
-        fail over, so the restore commits again what the latest checkpoint pre-committed — or,
-        when the same rows would fail the same way again (`recurs`: the stream's schema does not
-        fit the table), fail the job at once, as a data error does."""
-        self._post(lambda: self._handle_failure(cause, "DATA_ERROR" if recurs else "SINK_COMMIT_FAILED",
-                                                self._attempt))
-
-    def _upgrades_cause(self, reason: str, attempt: int) -> bool:
-        """Whether a failure report is the root cause of the attempt already failing (above)."""
-        return (self._failing and attempt == self._attempt and not self.status.is_terminal
-                and replaces_cause(reason, self._failure_reason))
 
     def _spark_job_overdue(self, attempt: int) -> None:
         """The cancelled attempt's Spark job has not ended: stop waiting for it."""
@@ -816,66 +694,10 @@ class JobMaster:
             except Exception:  # the session may already be stopping; the job ends either way
                 log.debug("cancelling Spark job group %s failed", self._spark_group, exc_info=True)
 
-    def _after_attempt_stopped(self) -> None:
-        """The failed attempt's Spark job ended (or was given up on): restart once, or fail."""
-        self._failing = False
-        for subtask in self._subtasks.values():
-            if subtask.connection is not None:
-                subtask.connection.close()
-        if self._cancel_requested:
-            self._finalize(JobStatus.CANCELED)
-            return
-        if self.coordinator is not None:
-            self.coordinator.discard_abandoned_locations()  # what the stopped tasks left behind
-        if self._attempts.deploy_pending:
-            log.debug("a deploy is already pending; attempt %d is not restarted twice", self._attempt)
-            return
-        self._backoff.notify_failure(self._clock.monotonic())
-        # A data error (errors.DataError) meets the same row again after any restore: fail at once.
-        if self._failure_reason != "DATA_ERROR" and self._backoff.can_restart():
-            self._attempts.request_deploy()
-            self._backoff.notify_restart()
-            self._set_status(JobStatus.RESTARTING)
-            delay = self._backoff.backoff_time
-            latest = self.exceptions.latest()
-            log.warning("job '%s' restarting (restart %d, %s) in %.1f s after %s%s%s", self.settings.job_name,
-                        self._backoff.restarts, self._backoff.describe(), delay,
-                        latest.exception if latest else self._failure_reason,
-                        f" in {latest.task}" if latest and latest.task else "",
-                        f" (and {len(latest.concurrent)} follow-on failure(s) of other subtasks)"
-                        if latest and latest.concurrent else "")
-            self._schedule_restart(delay)
-            return
-        restarts = self._backoff.restarts
-        message = self._failure
-        if self._failure_reason == "DATA_ERROR":
-            message = (f"job failed without a restart ({restarts} earlier restart(s)): a data error recurs "
-                       f"whenever the same input is replayed, so restarting cannot help:\n{message}")
-        elif restarts:
-            message = f"job failed after {restarts} restart(s) ({self._backoff.describe()}); last failure:\n{message}"
-        elif message.startswith("Traceback"):   # a user function's: its traceback first, then where
-            message = f"job '{self.settings.job_name}' failed in your code:\n{message}"
-        latest = self.exceptions.latest()
-        if latest is not None and latest.follow_on_line():
-            message += "\n" + latest.follow_on_line()
-        if self._stopping is not None:
-            message += (f"\nThe stop-with-savepoint's savepoint {self._stopping[0]} had completed and drained: a new "
-                        f"run of this job (same checkpoint directory) commits what it covers and finishes")
-        self._finalize(JobStatus.FAILED, JobExecutionError(message, job_name=self.settings.job_name,
-                                                            cause=self._failure, reason=self._failure_reason,
-                                                            history=self.exceptions.entries()))
 
     def _schedule_restart(self, delay: float) -> None:
         self._restart_timer = self._timers.call_later(delay, self._deploy)
 
-    def _on_checkpoint_failure_limit(self, exc: BaseException) -> None:
-        """The coordinator fails the job: more checkpoint failures than tolerated, or a
-        driver-side checkpoint listener (a sink's committer) raised. Fail over."""
-        listener = isinstance(exc, CheckpointListenerError)
-        cause = str(exc) if listener else f"too many checkpoint failures: {exc}"
-        reason = exc.reason if listener else getattr(getattr(exc, "reason", None), "name", "CHECKPOINT_FAILURE")
-        attempt = self._attempt  # the coordinator calls this on the loop thread, for the current attempt
-        self._post(lambda: self._handle_failure(cause, reason, attempt))
 
     def _cancel(self) -> None:
         if self.status.is_terminal:
@@ -907,66 +729,6 @@ class JobMaster:
         self._spark_running = False
         self._finalize(JobStatus.CANCELED)
 
-    def _trigger_savepoint(self, directory, terminate: bool, drain: bool, result: concurrent.futures.Future) -> None:
-        if self.coordinator is None:
-            result.set_exception(StreamsnapError(
-                "savepoints need a checkpoint configuration: pass checkpointing=CheckpointConfig(interval=None, "
-                "directory=...) to StreamEnvironment (interval=None means no periodic checkpoints)"))
-            return
-        if self.status is not JobStatus.RUNNING:
-            result.set_exception(StreamsnapError(f"cannot take a savepoint while the job is {self.status.value}"))
-            return
-        attempt = self._attempt
-        drain = terminate and drain
-        future = self.coordinator.trigger_savepoint(directory, terminate=terminate, drain=drain)
-
-        def done(f):
-            def on_loop():
-                if f.exception() is not None:
-                    if drain:
-                        self._drain_failed(f.exception(), attempt, result)
-                    else:
-                        result.set_exception(f.exception())
-                    return
-                path = filesystem.user_path(f.result().external_pointer)
-                if not terminate:
-                    result.set_result(path)
-                elif not self._attempts.is_live(attempt) or self.status.is_terminal:
-                    # The attempt failed after the savepoint completed: the restart restores it.
-                    if drain:
-                        self._stopping = (path, result, True)
-                    else:
-                        result.set_exception(self._stop_interrupted(path))
-                else:  # resolved when the job has FINISHED (Flink's stop-with-savepoint)
-                    self._stopping = (path, result, drain)
-                    self.coordinator.stop_periodic_scheduler()
-                    self._send_all({"type": "finish", "drain": drain})
-            self._post(on_loop)
-        future.add_done_callback(done)
-
-    def _drain_failed(self, error: BaseException, attempt: int, result: concurrent.futures.Future) -> None:
-        """A stop-with-savepoint with drain failed. If its trigger reached the sources, they
-        ended event time: every open window fired early and every later row would be late. As
-        Flink does, the job fails over to its latest checkpoint, so it runs on as if no stop
-        had been asked (a failure before the trigger changed nothing)."""
-        reason = getattr(error, "reason", None)
-        if getattr(reason, "pre_flight", False) or not self._attempts.is_live(attempt) or self.status.is_terminal:
-            result.set_exception(error)
-            return
-        latest = self.coordinator.completed_store.latest()
-        back_to = f"checkpoint {latest.checkpoint_id}" if latest is not None else "the start of its input"
-        result.set_exception(StreamsnapError(
-            f"stop-with-savepoint with drain failed: {error}. The sources had already ended event time, so "
-            f"the job fails over to {back_to} and runs on as if no stop had been asked; call "
-            f"stop_with_savepoint again to stop it"))
-        self._handle_failure(f"stop-with-savepoint with drain failed ({error}); event time had ended, so the "
-                             f"job restores {back_to}", "STOP_WITH_SAVEPOINT_FAILED", attempt)
-
-    def _stop_interrupted(self, path: str) -> StreamsnapError:
-        return StreamsnapError(
-            f"the stop-with-savepoint's savepoint completed at {path}, but the job failed before it finished "
-            f"({(self._failure or 'no cause recorded').splitlines()[0]}); the job restores from that savepoint "
-            f"and runs on, so nothing is committed twice — call stop_with_savepoint again to stop it")
 
     def _set_status(self, status: JobStatus) -> None:
         if status is self.status:
@@ -1036,45 +798,6 @@ class JobMaster:
                 thread.join(30)
         self._release_local_state()
 
-    def _build_result(self, stats) -> JobResult:
-        operators: dict[str, OperatorMetrics] = {}
-        network = {"peak_input_buffered_bytes": 0, "peak_output_queued_bytes": 0, "bytes_sent": 0,
-                   "max_frame_bytes": 0, "refused_connections": self._server.refused}
-        for vertex in self.job_graph.vertices.values():
-            for node_id in vertex.nodes:
-                node = self.job_graph.node(node_id)
-                records_in = records_out = 0
-                for subtask in self._subtasks.values():
-                    m = (subtask.metrics or {}).get("operators", {}).get(node.uid)
-                    if m:
-                        records_in += m["records_in"]
-                        records_out += m["records_out"]
-                operators[node.uid] = OperatorMetrics(node.name, node.uid, node.parallelism, records_in, records_out)
-        for subtask in self._subtasks.values():
-            m = subtask.metrics or {}
-            network["peak_input_buffered_bytes"] = max(network["peak_input_buffered_bytes"],
-                                                       m.get("peak_input_buffered_bytes", 0))
-            network["peak_output_queued_bytes"] = max(network["peak_output_queued_bytes"],
-                                                      m.get("peak_output_queued_bytes", 0))
-            network["bytes_sent"] += m.get("bytes_sent", 0)
-            network["max_frame_bytes"] = max(network["max_frame_bytes"], m.get("max_frame_bytes", 0))
-            network["refused_connections"] += m.get("refused_connections", 0)
-        collected = {self._sink_names[uid]: c.rows() for uid, c in self._sinks.items() if hasattr(c, "rows")}
-        return JobResult(self.job_id, self.settings.job_name, JobStatus.FINISHED.value,
-                         time.monotonic() - self.started_at, operators, collected, stats,
-                         self._backoff.restarts, network, tuple(dict(r) for r in self.recovery_log),
-                         attempt=self._attempt, restored_checkpoint=self._restored_checkpoint_id,
-                         local_recovery=self._local_recovery_totals(), exceptions=self.exceptions.entries())
-
-    def _local_recovery_totals(self) -> dict | None:
-        """The finished subtasks' local stores summed: copies written, and the restore's reads."""
-        from streamsnap.state.local_recovery import summarize_stores
-
-        if not self.settings.local_recovery:
-            return None
-        return summarize_stores([(s.metrics or {}).get("local_recovery") or {} for s in self._subtasks.values()],
-                                self._restore_sources())
-
 
 def new_deployment(job_id: str, run_id: str, settings: JobSettings, eg: ExecutionGraph, secret: bytes, slots,
                    local: bool, attempt: int = -1, driver_address: tuple = ("", 0), plan=None,
@@ -1114,39 +837,3 @@ def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future,
     source.add_done_callback(done)
 
 
-_JVM_PACKAGES = ("org.", "java.", "javax.", "scala.", "py4j.", "io.", "com.")
-_PYTHON_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: \S")
-
-
-def _python_exception(lines: list[str]) -> str:
-    """The last `Name: message` line of the Python traceback in a Spark error (Connect servers
-    put JVM exception names after it, which are not what went wrong in the task)."""
-    start = next((i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line), None)
-    if start is None:
-        return ""
-    # The exception line follows the last frame ('File "...", line N, in f' and its code line).
-    frames = [i for i in range(start + 1, len(lines)) if lines[i].startswith('File "')]
-    after = frames[-1] + 1 if frames else start + 1
-    return next((line for line in lines[after:]
-                 if _PYTHON_EXCEPTION_LINE.match(line) and not line.startswith(_JVM_PACKAGES)), "")
-
-
-def _spark_error_summary(error: BaseException) -> str:
-    """The first meaningful line of a Spark/py4j error, without the JVM stack trace; for a
-    barrier stage aborted by one task, also why that task failed (the line after Spark's
-    "finished unsuccessfully", and a Python traceback's last line), which is what explains a
-    task that died without telling the JobMaster."""
-    text = str(error)
-    lines = [line.strip() for line in text.splitlines()]
-    summary = next((line for line in lines if "Exception" in line or "Error" in line), text)[:500]
-    for i, line in enumerate(lines):
-        if line.endswith("finished unsuccessfully."):
-            reason = next((later for later in lines[i + 1:] if later), "")
-            traceback_end = _python_exception(lines[i:]) or next(
-                (later for later in reversed(lines) if later and not later.startswith(("at ", "File ", "...", "Caused by"))
-                 and ("Error" in later or "Exception" in later)), "")
-            details = [part for part in (reason, traceback_end) if part and part not in summary]
-            if details:
-                summary += " — the task's failure: " + " / ".join(dict.fromkeys(d[:300] for d in details))
-            break
-    return f"the Spark job failed: {summary}"

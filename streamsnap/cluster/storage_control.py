@@ -8,11 +8,19 @@ checkpoint directory is not. So the same requests also travel as files:
 * the client writes `control/requests/<id>.json`: the call, its arguments, the time, and an
   HMAC-SHA256 of all of it with the job's secret (`job.secret`: whoever can read the
   checkpoint directory can control the job, as over the control port);
-* the JobMaster lists that directory every `POLL` seconds, answers each authentic, fresh
-  request exactly as it answers one from the control port, writes `control/responses/<id>.json`
-  (signed the same way) and deletes the request. A forged or stale request (older than
-  `MAX_AGE`) is deleted unanswered and logged;
+* then it overwrites `control/pending` with that id: one small object whose change says "there
+  is something to list";
+* every `POLL` seconds the JobMaster reads `control/pending` — a GET, where listing the
+  directory is a LIST, per job per second on an object store — and lists the requests only when
+  the marker changed, and every `FULL_LISTING` seconds regardless (`ListingSchedule`). It
+  answers each authentic, fresh request exactly as it answers one from the control port,
+  writes `control/responses/<id>.json` (signed the same way) and deletes the request. A
+  forged or stale request (older than `MAX_AGE`) is deleted unanswered and logged;
 * the client waits for the response file, checks its MAC and deletes it.
+
+The marker is read before the listing, and every request is written before its marker, so a
+request is never missed: a marker written before the read names a request the listing sees; one
+written after it changes the marker (ids are unique) and the next poll lists.
 
 A request written while the job fails over is answered by the next JobMaster. JSON, never
 pickle; the MAC binds the request id, so a response cannot be replayed for another request.
@@ -33,7 +41,8 @@ from streamsnap.errors import StreamsnapError
 
 log = logging.getLogger(__name__)
 
-POLL = 1.0            # seconds between the JobMaster's looks for request files
+POLL = 1.0            # seconds between the JobMaster's looks at the pending marker
+FULL_LISTING = 30.0   # seconds after which it lists the requests even if the marker did not change
 CLIENT_POLL = 0.2     # seconds between the client's looks for its response
 MAX_AGE = 300.0       # seconds after which an unanswered request is stale (clock skew included)
 
@@ -66,6 +75,31 @@ def _mac(secret: bytes, body: dict) -> str:
     return hmac.new(secret, canonical, hashlib.sha256).hexdigest()
 
 
+UNREADABLE = object()   # the pending marker could not be read: list, to be sure
+
+
+class ListingSchedule:
+    """When the JobMaster lists the request directory (no I/O: fed the marker and the time).
+
+    It lists on its first look (requests written while no JobMaster led), whenever the pending
+    marker differs from the one read before its last listing (or could not be read), and every
+    `full_listing` seconds (stale requests are deleted; a client that wrote no marker is heard).
+    A listing that failed is not recorded, so the next look lists again."""
+
+    def __init__(self, full_listing: float = FULL_LISTING):
+        self.full_listing = full_listing
+        self._marker = UNREADABLE
+        self._listed_at: float | None = None
+
+    def should_list(self, marker, now: float) -> bool:
+        return (self._listed_at is None or marker is UNREADABLE or marker != self._marker
+                or now - self._listed_at >= self.full_listing)
+
+    def listed(self, marker, now: float) -> None:
+        """A listing succeeded; `marker` is what was read before it."""
+        self._marker, self._listed_at = marker, now
+
+
 class StorageControl:
     def __init__(self, registry: JobRegistry, secret: bytes):
         self.registry = registry
@@ -73,6 +107,8 @@ class StorageControl:
         base = filesystem.join(registry.job_directory, "control")
         self.requests = filesystem.join(base, "requests")
         self.responses = filesystem.join(base, "responses")
+        self.pending = filesystem.join(base, "pending")
+        self._schedule = ListingSchedule()
 
     # ------------------------------------------------------------------ the client side
     def call(self, call: str, timeout: float = 60.0, **arguments):
@@ -80,6 +116,7 @@ class StorageControl:
         request_id = uuid.uuid4().hex
         request = sign(self._secret, {"id": request_id, "call": call, "arguments": arguments, "at": time.time()})
         filesystem.write_atomic(filesystem.join(self.requests, f"{request_id}.json"), json.dumps(request).encode())
+        filesystem.write_atomic(self.pending, request_id.encode())   # after the request: see the module doc
         response_url = filesystem.join(self.responses, f"{request_id}.json")
         deadline = time.monotonic() + timeout
         while True:
@@ -103,6 +140,22 @@ class StorageControl:
         return body.get("value")
 
     # ------------------------------------------------------------------ the JobMaster side
+    def poll(self, seen: set[str]) -> list[dict]:
+        """`take_requests`, when the schedule says to list: one read of the pending marker per
+        call, a listing only when it changed (or every FULL_LISTING seconds)."""
+        try:
+            marker = filesystem.read_if_exists(self.pending)
+        except OSError as exc:
+            log.warning("job %s: could not read %s (%s); listing the requests", self.registry.job_id,
+                        self.pending, exc)
+            marker = UNREADABLE
+        now = time.monotonic()
+        if not self._schedule.should_list(marker, now):
+            return []
+        taken = self.take_requests(seen)
+        self._schedule.listed(marker, now)
+        return taken
+
     def take_requests(self, seen: set[str]) -> list[dict]:
         """Authentic, fresh requests not in `seen` (their ids are added); others are deleted."""
         fs, path = filesystem.filesystem(self.requests)
@@ -140,4 +193,5 @@ class StorageControl:
         filesystem.delete(filesystem.join(self.requests, f"{request_id}.json"))
 
 
-__all__ = ["StorageControl", "StorageControlError", "sign", "verify", "fresh", "POLL"]
+__all__ = ["StorageControl", "StorageControlError", "ListingSchedule", "sign", "verify", "fresh", "POLL",
+           "FULL_LISTING"]

@@ -264,7 +264,7 @@ class SubmittedJob(RemoteJob):
 
     def _run(self) -> None:
         from streamsnap.cluster.in_cluster import cluster_slot_runner, decode_payload
-        from streamsnap.cluster.jobmaster import _spark_error_summary
+        from streamsnap.cluster.spark_errors import spark_error_summary
 
         stalled, submissions = 0, 0
         while True:
@@ -284,11 +284,11 @@ class SubmittedJob(RemoteJob):
                 stalled = stalled + 1 if self.registry.latest_epoch() == epoch_before else 0
                 if stalled >= STALLED_SUBMISSIONS or self._cancelled_locally:
                     self._fail(f"the job's Spark job failed {stalled} time(s) in a row before any JobMaster "
-                               f"started: {_spark_error_summary(exc)}" if not self._cancelled_locally
+                               f"started: {spark_error_summary(exc)}" if not self._cancelled_locally
                                else f"job '{self._name}' was cancelled", exc)
                     return
                 log.warning("job '%s': Spark job %d ended (%s); the job goes on in a new Spark job",
-                            self._name, submissions, _spark_error_summary(exc).splitlines()[0])
+                            self._name, submissions, spark_error_summary(exc).splitlines()[0])
                 continue
             payloads = [row[3] for row in rows if int(row[0]) == -1]
             if not payloads:

@@ -2,7 +2,7 @@
 barrier stage one task aborted, why that task failed (so a task that died without telling the
 JobMaster still leaves its reason in `recoveries`)."""
 
-from streamsnap.cluster.jobmaster import _spark_error_summary
+from streamsnap.cluster.spark_errors import spark_error_summary as _spark_error_summary
 
 BARRIER = ("An error occurred while calling o123.collect.\n"
            ": org.apache.spark.SparkException: Job aborted due to stage failure: Could not recover from a "

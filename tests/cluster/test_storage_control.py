@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from streamsnap.cluster.storage_control import StorageControl, StorageControlError, fresh, sign, verify
+from streamsnap.checkpoint import filesystem
+from streamsnap.cluster.storage_control import (UNREADABLE, ListingSchedule, StorageControl, StorageControlError,
+                                                fresh, sign, verify)
 from streamsnap.cluster.registry import JobRegistry
 from streamsnap.errors import StreamsnapError
 
@@ -27,10 +29,10 @@ def test_a_signature_covers_every_field_and_only_the_secret_makes_it():
 
 
 def _serve(box: StorageControl, answers: dict, stop: threading.Event) -> None:
-    """The JobMaster's side, as in_cluster.py runs it: take requests, answer each."""
+    """The JobMaster's side, as cluster/request_files.py runs it: poll for requests, answer each."""
     seen: set[str] = set()
     while not stop.is_set():
-        for request in box.take_requests(seen):
+        for request in box.poll(seen):
             call = request["call"]
             box.answer(request["id"], {"ok": call in answers, "value": answers.get(call),
                                        "error": None if call in answers else f"unknown request {call!r}"})
@@ -84,6 +86,43 @@ def test_an_unanswered_request_times_out_naming_the_directory_and_a_forged_answe
     try:
         with pytest.raises(StorageControlError, match="not authentic"):
             client.call("describe", timeout=10)
+    finally:
+        stop.set()
+        server.join()
+
+
+def test_the_request_directory_is_listed_only_when_the_pending_marker_changed():
+    schedule = ListingSchedule(full_listing=30.0)
+    assert schedule.should_list(None, now=0.0)            # the first look lists (requests from a failover)
+    schedule.listed(None, now=0.0)
+    assert not schedule.should_list(None, now=1.0)        # nothing written since: no LIST
+    assert schedule.should_list("r1", now=2.0)            # a client wrote a request, then the marker
+    assert schedule.should_list("r1", now=3.0)            # that listing failed (not recorded): list again
+    schedule.listed("r1", now=3.0)
+    assert not schedule.should_list("r1", now=4.0)
+    assert schedule.should_list(UNREADABLE, now=5.0)      # the marker could not be read: list to be sure
+    assert not schedule.should_list("r1", now=32.9)
+    assert schedule.should_list("r1", now=33.0)           # every full_listing seconds regardless (stale requests)
+
+
+def test_a_poll_lists_the_requests_when_the_marker_changed_and_a_client_s_call_changes_it(tmp_path):
+    registry = JobRegistry(str(tmp_path), "job-3")
+    master = StorageControl(registry, SECRET)
+    seen: set[str] = set()
+    assert master.poll(seen) == []
+    # A request file without its marker (a client that died between the two writes): not
+    # listed by the next looks, only by the periodic full listing.
+    body = sign(SECRET, {"id": "r1", "call": "describe", "arguments": {}, "at": time.time()})
+    filesystem.write_atomic(filesystem.join(master.requests, "r1.json"), json.dumps(body).encode())
+    assert master.poll(seen) == [] and master.take_requests(set()) != []
+    filesystem.write_atomic(master.pending, b"r1")
+    assert [r["id"] for r in master.poll(seen)] == ["r1"] and master.poll(seen) == []
+    # A client's call writes its request, then the marker: the next look lists and answers it.
+    stop = threading.Event()
+    server = threading.Thread(target=_serve, args=(master, {"describe": "ok"}, stop), daemon=True)
+    server.start()
+    try:
+        assert StorageControl(registry, SECRET).call("describe", timeout=30) == "ok"
     finally:
         stop.set()
         server.join()
