@@ -207,6 +207,7 @@ class WindowedStream:
                     f"aggregate_columns: output name {output!r} must be a str other than "
                     f"{sorted(reserved)}")
             if function == "count_distinct":
+                assert isinstance(column, str)     # checked above: count_distinct names a column
                 _check_distinct(output, column, where, schema)
             elif column is not None and schema is not None:
                 if column not in schema.names:
