@@ -104,7 +104,7 @@ def small_disk(tmp_path):
 def fill(directory) -> str:
     """Write a file until the disk is full (ENOSPC), to the last block; returns its path."""
     path = os.path.join(str(directory), "filler")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         for size in (1 << 20, 1 << 12, 1):
             while True:
@@ -136,6 +136,7 @@ def test_a_full_checkpoint_disk_fails_checkpoints_not_the_output(spark, tmp_path
     while not client.recoveries():
         assert time.monotonic() < deadline, f"no failover while the disk was full: {client.checkpoint_stats()}"
         assert client.status() == "RUNNING", client.status()
+        fill(small_disk)     # retention deletes old checkpoints: take what they free, or the next fits
         time.sleep(0.02)
     os.remove(filler)                    # space again
     stats = client.checkpoint_stats()
