@@ -426,8 +426,9 @@ def test_a_detached_job_whose_submitter_is_killed_is_resubmitted_by_a_replacemen
 
     deadline = time.monotonic() + 180       # the lease expires after TIMEOUT s, then a resubmission
     while True:
+        # None for a moment: the replacement took generation 1 and has not written its lease yet.
         lease, record = leases.current(), registry.read()
-        if (lease["generation"] == 1 and record.get("status") == "RUNNING"
+        if (lease is not None and lease["generation"] == 1 and record.get("status") == "RUNNING"
                 and (record.get("submitter_lost") or {}).get("charged")):
             break
         assert time.monotonic() < deadline, f"no replacement submitter runs the job: {lease} {record.get('status')}"
