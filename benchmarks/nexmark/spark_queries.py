@@ -47,8 +47,8 @@ SLIDE = "2 seconds"               # q5 slide
 LOCAL_STATES = ("OR", "ID", "CA")
 
 # How many times a query scans the input (Spark's progress counts the rows of every scan): q3's
-# join reads the flat stream once per side.
-SCANS = {"q3": 2}
+# and q20's stream-stream joins read the flat stream once per side.
+SCANS = {"q3": 2, "q20": 2}
 
 SPARK_QUERIES = ("q0", "q1", "q2", "q3", "q5", "q7", "q8", "q10", "q11", "q13", "q14", "q17", "q20", "q21", "q22")
 # Days and hours are UTC, as the reference's: the queries that format them need this session setting.
@@ -91,8 +91,9 @@ def queries(spark, input_dir: str, config: nexmark.NexmarkConfig) -> dict:
     def of_kind(df, kind: int, prefix: str, *names: str):
         return kinds(df, kind).select("ts", "date_time", *(F.col(prefix + n).alias(n) for n in names))
 
-    def bids():
-        return of_kind(read(), nexmark.BID, "bid_", "auction", "bidder", "price", "extra")
+    def bids(*names: str):
+        """The bids (event time `ts`, `date_time`, and the `names` columns, bid_ prefix dropped)."""
+        return of_kind(read(), nexmark.BID, "bid_", *(names or ("auction", "bidder", "price", "extra")))
 
     def plain_bids():
         """Bids without event time, for the stateless q0-q2."""
@@ -159,12 +160,9 @@ def queries(spark, input_dir: str, config: nexmark.NexmarkConfig) -> dict:
     def q2():
         return plain_bids().where(F.col("auction") % 123 == 0).select("auction", "price")
 
-    def bid_columns(*names: str):
-        return kinds(read(), nexmark.BID).select("ts", "date_time", *(F.col("bid_" + n).alias(n) for n in names))
-
     def q10():
         """Every bid with its UTC day and minute (the partition columns of the file output)."""
-        return bid_columns("auction", "bidder", "price", "extra").select(
+        return bids("auction", "bidder", "price", "extra").select(
             "auction", "bidder", "price", "date_time", "extra", F.date_format("ts", "yyyy-MM-dd").alias("dt"),
             F.date_format("ts", "HH:mm").alias("hm"))
 
@@ -173,7 +171,7 @@ def queries(spark, input_dir: str, config: nexmark.NexmarkConfig) -> dict:
         hour = F.hour("ts")
         kind = (F.when((hour >= 8) & (hour <= 18), "dayTime")
                 .when((hour <= 6) | (hour >= 20), "nightTime").otherwise("otherTime"))
-        return (bid_columns("auction", "bidder", "price", "extra")
+        return (bids("auction", "bidder", "price", "extra")
                 .where((euro > 1_000_000) & (euro < 50_000_000))
                 .select("auction", "bidder", euro.alias("price"), kind.alias("bid_time_type"), "date_time", "extra",
                         (F.length("extra") - F.length(F.regexp_replace("extra", "c", ""))).alias("c_counts")))
@@ -184,13 +182,13 @@ def queries(spark, input_dir: str, config: nexmark.NexmarkConfig) -> dict:
         channel_id = (F.when(hot == "apple", "0").when(hot == "google", "1").when(hot == "facebook", "2")
                       .when(hot == "baidu", "3")
                       .when(F.col("url").rlike(pattern), F.regexp_extract("url", pattern, 2)))
-        return (bid_columns("auction", "bidder", "price", "channel", "url")
+        return (bids("auction", "bidder", "price", "channel", "url")
                 .select("auction", "bidder", "price", "channel", channel_id.alias("channel_id"))
                 .where(F.col("channel_id").isNotNull()))
 
     def q22():
         parts = F.split(F.col("url"), "/")
-        return bid_columns("auction", "bidder", "price", "channel", "url").select(
+        return bids("auction", "bidder", "price", "channel", "url").select(
             "auction", "bidder", "price", "channel", parts.getItem(3).alias("dir1"), parts.getItem(4).alias("dir2"),
             parts.getItem(5).alias("dir3"))
 
@@ -200,12 +198,12 @@ def queries(spark, input_dir: str, config: nexmark.NexmarkConfig) -> dict:
 
         side = spark.createDataFrame([(k, reference.side_value(k)) for k in range(reference.SIDE_KEYS)],
                                      "key long, value string")
-        bids = bid_columns("auction", "bidder", "price").withColumn("key", F.col("auction") % reference.SIDE_KEYS)
-        return bids.join(side, "key").select("auction", "bidder", "price", "date_time", "value")
+        keyed = bids("auction", "bidder", "price").withColumn("key", F.col("auction") % reference.SIDE_KEYS)
+        return keyed.join(side, "key").select("auction", "bidder", "price", "date_time", "value")
 
     def q11():
         """Session windows per bidder (10 s gap): bids, session start, session end."""
-        sessions = bid_columns("bidder").groupBy(F.session_window("ts", "10 seconds"), "bidder").count()
+        sessions = bids("bidder").groupBy(F.session_window("ts", "10 seconds"), "bidder").count()
         return sessions.select("bidder", F.col("count").alias("bid_count"),
                                F.unix_millis("session_window.start").alias("starttime"),
                                F.unix_millis("session_window.end").alias("endtime"))
@@ -216,7 +214,7 @@ def queries(spark, input_dir: str, config: nexmark.NexmarkConfig) -> dict:
 
         low, high = reference.RANK_LIMITS
         price = F.col("price")
-        per_day = bid_columns("auction", "price").groupBy(F.window("ts", "1 day"), "auction").agg(
+        per_day = bids("auction", "price").groupBy(F.window("ts", "1 day"), "auction").agg(
             F.count("*").alias("total_bids"), F.count(F.when(price < low, 1)).alias("rank1_bids"),
             F.count(F.when((price >= low) & (price < high), 1)).alias("rank2_bids"),
             F.count(F.when(price >= high, 1)).alias("rank3_bids"), F.min(price).alias("min_price"),
@@ -228,14 +226,14 @@ def queries(spark, input_dir: str, config: nexmark.NexmarkConfig) -> dict:
     def q20():
         """Bids joined with their auction when it is in category 10 (unwindowed stream-stream join)."""
         events = read()
-        bids = bid_columns("auction", "bidder", "price", "channel", "url", "extra")
+        left = of_kind(events, nexmark.BID, "bid_", "auction", "bidder", "price", "channel", "url", "extra")
         auctions = (of_kind(events, nexmark.AUCTION, "auction_", "id", "item_name", "description", "initial_bid",
                             "reserve", "expires", "seller", "category", "extra")
                     .where(F.col("category") == 10)
                     .select(*(F.col(c).alias("a_" + c) for c in ("id", "item_name", "description", "initial_bid",
                                                                  "reserve", "date_time", "expires", "seller",
                                                                  "category", "extra"))))
-        return bids.join(auctions, bids["auction"] == auctions["a_id"]).select(
+        return left.join(auctions, left["auction"] == auctions["a_id"]).select(
             "auction", "bidder", "price", "channel", "url", "date_time", "extra", "a_item_name", "a_description",
             "a_initial_bid", "a_reserve", "a_date_time", "a_expires", "a_seller", "a_category", "a_extra")
 
