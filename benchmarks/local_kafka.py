@@ -186,7 +186,7 @@ class CommittedTail:
             high, records = _fetch(self._address, self.topic, partition, offset, self.max_wait_ms, self._conn)
             if high is None or offset >= high:
                 continue
-            pending, start = self._pending[partition], offset
+            pending, start, at_hole = self._pending[partition], offset, False
             for base, last, producer_id, transactional, control, rows in parse_batches(records):
                 if last < offset:
                     continue
@@ -196,6 +196,7 @@ class CommittedTail:
                     # compacted log has holes for good).
                     hole = self._gaps.get(partition, (offset, 0))
                     self._gaps[partition] = (offset, hole[1] + 1 if hole[0] == offset else 1)
+                    at_hole = True
                     break
                 self._gaps.pop(partition, None)
                 offset = last + 1
@@ -209,8 +210,9 @@ class CommittedTail:
                 else:
                     out += [(partition, k, v) for _, k, v in rows]
             # No complete batch below the high watermark: the broker may count a batch before
-            # it serves it; the next poll reads it (read_log gives up after a while).
-            self.stalled = 0 if offset > start else self.stalled + 1
+            # it serves it; the next poll reads it (read_log gives up after a while). A hole
+            # waited for is not a stall: it is skipped after GAP_POLLS.
+            self.stalled = 0 if offset > start or at_hole else self.stalled + 1
             self._offsets[partition] = offset
         return out
 
@@ -221,6 +223,11 @@ class CommittedTail:
             if high is None or offset < high:
                 return False
         return True
+
+    @property
+    def offsets(self) -> list[int]:
+        """Per partition, the next offset to read."""
+        return list(self._offsets)
 
     def still_open(self) -> dict[tuple[int, int], int]:
         """{(partition, producer id): rows} of transactions without a marker yet."""
@@ -246,7 +253,7 @@ def read_log(bootstrap: str, topic: str, partitions: int):
             if not rows and tail.caught_up():
                 break
             if tail.stalled > 100:
-                raise RuntimeError(f"no progress reading {topic} at offsets {tail._offsets}")
+                raise RuntimeError(f"no progress reading {topic} at offsets {tail.offsets}")
         out.sort(key=lambda row: row[0])   # stable: log order within each partition
         return out, tail.still_open()
     finally:
