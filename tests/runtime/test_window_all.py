@@ -46,14 +46,16 @@ class Channels:
         self.target = target
         self.watermarks = [MIN_WATERMARK] * channels
         self.current = MIN_WATERMARK
-        self.partials = 0
+        self.partials = self.raw = 0
 
     def channel(self, i: int):
         channels = self
 
         class Channel:
             def process(self, batch):
-                channels.partials += "__window_all.start" in batch.schema.names
+                partial = "__window_all.start" in batch.schema.names
+                channels.partials += partial
+                channels.raw += not partial
                 channels.target.process(batch)
 
             def process_watermark(self, timestamp):
@@ -148,7 +150,7 @@ def test_local_global_aggregates_equal_one_operator_over_the_stream(assigner, la
         assert final[window] == pytest.approx(aggregates_of(members)), window
     key = lambda r: (r["ts"], r["value"] or 0, r["name"] or "")   # noqa: E731
     assert sorted(side.rows(), key=key) == sorted(late, key=key)
-    assert late and channels.partials > 0      # both paths taken: late rows and partials
+    assert late and channels.partials > 0 and channels.raw > 0     # both paths taken
     # Fired only when the global watermark passed the end: never before, in watermark order.
     watermarks = [item[1] for item in main.items if isinstance(item, tuple)]
     assert watermarks == sorted(watermarks)
@@ -167,7 +169,7 @@ def test_rows_late_for_their_subtask_but_not_for_the_stream_are_not_lost():
     fast.output = Output([channels.channel(0)])
     fast.process_watermark(50_000)
     fast.process(pa.RecordBatch.from_pylist([{"ts": 1_000}, {"ts": 2_000}, {"ts": 60_000}]))
-    assert channels.partials == 1               # the two early rows went on raw
+    assert channels.partials == 1 and channels.raw == 1     # the two early rows went on raw
     channels.channel(1).process_watermark(MAX_WATERMARK)
     fast.process_watermark(MAX_WATERMARK)
     assert [(r["window_start"], r["n"]) for r in main.rows()] == [(0, 2), (60_000, 1)]
@@ -235,3 +237,22 @@ def test_best_pairs_equals_pair_ranks_within_one_window_and_across(descending):
             one = np.zeros(size, dtype=np.int64)
             assert best_pairs(floats, missing, one, n, descending).tolist() == \
                 (pair_ranks(floats, missing, one, descending) <= n).tolist()
+
+
+def test_count_distinct_goes_through_unreduced_and_counts_exactly():
+    assigner = W.TumblingEventTimeWindows.of(1)
+    aggregates = (ColumnAggregate("n", "count", None), ColumnAggregate("names", "count_distinct", "name"))
+    global_op = GlobalWindowAggregateOperator(context("global"), WINDOW_ALL_KEY, assigner, 0, aggregates, None, "ts")
+    main = Sink()
+    global_op.output = Output([main])
+    global_op.initialize_state()
+    channels = Channels(global_op, SUBTASKS)
+    locals_ = []
+    for i in range(SUBTASKS):
+        op = LocalWindowAggregateOperator(context("local", i, SUBTASKS), assigner, 0, aggregates, "ts")
+        op.output = Output([channels.channel(i)])
+        locals_.append(op)
+    windows, _ = accepted(run(random_input(3), locals_, channels, global_op), assigner, 0)
+    got = {(r["window_start"], r["window_end"]): (r["n"], r["names"]) for r in main.rows()}
+    assert got == {w: (len(m), len({r["name"] for r in m if r["name"] is not None})) for w, m in windows.items()}
+    assert channels.partials == 0 and channels.raw > 0
