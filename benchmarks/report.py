@@ -11,7 +11,7 @@ import streamsnap
 
 TARGETS = {
     "row": 650_000, "batch": 10_000_000, "ceiling_fraction": 0.40, "overhead": 0.05,
-    "latency_p99": 0.050, "latency_vs_spark": 10.0, "recovery": 5.0,
+    "latency_p99": 0.050, "latency_vs_spark": 10.0, "recovery": 0.5,
     "row_readme": 1_000_000, "word_count": 1_000_000,
     "unaligned_duration": 0.100, "unaligned_start_delay": 0.050,
 }
@@ -160,9 +160,14 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
     out += state_backend_rows(results)
     rec = results.get("recovery")
     if rec:
-        out.append(("recovery, SIGKILL → first output after restore", f"median {_fmt_s(rec['median'])}",
-                    f"{len(rec['runs'])} kills, max {_fmt_s(max(rec['runs']))}", "", "≤ 5 s",
-                    _verdict(rec["median"] <= TARGETS["recovery"])))
+        out.append(("recovery, a subtask SIGKILLed → first output after restore (in the slots that survived)",
+                    f"median {_fmt_s(rec['median'])}", f"{len(rec['runs'])} kills, max {_fmt_s(max(rec['runs']))}",
+                    "", "≤ 0.5 s", _verdict(rec["median"] <= TARGETS["recovery"])))
+    slot = results.get("recovery_slot")
+    if slot:
+        out.append(("recovery, a slot SIGKILLed → first output after restore (a new Spark stage)",
+                    f"median {_fmt_s(slot['median'])}", f"{len(slot['runs'])} kills, max {_fmt_s(max(slot['runs']))}",
+                    "", "–", "–"))
     return out
 
 
@@ -417,10 +422,13 @@ def write(results: dict, directory: str) -> str:
         lines += [NEXMARK_NOTE, ""]
     for path in plots:
         lines.append(f"![{os.path.basename(path)}]({os.path.basename(path)})")
-    rec = results.get("recovery")
-    if rec:
-        lines += ["", "Recovery phases per kill (seconds after SIGKILL: noticed / all running / first output):", ""]
-        lines += [f"- {p['noticed']:.3f} / {p['running']:.3f} / {p['first_output']:.3f}" for p in rec["phases"]]
+    for key, what in (("recovery", "a subtask"), ("recovery_slot", "a slot")):
+        rec = results.get(key)
+        if rec:
+            lines += ["", f"Recovery phases per kill of {what} (seconds after SIGKILL: noticed / all running / "
+                          f"first output; restart):", ""]
+            lines += [f"- {p['noticed']:.3f} / {p['running']:.3f} / {p['first_output']:.3f}; {p.get('restart')}"
+                      for p in rec["phases"]]
     lines += ["", f"Raw figures: [{stem}.json]({stem}.json)"]
     path = os.path.join(directory, f"{stem}.md")
     with open(path, "w") as f:

@@ -19,6 +19,7 @@ import time
 import uuid
 
 import numpy as np
+import psutil
 import pyarrow as pa
 
 import streamsnap as ss
@@ -495,8 +496,13 @@ def backpressure(spark, seconds: float, k: int = 1000) -> dict:
 
 
 # ------------------------------------------------------------------------------- recovery
-def recovery_time(spark, kills: int = 5, rate: float = 100_000, k: int = 1000) -> dict:
-    """SIGKILL → first row at a sink after the restore, per kill (per-row W1, checkpoint 1 s)."""
+def recovery_time(spark, kills: int = 5, rate: float = 100_000, k: int = 1000, victim: str = "subtask") -> dict:
+    """SIGKILL → first row at a sink after the restore, per kill (per-row W1, checkpoint 1 s).
+
+    victim "subtask": a keyed subtask's process (restarted in the slots that survived);
+    "slot": the Spark task's Python worker that supervises it (a lost slot: a new Spark stage)."""
+    if victim not in ("subtask", "slot"):
+        raise ValueError(f"victim must be 'subtask' or 'slot', got {victim!r}")
     env = ss.StreamEnvironment(parallelism=PARALLELISM, spark=spark,
                                checkpointing=ss.CheckpointConfig(interval=1.0,
                                                                  directory=_checkpoint_dir("rec-")),
@@ -508,9 +514,11 @@ def recovery_time(spark, kills: int = 5, rate: float = 100_000, k: int = 1000) -
     times, phases = [], []
     for i in range(kills):
         time.sleep(2.0)
-        victim = [s for s in client.subtasks() if s.vertex == "sum"][i % PARALLELISM]
+        pid = [s for s in client.subtasks() if s.vertex == "sum"][i % PARALLELISM].pid
+        if victim == "slot":
+            pid = psutil.Process(pid).ppid()
         killed = time.time()
-        os.kill(victim.pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 60
         while True:
             recoveries = client.recoveries()
@@ -522,6 +530,6 @@ def recovery_time(spark, kills: int = 5, rate: float = 100_000, k: int = 1000) -
         r = recoveries[i]
         times.append(r["first_output_at"] - killed)
         phases.append({"noticed": r["failed_at"] - killed, "running": r["running_at"] - killed,
-                       "first_output": r["first_output_at"] - killed})
+                       "first_output": r["first_output_at"] - killed, "restart": r.get("restart")})
     client.cancel()
-    return {"median": statistics.median(times), "runs": times, "phases": phases}
+    return {"median": statistics.median(times), "runs": times, "phases": phases, "victim": victim}

@@ -33,6 +33,7 @@ from streamsnap.errors import (
 )
 from streamsnap import errors, state, windows
 from streamsnap.api.windowing import AggregateFunction, ProcessWindowFunction, WindowedStream
+from streamsnap.api.all_windows import AllWindowedStream, ProcessAllWindowFunction
 from streamsnap.time.timers import TimeDomain
 from streamsnap.time.watermarks import WatermarkGenerator, WatermarkStrategy
 from streamsnap.state.descriptors import (
@@ -53,6 +54,7 @@ __all__ = [
     "StreamsnapError", "ConfigurationError", "JobExecutionError", "UserFunctionError", "RestoreError",
     "FileReadError", "DataError", "SchemaError", "UsageError", "NullKeyError", "PreflightError", "WatermarkStrategy", "WatermarkGenerator", "windows", "OutputTag", "TimeDomain",
     "ProcessFunction", "TimerService", "AggregateFunction", "ProcessWindowFunction", "WindowedStream",
+    "AllWindowedStream", "ProcessAllWindowFunction",
     "CoProcessFunction", "KeyedCoProcessFunction", "KeyedCoBatchFunction", "ProcessJoinFunction", "ConnectedStreams",
     "BroadcastProcessFunction", "KeyedBroadcastProcessFunction", "BroadcastStream",
 ]

@@ -10,6 +10,7 @@ in its constructor and in its `of` / `with_gap` class methods alike, so
 gap. Windows (`TimeWindow.start` / `.end`) are event timestamps: int epoch milliseconds.
 """
 
+from streamsnap.api.all_windows import AllWindowedStream, ProcessAllWindowFunction
 from streamsnap.api.windowing import AggregateFunction, ProcessWindowFunction, WindowedStream
 from streamsnap.time.triggers import (CountTrigger, EventTimeTrigger, NeverTrigger,
                                       ProcessingTimeTrigger, PurgingTrigger, Trigger,
@@ -21,7 +22,8 @@ from streamsnap.time.windows import (GLOBAL_WINDOW, EventTimeSessionWindows, Glo
                                      TumblingProcessingTimeWindows, Window, WindowAssigner)
 
 __all__ = [
-    "AggregateFunction", "ProcessWindowFunction", "WindowedStream",
+    "AggregateFunction", "ProcessWindowFunction", "WindowedStream", "AllWindowedStream",
+    "ProcessAllWindowFunction",
     "CountTrigger", "EventTimeTrigger", "NeverTrigger", "ProcessingTimeTrigger",
     "PurgingTrigger", "Trigger", "TriggerContext", "TriggerResult",
     "GLOBAL_WINDOW", "EventTimeSessionWindows", "GlobalWindow", "GlobalWindows",

@@ -10,11 +10,12 @@ sliding count is `window(...).count()`; q8 is one vectorized window aggregate pe
 window) (`aggregate_columns`: the person's name as a string min, whether an auction was seen as a
 max) and a vectorized filter; q4 closes auctions and averages per category with
 KeyedBatchFunctions (numpy per batch, state read and written in bulk, batch timers at each
-auction's `expires`); q5 and q7 keep only each batch's per-window maximum rows before the keyed
-maximum stage (the window's maximum rows are always among them). Per-row operators remain where
-a row's fate depends on keyed state: q3's join (`q3_connected`: persons.connect(auctions) with a
+auction's `expires`); q5 keeps only each batch's per-window maximum rows before the keyed
+maximum stage (the window's maximum rows are always among them); q7 is a window Top-N over the
+whole stream (`window_all(...).top_n(1, by="price")`, local candidates per batch in parallel, then
+one ranking stage). Per-row operators remain where a row's fate depends on keyed state: q3's join (`q3_connected`: persons.connect(auctions) with a
 KeyedCoProcessFunction; `q3`: the same on the flat stream with one KeyedProcessFunction holding
-both sides), q5's and q7's maximum per window with ties (on the few rows left).
+both sides), q5's maximum per window with ties (on the few rows left).
 
 Output rows carry the reference's tuple fields (`OUTPUT_FIELDS`); q4 emits an updating running
 average per category (the last row per category is the answer, as Flink's q4 emits updates).
@@ -435,34 +436,23 @@ def q5(stream):
                                             output_schema=Q5_OUT))
 
 
-Q7_CANDIDATES = pa.schema([("window_start", pa.int64()), ("window_end", pa.int64()), ("auction", pa.int64()),
-                           ("bidder", pa.int64()), ("price", pa.int64()), ("date_time", pa.int64())])
+Q7_BIDS = pa.schema([("auction", pa.int64()), ("bidder", pa.int64()), ("price", pa.int64()),
+                     ("date_time", pa.int64())])
 
 
-def _batch_top_bids(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The bids of this batch with their window's highest price in this batch (ties kept)."""
+def _q7_bids(batch: pa.RecordBatch) -> pa.RecordBatch:
     b = _of_kind(batch, nexmark.BID)
-    t = b.column("date_time").to_numpy()
-    price = b.column("bid_price").to_numpy()
-    start = t - t % WINDOW_MS
-    if len(t):
-        windows, index = np.unique(start, return_inverse=True)
-        top = np.full(len(windows), np.iinfo(np.int64).min)
-        np.maximum.at(top, index, price)
-        keep = price == top[index]
-        b, start = b.filter(pa.array(keep)), start[keep]
-    return pa.RecordBatch.from_arrays(
-        [pa.array(start, pa.int64()), pa.array(start + WINDOW_MS, pa.int64()), b.column("bid_auction"),
-         b.column("bid_bidder"), b.column("bid_price"), b.column("date_time")], schema=Q7_CANDIDATES)
+    return pa.RecordBatch.from_arrays([b.column("bid_auction"), b.column("bid_bidder"), b.column("bid_price"),
+                                       b.column("date_time")], schema=Q7_BIDS)
 
 
 def q7(stream):
-    """Highest bid per 10 s tumbling window: per-batch maxima (vectorized), then the window's
-    maximum with ties per window key."""
-    return (stream.map_batches(_batch_top_bids, name="q7 batch top",
-                                                              output_schema=Q7_CANDIDATES)
-            .key_by("window_start").process(TopPerWindow("price", WINDOW_MS), name="q7 top",
-                                            output_schema=Q7_CANDIDATES))
+    """Highest bid: per 10 s tumbling window over all bids, the bids with the highest price,
+    ties all kept — a window Top-N with RANK() <= 1 (`window_all(...).top_n`), which keeps each
+    batch's candidates in parallel (vectorized) and ranks them per window at parallelism 1."""
+    return (stream.map_batches(_q7_bids, name="q7 bids", output_schema=Q7_BIDS)
+            .window_all(ss.windows.TumblingEventTimeWindows.of(WINDOW_MS / 1000))
+            .top_n(1, by="price", rank_column=None, name="q7 top"))
 
 
 # ----------------------------------------------------------------------- q8

@@ -31,6 +31,7 @@ from streamsnap.time.watermarks import WatermarkStrategy
 
 if TYPE_CHECKING:
     from streamsnap.api.environment import StreamEnvironment
+    from streamsnap.api.all_windows import AllWindowedStream
     from streamsnap.api.windowing import WindowedStream
 
 
@@ -314,6 +315,15 @@ class DataStream:
         raise ConfigurationError(
             f"window() on the non-keyed stream {self._describe()}: windows are per key; call "
             f".key_by(...) first, e.g. stream.key_by('user').window(assigner)")
+
+    def window_all(self, assigner) -> "AllWindowedStream":
+        """Windows over the whole stream, not per key (Flink's windowAll): one window per
+        interval holding every row. Held at parallelism 1; `aggregate_columns` (sum, min, max,
+        mean, count) and `top_n` pre-aggregate in parallel in front of it (local/global). See
+        `ss.windows.AllWindowedStream`."""
+        from streamsnap.api.all_windows import AllWindowedStream
+
+        return AllWindowedStream(self, assigner)
 
     def get_side_output(self, tag) -> "DataStream":
         """The rows the process function before this stream sent to `ctx.output(tag, ...)`."""

@@ -91,7 +91,9 @@ class JobResult:
     restarts: int = 0
     network: dict = field(default_factory=dict)
     # One entry per failover: failed_at (noticed), running_at (all subtasks running again),
-    # first_output_at (first row reached a sink after the restore); wall-clock seconds. With
+    # first_output_at (first row reached a sink after the restore); wall-clock seconds;
+    # restart: "in place" (the slots that survived ran the next attempt) or "new stage" (a
+    # slot was lost: a new Spark barrier stage), absent with a JobMaster in the cluster. With
     # local recovery also `restore`: files and bytes the subtasks restored from task-local
     # copies (local_files, local_bytes) and from checkpoint storage (remote_files,
     # remote_bytes), copies missing or rejected, in total and per subtask ("subtasks").

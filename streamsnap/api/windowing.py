@@ -171,8 +171,7 @@ class WindowedStream:
         `where` holds (``COUNT(DISTINCT column) FILTER (WHERE where)``). Emits the key column(s)
         (``key`` for a key function), ``window_start``, ``window_end`` and the outputs; nulls are
         skipped (all-null gives None)."""
-        from streamsnap.runtime.operators.vectorized_windows import (AGGREGATES, ColumnAggregate,
-                                                           VectorizedWindowOperatorFactory, is_text)
+        from streamsnap.runtime.operators.vectorized_windows import VectorizedWindowOperatorFactory
 
         spec = self._spec
         assigner = spec.assigner
@@ -184,44 +183,8 @@ class WindowedStream:
             raise ConfigurationError(
                 f"aggregate_columns fires windows with the assigner's default trigger; "
                 f"{type(spec.trigger).__name__} needs .aggregate(...) or .reduce(...)")
-        if not isinstance(aggregates, dict) or not aggregates:
-            raise ConfigurationError(
-                f"aggregate_columns takes a non-empty dict such as {{'total': ('sum', 'value'), "
-                f"'n': 'count'}}, got {aggregates!r}")
-        parsed = []
-        schema = self._keyed.schema
-        reserved = {"window_start", "window_end", *self._keyed.key.columns}
-        for output, definition in aggregates.items():
-            function, column, where = (definition, None, None) if definition == "count" else (
-                definition + (None,) if isinstance(definition, tuple) and len(definition) == 2
-                else definition if isinstance(definition, tuple) and len(definition) == 3
-                and definition[0] == "count_distinct" else (None, None, None))
-            if function not in AGGREGATES or (function != "count") != isinstance(column, str) \
-                    or not (where is None or isinstance(where, str)):
-                raise ConfigurationError(
-                    f"aggregate_columns: {output!r}: give ('sum' | 'min' | 'max' | 'mean' | "
-                    f"'count_distinct', column name), ('count_distinct', column name, filter column "
-                    f"name) or 'count', got {definition!r}")
-            if not isinstance(output, str) or output in reserved:
-                raise ConfigurationError(
-                    f"aggregate_columns: output name {output!r} must be a str other than "
-                    f"{sorted(reserved)}")
-            if function == "count_distinct":
-                assert isinstance(column, str)     # checked above: count_distinct names a column
-                _check_distinct(output, column, where, schema)
-            elif column is not None and schema is not None:
-                if column not in schema.names:
-                    raise ConfigurationError(
-                        f"aggregate_columns: column {column!r} is not in the stream's schema "
-                        f"(columns {schema.names})")
-                kind = schema.field(column).type
-                if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                        or pa.types.is_boolean(kind) or (is_text(kind) and function in ("min", "max"))):
-                    raise ConfigurationError(
-                        f"aggregate_columns: column {column!r} has type {kind}; {function} "
-                        f"takes integer, float or boolean columns"
-                        + ("" if function in ("min", "max") else " (min and max also strings)"))
-            parsed.append(ColumnAggregate(output, function, column, where))
+        parsed = parse_column_aggregates(aggregates, self._keyed.schema,
+                                         {"window_start", "window_end", *self._keyed.key.columns})
         keyed = self._keyed
         name = options.pop("name", None) or f"Window({type(assigner).__name__}).aggregate_columns"
         key = keyed.key.for_operator(name)
@@ -309,3 +272,47 @@ def _check_distinct(output: str, column: str, where: str | None, schema: pa.Sche
             raise ConfigurationError(
                 f"aggregate_columns: {output!r}: the filter column {where!r} has type {kind}; it "
                 f"must be boolean or integer (nonzero = the row counts)")
+
+
+def parse_column_aggregates(aggregates, schema: pa.Schema | None, reserved: set) -> tuple:
+    """`aggregate_columns`' dict checked against the stream's schema (when known), as
+    `ColumnAggregate`s; `reserved`: the output names taken (key and window columns)."""
+    from streamsnap.runtime.operators.vectorized_windows import AGGREGATES, ColumnAggregate, is_text
+
+    if not isinstance(aggregates, dict) or not aggregates:
+        raise ConfigurationError(
+            f"aggregate_columns takes a non-empty dict such as {{'total': ('sum', 'value'), "
+            f"'n': 'count'}}, got {aggregates!r}")
+    parsed = []
+    for output, definition in aggregates.items():
+        function, column, where = (definition, None, None) if definition == "count" else (
+            definition + (None,) if isinstance(definition, tuple) and len(definition) == 2
+            else definition if isinstance(definition, tuple) and len(definition) == 3
+            and definition[0] == "count_distinct" else (None, None, None))
+        if function not in AGGREGATES or (function != "count") != isinstance(column, str) \
+                or not (where is None or isinstance(where, str)):
+            raise ConfigurationError(
+                f"aggregate_columns: {output!r}: give ('sum' | 'min' | 'max' | 'mean' | "
+                f"'count_distinct', column name), ('count_distinct', column name, filter column "
+                f"name) or 'count', got {definition!r}")
+        if not isinstance(output, str) or output in reserved:
+            raise ConfigurationError(
+                f"aggregate_columns: output name {output!r} must be a str other than "
+                f"{sorted(reserved)}")
+        if function == "count_distinct":
+            assert isinstance(column, str)     # checked above: count_distinct names a column
+            _check_distinct(output, column, where, schema)
+        elif column is not None and schema is not None:
+            if column not in schema.names:
+                raise ConfigurationError(
+                    f"aggregate_columns: column {column!r} is not in the stream's schema "
+                    f"(columns {schema.names})")
+            kind = schema.field(column).type
+            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                    or pa.types.is_boolean(kind) or (is_text(kind) and function in ("min", "max"))):
+                raise ConfigurationError(
+                    f"aggregate_columns: column {column!r} has type {kind}; {function} "
+                    f"takes integer, float or boolean columns"
+                    + ("" if function in ("min", "max") else " (min and max also strings)"))
+        parsed.append(ColumnAggregate(output, function, column, where))
+    return tuple(parsed)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import msgpack
 
 from streamsnap.cluster import storage_control, wire_objects
-from streamsnap.cluster.jobmaster import DEPLOY_TIMEOUT, JobMaster, JobSettings
+from streamsnap.cluster.jobmaster import JobMaster, JobSettings
 from streamsnap.cluster.log_buffer import LogBuffer
 from streamsnap.cluster.process_liveness import parent_gone, process_start_time
 from streamsnap.cluster.registry import TERMINAL, FencedError, JobRegistry
@@ -267,13 +267,10 @@ class ClusterJobMaster(SubmitterWatch, RequestFileWatch, JobMaster):
     # ------------------------------------------------------------------ the attempt
     def _launch_attempt(self, deployment: Deployment) -> None:
         """The stage's tasks already run: tell them what this attempt restores."""
-        source = self._restore_source
         if self.recovery_log and "running_at" not in self.recovery_log[-1]:
             self.recovery_log[-1]["deployed_at"] = time.time()
-        self._publish(restore=None if source is None else {
-            "metadata": source[0], "base": source[1], "finish_at_restore": self._ends_at_restore})
-        self._deploy_timer = self._timers.call_later(
-            DEPLOY_TIMEOUT, lambda a=self._attempt: self._deploy_timed_out(a))
+        self._publish(restore=self._restore_entry())
+        self._arm_deploy_timer()
 
     def _schedule_restart(self, delay: float) -> None:
         """The next attempt is Spark's stage retry: record the decision, then end this process."""
@@ -456,19 +453,8 @@ def _await_leader(job: ClusterJob, tid: int, n: int, master) -> dict | None:
 
 def _attempt_deployment(job: ClusterJob, entry: dict) -> Deployment:
     """The template deployment made this attempt's: its number, its leader, what it restores."""
-    changes = {"attempt": int(entry["epoch"]), "driver_address": tuple(entry["control"])}
-    restore = entry.get("restore")
-    if restore is not None:
-        from streamsnap.checkpoint.metadata import read_metadata
-        from streamsnap.checkpoint.restore import plan_restore
-
-        metadata = read_metadata(restore["metadata"])
-        plan = plan_restore(metadata, restore["base"], job.deployment.execution_graph.job_graph,
-                            job.settings.allow_non_restored_state)
-        changes.update(restore=plan.states, restore_base=plan.base_location,
-                       restored_operators=plan.restored_operators, restored_checkpoint_id=plan.checkpoint_id,
-                       finish_at_restore=bool(restore["finish_at_restore"]))
-    return dataclasses.replace(job.deployment, **changes)
+    return dataclasses.replace(job.deployment, allow_non_restored_state=job.settings.allow_non_restored_state) \
+        .for_attempt(int(entry["epoch"]), entry.get("restore"), driver_address=tuple(entry["control"]))
 
 
 def _master_outcome(master, receiver) -> tuple:

@@ -46,6 +46,7 @@ from streamsnap.cluster.restart import RestartBackoff
 from streamsnap.cluster.spark_bridge import bridge_for
 from streamsnap.cluster.spark_session import control_host, is_local
 from streamsnap.cluster.savepoint_stop import SavepointStop
+from streamsnap.cluster.slot_restart import SlotRecord, SlotRestart
 from streamsnap.cluster.spark_errors import spark_error_summary
 from streamsnap.cluster.status import ExecutionState, JobStatus
 from streamsnap.cluster.subtask_record import SubtaskRecord
@@ -86,8 +87,9 @@ class JobSettings:
     web: Any = None            # WebConfig a JobMaster in the cluster serves (a client's serves its own)
 
 
-class JobMaster(Failover, SavepointStop, ResultReport):
-    """One job's master. Mixins beside it: failover decisions (cluster/failover.py), savepoints and
+class JobMaster(SlotRestart, Failover, SavepointStop, ResultReport):
+    """One job's master. Mixins beside it: restarts in the surviving slots (cluster/slot_restart.py),
+    failover decisions (cluster/failover.py), savepoints and
     stop-with-savepoint (cluster/savepoint_stop.py), its result (cluster/job_result.py)."""
 
     def __init__(self, spark, execution_graph: ExecutionGraph, settings: JobSettings, *,
@@ -128,6 +130,7 @@ class JobMaster(Failover, SavepointStop, ResultReport):
         self._abandoned_spark_jobs: set[int] = set()
         self._spark_threads: dict[int, threading.Thread] = {}
         self._deploy_timer = None
+        self._init_slot_restart()
         self._final_checkpoint_pending = False
         # A completed stop-with-savepoint waiting for the job to finish: (savepoint path, future,
         # drained). A drained one must not be resumed past after a failure.
@@ -360,7 +363,8 @@ class JobMaster(Failover, SavepointStop, ResultReport):
             return
         eg = self.execution_graph
         deployment = new_deployment(self.job_id, self.run_id, self.settings, eg, self._secret, self.slots,
-                                    self._local, self._attempt, self._server.address, plan, self._ends_at_restore)
+                                    self._local, self._attempt, self._server.address, plan, self._ends_at_restore,
+                                    supervised_slots=self._bridge is not None)
         with self._lock:
             self._subtasks = {v.task_index: SubtaskRecord(deployment.attempt_id(v.task_index), v.task_index)
                               for v in eg.vertices}
@@ -369,7 +373,11 @@ class JobMaster(Failover, SavepointStop, ResultReport):
         self._launch_attempt(deployment)
 
     def _launch_attempt(self, deployment: Deployment) -> None:
-        """Start the attempt's tasks: one Spark barrier stage, run on a thread of its own."""
+        """Start the attempt's tasks: in the running stage's slots if they survived
+        (cluster/slot_restart.py), else one Spark barrier stage, run on a thread of its own."""
+        if self._deploy_in_place(deployment):
+            self._arm_deploy_timer()
+            return
         group = f"streamsnap-{self.job_id}-{self.run_id}-{self._attempt}"
         self._spark_group = group
         self._spark_running = True
@@ -377,6 +385,10 @@ class JobMaster(Failover, SavepointStop, ResultReport):
                                   name=f"spark-job-{self._attempt}", daemon=True)
         self._spark_threads[self._attempt] = thread
         thread.start()
+        self._arm_deploy_timer()
+
+    def _arm_deploy_timer(self) -> None:
+        """Fail the attempt if its subtasks are not all RUNNING within DEPLOY_TIMEOUT."""
         self._deploy_timer = self._timers.call_later(DEPLOY_TIMEOUT, lambda a=self._attempt: self._deploy_timed_out(a))
 
     def _configure_coordinator(self) -> None:
@@ -449,6 +461,13 @@ class JobMaster(Failover, SavepointStop, ResultReport):
         return plan
 
 
+    def _restore_entry(self) -> dict | None:
+        """Where the attempt's checkpoint is, for slots that derive their restore plan themselves
+        (Deployment.for_attempt): never the state objects, only the `_metadata` to read."""
+        source = self._restore_source
+        return None if source is None else {"metadata": source[0], "base": source[1],
+                                            "finish_at_restore": self._ends_at_restore}
+
     def _release_local_state(self) -> None:
         """Delete the job's task-local copies on this host: in local mode the tasks ran here;
         on a cluster finished tasks delete their own, Spark's scratch cleanup the rest."""
@@ -467,10 +486,14 @@ class JobMaster(Failover, SavepointStop, ResultReport):
             attempt = message.get("attempt")
             emit_on_driver(message, attempt[-1] if isinstance(attempt, list) and attempt else None)
             return
+        if message.get("type") in ("slot", "slot_stopped", "slot_done"):   # a supervised slot's (cluster/slot_restart.py)
+            self._post(lambda: self._handle_slot_message(conn, message))
+            return
         self._post(lambda: self._handle_message(conn, message))
 
     def _on_control_close(self, conn: ControlConnection, error) -> None:
-        self._post(lambda: self._handle_close(conn, error))
+        self._post(lambda: self._slot_closed(conn, error) if isinstance(conn.context, SlotRecord)
+                   else self._handle_close(conn, error))
 
     def _handle_message(self, conn: ControlConnection, message: dict) -> None:
         kind = message.get("type")
@@ -604,6 +627,7 @@ class JobMaster(Failover, SavepointStop, ResultReport):
                 subtask.connection.send(dict(message))
 
     def _on_spark_job_end(self, attempt: int, error: BaseException | None) -> None:
+        attempt = self._stage_ended_attempt(attempt)
         if attempt != self._attempt or attempt in self._abandoned_spark_jobs or not self._spark_running:
             log.debug("end of the Spark job of attempt %d ignored (no longer awaited)", attempt)
             return
@@ -684,6 +708,8 @@ class JobMaster(Failover, SavepointStop, ResultReport):
         self._after_attempt_stopped()
 
     def _stop_attempt(self) -> None:
+        if self._stop_in_place():
+            return
         self._send_all({"type": "cancel"})
         self._cancel_spark()
 
@@ -739,6 +765,7 @@ class JobMaster(Failover, SavepointStop, ResultReport):
             self.coordinator.job_status_changed(status)
 
     def _finalize(self, status: JobStatus, error: BaseException | None = None) -> None:
+        self._release_slots()
         if status is JobStatus.FINISHED:   # the sinks' last commits; a failed one fails the job
             latest = self.coordinator.completed_store.latest() if self.coordinator is not None else None
             failed = self.commit_gate.finish(self.coordinator is not None,
@@ -801,7 +828,7 @@ class JobMaster(Failover, SavepointStop, ResultReport):
 
 def new_deployment(job_id: str, run_id: str, settings: JobSettings, eg: ExecutionGraph, secret: bytes, slots,
                    local: bool, attempt: int = -1, driver_address: tuple = ("", 0), plan=None,
-                   finish_at_restore: bool = False) -> Deployment:
+                   finish_at_restore: bool = False, supervised_slots: bool = False) -> Deployment:
     """The Deployment of one attempt (`plan`: what it restores, None for a fresh start); with the
     defaults, the template a JobMaster in the cluster completes per attempt (in_cluster.py)."""
     return Deployment(
@@ -817,7 +844,8 @@ def new_deployment(job_id: str, run_id: str, settings: JobSettings, eg: Executio
         restored_checkpoint_id=plan.checkpoint_id if plan else None, finish_at_restore=finish_at_restore,
         log_level=settings.log_level, echo_logs=not local, test_hooks=settings.test_hooks,
         storage_options=_storage_options(settings), local_recovery=settings.local_recovery,
-        local_recovery_dir=settings.local_recovery_dir, slots=slots)
+        local_recovery_dir=settings.local_recovery_dir, slots=slots,
+        allow_non_restored_state=settings.allow_non_restored_state, supervised_slots=supervised_slots)
 
 
 def _storage_options(settings: JobSettings) -> tuple:

@@ -8,6 +8,7 @@ state each subtask restores from.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,11 @@ class Deployment:
     # (checkpoint directory, fsspec storage options) the executors open checkpoint files with
     # (CheckpointConfig.storage_options: credentials, so never logged).
     storage_options: tuple = field(default=(), repr=False)
+    # Keep state of operators the job no longer has when restoring (JobSettings' option).
+    allow_non_restored_state: bool = False
+    # The slot outlives its subtasks: it connects to the JobMaster itself and restarts them in
+    # place on its word (runtime/slot_supervisor.py), instead of ending with them.
+    supervised_slots: bool = False
 
     def use_storage_options(self) -> None:
         """Open this job's checkpoint files with its storage options in this (executor) process."""
@@ -60,6 +66,24 @@ class Deployment:
 
         for directory, options in self.storage_options:
             filesystem.configure(directory, options)
+
+    def for_attempt(self, attempt: int, restore: dict | None, **changes) -> "Deployment":
+        """This deployment made attempt `attempt`'s, restoring `restore` ({"metadata": its
+        `_metadata` URL, "base": its directory, "finish_at_restore": bool}, or None for a fresh
+        start). The restore plan is derived here, from the checkpoint's `_metadata`, exactly as
+        the JobMaster derives it: what travels is where the checkpoint is, never state objects."""
+        changes.update(attempt=attempt, restore={}, restore_base=None, restored_operators=frozenset(),
+                       restored_checkpoint_id=None, finish_at_restore=False)
+        if restore is not None:
+            from streamsnap.checkpoint.metadata import read_metadata
+            from streamsnap.checkpoint.restore import plan_restore
+
+            plan = plan_restore(read_metadata(restore["metadata"]), restore["base"], self.execution_graph.job_graph,
+                                self.allow_non_restored_state)
+            changes.update(restore=plan.states, restore_base=plan.base_location,
+                           restored_operators=plan.restored_operators, restored_checkpoint_id=plan.checkpoint_id,
+                           finish_at_restore=bool(restore["finish_at_restore"]))
+        return dataclasses.replace(self, **changes)
 
     def vertex(self, task_index: int) -> ExecutionVertex:
         return self.execution_graph.vertices[task_index]

@@ -1,11 +1,16 @@
 """One Spark task slot running its share of the pipeline (graph/slot_sharing.py).
 
-The Spark barrier task is the slot: it forks one child process per additional subtask it
-hosts and runs its first subtask itself, so every subtask keeps a process (and a GIL) of its
-own. Children die with the slot: they ask the kernel for SIGKILL when their parent dies
+The Spark barrier task is the slot, and every subtask it hosts keeps a process (and a GIL) of
+its own. Children die with the slot: they ask the kernel for SIGKILL when their parent dies
 (Linux prctl PR_SET_PDEATHSIG), so a killed Python worker or a Spark task kill takes the
-whole slot down, as a lost TaskManager does in Flink. A child that dies alone is noticed by
-the driver (its control connection drops), which fails the attempt and cancels the rest.
+whole slot down, as a lost TaskManager does in Flink.
+
+With a JobMaster in the client (`Deployment.supervised_slots`) the slot runs no subtask itself:
+it forks them all and supervises them (runtime/slot_supervisor.py), so a subtask that dies
+alone is restarted in the slots that survived, without a new Spark stage. Otherwise (a
+JobMaster inside the stage, cluster/in_cluster.py, whose attempts are Spark's stage retries)
+the slot runs its first subtask itself and forks the others; a child that dies alone is
+noticed by the driver (its control connection drops), which fails the attempt and cancels the rest.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ def run_slot(deployment: Deployment, slot_index: int, host: str | None = None) -
     from streamsnap.runtime.task import run_task
 
     deployment.use_storage_options()   # before the forks: every subtask process inherits them
+    if deployment.supervised_slots:
+        from streamsnap.runtime.slot_supervisor import SlotSupervisor
+
+        return SlotSupervisor(deployment, slot_index, host).run()
     first, *others = deployment.slots[slot_index]
     context = multiprocessing.get_context("fork")
     children = []
@@ -47,7 +56,7 @@ def run_slot(deployment: Deployment, slot_index: int, host: str | None = None) -
             children.append((task_index, child, receiver))
         outcomes = [run_task(deployment, first, host)]
         for task_index, child, receiver in children:
-            outcomes.append(_child_outcome(deployment, task_index, child, receiver))
+            outcomes.append(child_outcome(deployment, task_index, child, receiver))
     except BaseException:
         # The slot is going away (Spark interrupted it, or a fork failed): its subtasks go with it.
         for _, child, _ in children:
@@ -57,7 +66,7 @@ def run_slot(deployment: Deployment, slot_index: int, host: str | None = None) -
     return outcomes
 
 
-def _child_outcome(deployment: Deployment, task_index: int, child, receiver) -> tuple:
+def child_outcome(deployment: Deployment, task_index: int, child, receiver) -> tuple:
     try:
         outcome = receiver.recv()
     except EOFError:        # the child died before reporting (SIGKILL); the driver saw it go

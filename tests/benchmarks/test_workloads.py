@@ -90,3 +90,8 @@ def test_large_state_measures_steady_checkpoints_and_a_recovery(spark, changelog
     assert all(r[f"{part}_p50"] >= 0 for part in ("start_delay", "alignment_duration", "sync_duration",
                                                    "async_duration"))
     assert "barrier reaches the keyed subtask" in rendered[0][1]
+
+
+def test_recovery_time_names_its_victims():
+    with pytest.raises(ValueError, match="victim must be 'subtask' or 'slot'"):
+        workloads.recovery_time(None, victim="host")

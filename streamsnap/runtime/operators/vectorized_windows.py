@@ -197,6 +197,22 @@ def _fold_stored(new: list[np.ndarray], existed: np.ndarray, old: list) -> list[
     return out
 
 
+def row_parts(batch: pa.RecordBatch, columns: tuple, extreme_only: frozenset, rows: np.ndarray,
+              order: np.ndarray, bounds: np.ndarray) -> list[np.ndarray]:
+    """The partials ``[rows, (valid, sum, min, max) per column]`` of single rows `rows[order]`
+    (groups starting at `bounds`), for `_reduce`; string min/max columns already per group."""
+    parts = [np.ones(len(rows), dtype=np.int64)]
+    for c in columns:
+        column = batch.column(batch.schema.get_field_index(c))
+        if c in extreme_only and is_text(column.type):
+            parts += _text_groups(column, rows[order], bounds)
+            continue
+        valid, values = _row_values(column)
+        valid, values = valid[rows][order], values[rows][order]
+        parts += [valid.astype(np.int64), np.where(valid, values, 0), values, values]
+    return parts
+
+
 def _group_bounds(sorted_codes: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
 
@@ -318,16 +334,7 @@ class VectorizedWindowOperator(WindowOperator):
         order = np.argsort(codes, kind="stable")
         sorted_codes = codes[order]
         bounds = _group_bounds(sorted_codes)
-        parts = [np.ones(len(rows), dtype=np.int64)]
-        for c in self.columns:
-            column = batch.column(batch.schema.get_field_index(c))
-            if c in self.extreme_only and is_text(column.type):
-                parts += _text_groups(column, rows[order], bounds)
-                continue
-            valid, values = _row_values(column)
-            valid, values = valid[rows][order], values[rows][order]
-            parts += [valid.astype(np.int64), np.where(valid, values, 0), values, values]
-        merged = _reduce(parts, bounds)
+        merged = _reduce(self._row_parts(batch, rows, order, bounds), bounds)
         numeric = len(merged)
         first = sorted_codes[bounds]
         group_keys = (first // len(window_starts)).tolist()
@@ -373,6 +380,11 @@ class VectorizedWindowOperator(WindowOperator):
                                [key_groups[g] for g in chunk])
         if pending.any():
             self.index.mark_pending(np.unique(group_starts[pending]).tolist())
+
+    def _row_parts(self, batch: pa.RecordBatch, rows: np.ndarray, order: np.ndarray,
+                   bounds: np.ndarray) -> list[np.ndarray]:
+        """What `_fold` reduces per group (window_all's global stage reads partials instead)."""
+        return row_parts(batch, self.columns, self.extreme_only, rows, order, bounds)
 
     # ------------------------------------------------------------------ time
     def _advance(self, time: int) -> None:

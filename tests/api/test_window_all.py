@@ -1,0 +1,70 @@
+"""window_all's build: the graph it makes (local stage in parallel, windows at parallelism 1)
+and bad input failing when the job is built, naming the thing and the fix."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import streamsnap as ss
+
+W = ss.windows
+
+
+def stream(env=None):
+    env = env or ss.StreamEnvironment(parallelism=4)
+    strategy = ss.WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts")
+    schema = pa.schema([("ts", pa.int64()), ("price", pa.int64()), ("name", pa.string())])
+    return env.from_source(ss.sources.Generator(lambda i: {"ts": i, "price": i % 7, "name": "a"}, count=10,
+                                                schema=schema), watermark_strategy=strategy)
+
+
+def nodes(env):
+    return {n.name: n for n in env._graph.nodes.values()}
+
+
+def test_two_phases_local_in_parallel_windows_at_parallelism_one():
+    s = stream()
+    s.window_all(W.TumblingEventTimeWindows.of(1)).sum("price", name="sums")
+    s.window_all(W.TumblingEventTimeWindows.of(1)).top_n(2, by="price", name="top")
+    s.window_all(W.TumblingEventTimeWindows.of(1)).reduce(lambda a, b: a, name="reduced")
+    graph = nodes(s.env)
+    assert graph["sums (local)"].parallelism == 4 and graph["sums"].parallelism == 1
+    assert graph["top (local)"].parallelism == 4 and graph["top"].parallelism == 1
+    assert graph["reduced"].parallelism == 1 and "reduced (local)" not in graph
+    assert graph["top"].schema.names == ["ts", "price", "name", "window_start", "window_end", "rank"]
+
+
+def test_bad_input_fails_at_build_time_naming_the_fix():
+    windows = stream().window_all(W.TumblingEventTimeWindows.of(1))
+    with pytest.raises(ss.ConfigurationError, match="column 'nope' is not in the stream's schema"):
+        windows.sum("nope")
+    with pytest.raises(ss.ConfigurationError, match=r"'name' has type string; mean takes"):
+        windows.mean("name")
+    with pytest.raises(ss.ConfigurationError, match=r"EventTimeSessionWindows is not vectorized; use tumbling"):
+        stream().window_all(W.EventTimeSessionWindows.with_gap(1)).count()
+    with pytest.raises(ss.ConfigurationError, match=r"EventTimeSessionWindows is not vectorized"):
+        stream().window_all(W.EventTimeSessionWindows.with_gap(1)).top_n(1, by="price")
+    with pytest.raises(ss.ConfigurationError, match="default trigger; CountTrigger needs .aggregate"):
+        windows.trigger(W.CountTrigger.of(3)).max("price")
+    with pytest.raises(ss.ConfigurationError, match=r"parallelism=3; .* run at parallelism 1 .* key_by\(...\).window"):
+        windows.count(parallelism=3)
+    with pytest.raises(ss.ConfigurationError, match=r"by='nope' is not a column of the stream"):
+        windows.top_n(1, by="nope")
+    with pytest.raises(ss.ConfigurationError, match=r"column 'name' has type string; the window top-N ranks by"):
+        windows.top_n(1, by="name")
+    with pytest.raises(ss.ConfigurationError, match=r"n is how many rows to keep"):
+        windows.top_n(0, by="price")
+    with pytest.raises(ss.ConfigurationError, match=r"already has column\(s\) \['price'\].*another rank_column="):
+        windows.top_n(1, by="price", rank_column="price")
+    with pytest.raises(ss.ConfigurationError, match=r"window_all\(\) takes a window assigner"):
+        stream().window_all(60)
+    with pytest.raises(ss.ConfigurationError, match=r"takes a ProcessAllWindowFunction"):
+        windows.process(object())
+
+
+def test_event_time_windows_need_timestamps():
+    env = ss.StreamEnvironment()
+    plain = env.from_collection([{"price": 1}])
+    with pytest.raises(ss.ConfigurationError, match="event-time windows need event timestamps"):
+        plain.window_all(W.TumblingEventTimeWindows.of(1))
