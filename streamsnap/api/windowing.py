@@ -189,7 +189,7 @@ class WindowedStream:
                 f"aggregate_columns fires windows with the assigner's default trigger; "
                 f"{type(spec.trigger).__name__} needs .aggregate(...) or .reduce(...)")
         schema = self._keyed.schema
-        parsed = parse_column_aggregates(aggregates, self._keyed.schema,
+        parsed = parse_column_aggregates(aggregates, schema,
                                          {"window_start", "window_end", *self._keyed.key.columns})
         if sessions:
             factory_type = _session_factory(parsed, schema)
@@ -326,7 +326,7 @@ def parse_column_aggregates(aggregates, schema: pa.Schema | None, reserved: set)
     return tuple(parsed)
 
 
-def _session_factory(aggregates: list, schema: pa.Schema | None) -> type:
+def _session_factory(aggregates: tuple, schema: pa.Schema | None) -> type:
     """The vectorized session operator's factory, for aggregates it computes: sessions merge,
     and merging distinct sets or string extremes is left to `.aggregate(...)`."""
     from streamsnap.runtime.operators.vectorized_sessions import VectorizedSessionOperatorFactory
