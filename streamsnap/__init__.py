@@ -16,7 +16,8 @@ from streamsnap.api.environment import StreamEnvironment
 from streamsnap.api.functions import (
     CheckpointedFunction, CheckpointListener, Context, Function, FunctionInitializationContext,
     FunctionSnapshotContext, KeyedBatchFunction, KeyedProcessFunction, OutputTag, ProcessFunction,
-    RuntimeContext, TimerService, CoProcessFunction, KeyedCoProcessFunction, ProcessJoinFunction,
+    RuntimeContext, TimerService, CoProcessFunction, KeyedCoProcessFunction, KeyedCoBatchFunction,
+    ProcessJoinFunction,
     BroadcastProcessFunction, KeyedBroadcastProcessFunction,
 )
 from streamsnap.api.connected import BroadcastStream, ConnectedStreams
@@ -54,7 +55,7 @@ __all__ = [
     "FileReadError", "DataError", "SchemaError", "UsageError", "NullKeyError", "PreflightError", "WatermarkStrategy", "WatermarkGenerator", "windows", "OutputTag", "TimeDomain",
     "ProcessFunction", "TimerService", "AggregateFunction", "ProcessWindowFunction", "WindowedStream",
     "AllWindowedStream", "ProcessAllWindowFunction",
-    "CoProcessFunction", "KeyedCoProcessFunction", "ProcessJoinFunction", "ConnectedStreams",
+    "CoProcessFunction", "KeyedCoProcessFunction", "KeyedCoBatchFunction", "ProcessJoinFunction", "ConnectedStreams",
     "BroadcastProcessFunction", "KeyedBroadcastProcessFunction", "BroadcastStream",
 ]
 

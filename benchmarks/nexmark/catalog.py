@@ -26,7 +26,7 @@ OUTPUT_FIELDS = {
     "q6": ("seller", "average"),
     "q9": closed_auctions.WINNING_BID_SCHEMA.names,
     "q10": tuple(stateless.Q10_SCHEMA.names),
-    "q11": tuple(bidder_windows.Q11_SCHEMA.names),
+    "q11": bidder_windows.Q11_FIELDS,
     "q13": tuple(joins.Q13_SCHEMA.names),
     "q14": tuple(stateless.Q14_SCHEMA.names),
     "q15": tuple(reports.Q15_SCHEMA.names),

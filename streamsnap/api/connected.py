@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+import pyarrow as pa
+
 from streamsnap.errors import ConfigurationError
 from streamsnap.graph.partitioners import KeyGroupPartitioner
 from streamsnap.graph.stream_graph import NodeKind, StreamNode
@@ -118,6 +120,83 @@ class ConnectedStreams:
                                   tuple(KeyGroupPartitioner(k, max_parallelism) for k in keys),
                                   timestamps=_same_assigner(*ts))
         return DataStream(first._env, (node,))
+
+
+    def process_batches(self, function, *, name: str | None = None, uid: str | None = None,
+                        parallelism: int | None = None, output_schema=None):
+        """Run a KeyedCoBatchFunction: both inputs keyed, a whole Arrow batch of either input per
+        call (`process_batch1` / `process_batch2`), keyed state and batch timers shared by both
+        (runtime/operators/co_batch_process.py) — the vectorized `process`."""
+        from streamsnap.api.datastream import DataStream, _check_schema
+        from streamsnap.runtime.operators.co_batch_process import KeyedCoBatchProcessOperatorFactory
+
+        has = [m for m in ("process_element1", "process_element", "process_batch", "process_batch1")
+               if callable(getattr(function, m, None))]
+        kind = ("a per-row function: run a (Keyed)CoProcessFunction with .process(...) instead"
+                if "process_element1" in has or "process_element" in has
+                else "a one-input KeyedBatchFunction: two inputs need one batch method each"
+                if has == ["process_batch"] else None)
+        if kind is not None:
+            raise ConfigurationError(
+                f"connect(...).process_batches({type(function).__name__}): {kind}; process_batches "
+                f"takes an ss.KeyedCoBatchFunction with process_batch1(batch, keys) for the first "
+                f"input and process_batch2(batch, keys) for the second")
+        _check_function(function, ("process_batch1", "process_batch2"), "connect(...).process_batches")
+        name = name or type(function).__name__
+        if not self.keyed:
+            unkeyed = [f"{which} input {s._describe()}" for which, s in (("first", self.first), ("second", self.second))
+                       if not hasattr(s, "key")]
+            raise ConfigurationError(
+                f"connect(...).process_batches '{name}': the {' and the '.join(unkeyed)} is not keyed; "
+                f"a KeyedCoBatchFunction shares keyed state between the inputs, so key both: "
+                f"a.key_by(k1).connect(b.key_by(k2)), or connected.key_by(k1, k2)")
+        first, second = cast("KeyedStream", self.first), cast("KeyedStream", self.second)
+        check_matching_keys(first, second, f"connect(...).process_batches '{name}'")
+        keys = (first.key.for_operator(name), second.key.for_operator(name))
+        max_parallelism = first._env.max_parallelism
+        node = add_two_input_node(first, second, name, uid, KeyedCoBatchProcessOperatorFactory(function, keys),
+                                  parallelism, _check_schema(output_schema, "process_batches"),
+                                  tuple(KeyGroupPartitioner(k, max_parallelism) for k in keys),
+                                  timestamps=_same_assigner(first.timestamp_assigner, second.timestamp_assigner))
+        return DataStream(first._env, (node,))
+
+
+def _key_kind(t: pa.DataType) -> str:
+    """Which keys can ever be equal: a key's hash (so its key group) follows its value, not
+    its width, so integers of any width meet, as do the string types."""
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return "binary"
+    if pa.types.is_dictionary(t):
+        return _key_kind(t.value_type)
+    return str(t)
+
+
+def check_matching_keys(first: "KeyedStream", second: "KeyedStream", where: str) -> None:
+    """Build-time check that the two inputs' keys can be equal: as many key columns, of
+    comparable types, whenever both keys are columns of known schemas (a key function's type is
+    known only when it runs)."""
+    a, b = first.key, second.key
+    if a.function is not None or b.function is not None:
+        return
+    if len(a.columns) != len(b.columns):
+        raise ConfigurationError(
+            f"{where}: the first input is keyed by {len(a.columns)} column(s) {list(a.columns)}, the "
+            f"second by {len(b.columns)} {list(b.columns)}; rows of the two meet only on equal keys, "
+            f"so key both by the same number of columns, in the same order")
+    schemas = (first.schema, second.schema)
+    if schemas[0] is None or schemas[1] is None:
+        return
+    for c1, c2 in zip(a.columns, b.columns):
+        t1, t2 = schemas[0].field(c1).type, schemas[1].field(c2).type
+        if _key_kind(t1) != _key_kind(t2):
+            raise ConfigurationError(
+                f"{where}: key column '{c1}' of the first input is {t1} but '{c2}' of the second is "
+                f"{t2}; such keys are never equal, so no key would see both inputs; convert one "
+                f"(e.g. map_batches with pc.cast) before key_by")
 
 
 class IntervalJoin:

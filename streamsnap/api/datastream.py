@@ -233,6 +233,22 @@ class DataStream:
 
         return join(self, other)
 
+    def lookup_join(self, table, on, *, columns=None, how: str = "inner", name: str | None = None,
+                    uid: str | None = None, parallelism: int | None = None,
+                    max_table_bytes: int | None = None) -> "DataStream":
+        """Enrich every row from a bounded `table` (a pyarrow Table or a batch Spark DataFrame,
+        collected now): Flink's lookup join, Spark's stream-static join, vectorized per batch,
+        no key_by, no state. on: a column name or list (same names on both sides) or a dict
+        {stream column: table column}; columns: the table's columns to add (list, or dict
+        {table column: output name}; default all but the keys); how: "inner" drops rows
+        without a match, "left" keeps them with nulls. A key found k times in the table gives
+        k rows, as in SQL. max_table_bytes: the largest table shipped to every subtask
+        (default 64 MiB). See api/lookup.py."""
+        from streamsnap.api.lookup import DEFAULT_MAX_TABLE_BYTES, lookup_join
+
+        return lookup_join(self, table, on, columns=columns, how=how, name=name, uid=uid, parallelism=parallelism,
+                           max_table_bytes=DEFAULT_MAX_TABLE_BYTES if max_table_bytes is None else max_table_bytes)
+
     def rebalance(self) -> "DataStream":
         """Distribute batches round robin over the next operator's subtasks."""
         return DataStream(self._env, self._upstreams, RebalancePartitioner(), self._tag)

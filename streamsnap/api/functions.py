@@ -327,6 +327,27 @@ class KeyedCoProcessFunction(CoProcessFunction):
     KeyedProcessFunction."""
 
 
+class KeyedCoBatchFunction(Function):
+    """Vectorized KeyedCoProcessFunction (`a.key_by(k1).connect(b.key_by(k2)).process_batches(fn)`):
+    a whole Arrow batch of either input per call, keyed state and timers shared by both inputs.
+
+    `process_batch1(batch, keys)` gets the first input's batches, `process_batch2(batch, keys)`
+    the second's, each with its keys factorized (`ss.BatchKeys`, by that input's key selector);
+    state and timers work as in KeyedBatchFunction (`get_many`/`put_many`,
+    `ctx.timer_service()` from `open(ctx)`, due timers in `on_timers(timers, ctx)`). Each may
+    return a RecordBatch, a Table, a dict of columns or None. The inputs interleave in arrival
+    order; wait for an event-time timer for results that must not depend on it.
+    """
+
+    def process_batch1(self, batch, keys):
+        """Process a batch of the first input; return a RecordBatch, Table, dict of columns or None."""
+        raise NotImplementedError(f"{type(self).__name__} must implement process_batch1(self, batch, keys)")
+
+    def process_batch2(self, batch, keys):
+        """Process a batch of the second input; return a RecordBatch, Table, dict of columns or None."""
+        raise NotImplementedError(f"{type(self).__name__} must implement process_batch2(self, batch, keys)")
+
+
 class ProcessJoinFunction(Function):
     """Called for each pair an interval join matches: `process_element(left, right, ctx)`.
 

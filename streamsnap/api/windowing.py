@@ -162,8 +162,9 @@ class WindowedStream:
 
     # ------------------------------------------------------------------ vectorized
     def aggregate_columns(self, aggregates: dict, **options) -> "DataStream":
-        """Vectorized per-window aggregates on Arrow batches, no Python per row (tumbling and
-        sliding windows, default trigger). `aggregates` maps output names to
+        """Vectorized per-window aggregates on Arrow batches, no Python per row (tumbling,
+        sliding and event-time session windows, default trigger; sessions take no
+        count_distinct and no string columns). `aggregates` maps output names to
         ``(function, column)`` with function one of sum, min, max, mean, count_distinct, or to
         ``"count"`` (rows); min and max also take string columns. ``("count_distinct", column)``
         counts the distinct non-null values exactly (SQL's ``COUNT(DISTINCT column)``);
@@ -173,22 +174,29 @@ class WindowedStream:
         skipped (all-null gives None)."""
         from streamsnap.runtime.operators.vectorized_windows import VectorizedWindowOperatorFactory
 
+        from streamsnap.time.windows import EventTimeSessionWindows
+
         spec = self._spec
         assigner = spec.assigner
-        if not hasattr(assigner, "assign_window_starts"):
+        sessions = isinstance(assigner, EventTimeSessionWindows)
+        if not sessions and not hasattr(assigner, "assign_window_starts"):
             raise ConfigurationError(
-                f"aggregate_columns: {type(assigner).__name__} is not vectorized; use tumbling "
-                f"or sliding windows, or .aggregate(AggregateFunction) for this assigner")
+                f"aggregate_columns: {type(assigner).__name__} is not vectorized; use tumbling, "
+                f"sliding or event-time session windows, or .aggregate(AggregateFunction) for "
+                f"this assigner")
         if type(spec.trigger) is not type(assigner.default_trigger()):
             raise ConfigurationError(
                 f"aggregate_columns fires windows with the assigner's default trigger; "
                 f"{type(spec.trigger).__name__} needs .aggregate(...) or .reduce(...)")
-        parsed = parse_column_aggregates(aggregates, self._keyed.schema,
+        schema = self._keyed.schema
+        parsed = parse_column_aggregates(aggregates, schema,
                                          {"window_start", "window_end", *self._keyed.key.columns})
+        if sessions:
+            factory_type = _session_factory(parsed, schema)
         keyed = self._keyed
         name = options.pop("name", None) or f"Window({type(assigner).__name__}).aggregate_columns"
         key = keyed.key.for_operator(name)
-        factory = VectorizedWindowOperatorFactory(
+        factory = (factory_type if sessions else VectorizedWindowOperatorFactory)(
             key, assigner, spec.allowed_lateness, tuple(parsed),
             spec.late_tag.name if spec.late_tag is not None else None, keyed.timestamp_assigner)
         return self._add(factory, name, key, **options)
@@ -316,3 +324,25 @@ def parse_column_aggregates(aggregates, schema: pa.Schema | None, reserved: set)
                     + ("" if function in ("min", "max") else " (min and max also strings)"))
         parsed.append(ColumnAggregate(output, function, column, where))
     return tuple(parsed)
+
+
+def _session_factory(aggregates: tuple, schema: pa.Schema | None) -> type:
+    """The vectorized session operator's factory, for aggregates it computes: sessions merge,
+    and merging distinct sets or string extremes is left to `.aggregate(...)`."""
+    from streamsnap.runtime.operators.vectorized_sessions import VectorizedSessionOperatorFactory
+
+    for a in aggregates:
+        if a.function == "count_distinct":
+            raise ConfigurationError(
+                f"aggregate_columns: {a.output!r}: count_distinct is not vectorized on session "
+                f"windows (merging sessions would merge their distinct sets); use tumbling or "
+                f"sliding windows, or .aggregate(AggregateFunction) with a merge() for sessions")
+        if a.column is not None and schema is not None and a.column in schema.names and \
+                not (pa.types.is_integer(schema.field(a.column).type)
+                     or pa.types.is_floating(schema.field(a.column).type)
+                     or pa.types.is_boolean(schema.field(a.column).type)):
+            raise ConfigurationError(
+                f"aggregate_columns: {a.output!r}: on session windows {a.function} takes integer, "
+                f"float or boolean columns; {a.column!r} has type {schema.field(a.column).type} "
+                f"(use .aggregate(AggregateFunction) for string extremes of sessions)")
+    return VectorizedSessionOperatorFactory

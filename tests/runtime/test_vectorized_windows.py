@@ -110,7 +110,7 @@ def test_build_time_checks_of_aggregate_columns():
     keyed = env.from_source(source, watermark_strategy=strategy).key_by("key")
     tumbling = keyed.window(W.TumblingEventTimeWindows.of(1))
     with pytest.raises(ss.ConfigurationError, match="not vectorized"):
-        keyed.window(W.EventTimeSessionWindows.with_gap(1)).sum("value")
+        keyed.window(W.ProcessingTimeSessionWindows.with_gap(1)).sum("value")
     with pytest.raises(ss.ConfigurationError, match="default trigger"):
         tumbling.trigger(W.CountTrigger.of(2)).count()
     with pytest.raises(ss.ConfigurationError, match="'nope' is not in the stream's schema"):

@@ -235,17 +235,22 @@ class KeyedBatchProcessOperator(ProcessingTimeWakeups, StreamOperator):
         self.output.emit_watermark(timestamp)
 
     def process(self, batch: Batch) -> None:
+        self._run_batch(self.function.process_batch, batch, self.key, "process_batch")
+
+    def _run_batch(self, fn, batch: Batch, key: KeySelector, what: str) -> None:
+        """`fn(record_batch, keys)` once for the batch, its result emitted — the call of every
+        keyed batch operator (one input or two, runtime/operators/co_batch_process.py)."""
         record_batch = to_record_batch(batch)
         n = record_batch.num_rows
         self.records_in += n
         if not n:
             return
         try:
-            keys = self.key.batch_keys(record_batch, self.ctx.max_parallelism)
-            result = self.function.process_batch(record_batch, keys)
+            keys = key.batch_keys(record_batch, self.ctx.max_parallelism)
+            result = fn(record_batch, keys)
             if result is None:
                 return
-            result = as_record_batch(result, f"process_batch of '{self.ctx.name}'")
+            result = as_record_batch(result, f"{what} of '{self.ctx.name}'")
         except Exception as exc:
             raise user_error(self, f"<RecordBatch of {n} rows, first row "
                                    f"{record_batch.slice(0, 1).to_pylist()}>", exc) from None

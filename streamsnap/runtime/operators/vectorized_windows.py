@@ -246,11 +246,15 @@ class VectorizedWindowOperator(WindowOperator):
         # as numpy would make fixed-width unicode of str (dropping trailing NULs).
         self.object_fields = frozenset(j for i, c in enumerate(self.columns) if c in self.extreme_only
                                        for j in (1 + 4 * i + 2, 1 + 4 * i + 3))
-        self.size = assigner.size_ms
         self.windows = None
-        self.index = AlignedWindowIndex(self.size, self.allowed_lateness)
+        self._init_windows(assigner)
         self._watermark = MIN_WATERMARK
         self._processing_time = MIN_WATERMARK
+
+    def _init_windows(self, assigner: WindowAssigner) -> None:
+        """The windows' size and the index of their timers (aligned windows share theirs)."""
+        self.size = assigner.size_ms
+        self.index = AlignedWindowIndex(self.size, self.allowed_lateness)
 
     # ------------------------------------------------------------------ state
     def initialize_state(self) -> None:
@@ -277,16 +281,23 @@ class VectorizedWindowOperator(WindowOperator):
             self._schedule_wakeup(self.index.next_time())
 
     # ------------------------------------------------------------------ elements
-    def process(self, batch: Batch) -> None:
+    def _keyed_batch(self, batch: Batch):
+        """The batch as Arrow and its factorized keys (None for an empty batch), counted in."""
         record_batch = to_record_batch(batch)
-        n = record_batch.num_rows
-        self.records_in += n
-        if not n:
-            return
+        self.records_in += record_batch.num_rows
+        if not record_batch.num_rows:
+            return None
         try:
-            keys = self.key.batch_keys(record_batch, self.ctx.max_parallelism)
+            return record_batch, self.key.batch_keys(record_batch, self.ctx.max_parallelism)
         except Exception as exc:
             raise user_error(self, record_batch.slice(0, 1).to_pylist()[0], exc) from None
+
+    def process(self, batch: Batch) -> None:
+        keyed = self._keyed_batch(batch)
+        if keyed is None:
+            return
+        record_batch, keys = keyed
+        n = record_batch.num_rows
         if self.event_time:
             times = batch_timestamps(record_batch, self.timestamps, self.ctx.name)
         else:
@@ -453,8 +464,10 @@ class VectorizedWindowOperator(WindowOperator):
         self._schedule_wakeup(self.index.next_time())
 
     # ------------------------------------------------------------------ output
-    def _output(self, keys: list, starts: np.ndarray, merged: list[np.ndarray]) -> None:
-        """Rows of fired windows: `merged` is ``[rows, (valid, sum, min, max) per column]``."""
+    def _output(self, keys: list, starts: np.ndarray, merged: list[np.ndarray],
+                ends: np.ndarray | None = None) -> None:
+        """Rows of fired windows: `merged` is ``[rows, (valid, sum, min, max) per column]``;
+        `ends` default to the starts plus the window size."""
         columns: list[list] = []
         if self.key.function is None and len(self.key.columns) > 1:
             columns += [list(c) for c in zip(*keys)] if keys else \
@@ -463,7 +476,7 @@ class VectorizedWindowOperator(WindowOperator):
             columns.append(keys)
         names = list(self.key.columns) if self.key.function is None else ["key"]
         names += ["window_start", "window_end"]
-        columns += [starts.tolist(), (starts + self.size).tolist()]
+        columns += [starts.tolist(), (starts + self.size if ends is None else ends).tolist()]
         position = {c: 1 + 4 * i for i, c in enumerate(self.columns)}
         distinct = {s: 1 + 4 * len(self.columns) + d for d, s in enumerate(self.distinct_specs)}
         for aggregate in self.aggregates:
