@@ -106,6 +106,7 @@ class SlotRestart:
                          "%d of %d)", self.settings.job_name, self._attempt, self._stage_usable,
                          len(self._slot_conns), len(self.slots))
             self._stage_usable = False
+            self._release_slot_conns()
             return False
         attempt = self._attempt
         self._slots_stopping = set(self._slot_conns)
@@ -126,7 +127,16 @@ class SlotRestart:
         if self._slot_stop_timer is not None:
             self._slot_stop_timer.cancel()
         self._send_all({"type": "cancel"})
+        self._release_slot_conns()
         self._cancel_spark()
+
+    def _release_slot_conns(self) -> None:
+        """The stage is ending: its slots return once their subtasks have (the JobMaster cancels
+        them), freeing their Spark cores for the next stage at once instead of when Spark kills
+        the Python workers."""
+        for conn in list(self._slot_conns.values()):
+            conn.send({"type": "release"})
+        self._slot_conns.clear()
 
     def _deploy_in_place(self, deployment) -> bool:
         """Deploy the attempt into the running stage's slots; False: it needs a new Spark stage
@@ -156,8 +166,7 @@ class SlotRestart:
         """The job ends while its slots wait for a next attempt (no restart left, a data error):
         let them go, so the stage ends cleanly instead of by cancellation."""
         if self._spark_running and self._stage_usable:
-            for conn in list(self._slot_conns.values()):
-                conn.send({"type": "release"})
+            self._release_slot_conns()
             self._stage_usable = False
 
 

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 # Seconds a slot whose subtasks all ended, not all FINISHED, waits for the JobMaster's word
 # (a restart in place, or release) before it returns anyway and lets the Spark stage end.
 ORPHAN_WAIT = 120.0
+# Seconds a released slot's cancelled subtasks have to end before they are killed.
+RELEASE_GRACE = 5.0
 
 
 class JobMasterLost(ConnectionError):
@@ -124,8 +126,12 @@ class SlotSupervisor:
             self._outcomes.clear()
             self._fork(self.deployment.for_attempt(int(message["attempt"]), message.get("restore")))
         elif kind == "release":
-            for process, receiver in list(self._children.values()):
-                process.join()
+            # The JobMaster cancelled the subtasks; one that does not end within RELEASE_GRACE is killed.
+            deadline = time.monotonic() + RELEASE_GRACE
+            for process, _ in list(self._children.values()):
+                process.join(max(0.0, deadline - time.monotonic()))
+                if process.is_alive():
+                    process.kill()
             for task_index in list(self._children):
                 self._collect(task_index)
             return True
