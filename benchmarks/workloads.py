@@ -497,7 +497,8 @@ def backpressure(spark, seconds: float, k: int = 1000) -> dict:
 
 # ------------------------------------------------------------------------------- recovery
 def recovery_time(spark, kills: int = 5, rate: float = 100_000, k: int = 1000, victim: str = "subtask") -> dict:
-    """SIGKILL → first row at a sink after the restore, per kill (per-row W1, checkpoint 1 s).
+    """SIGKILL → first row at a sink after the restore, per kill (W1: a per-row keyed `process`
+    behind a vectorized rate-limited Generator, a discarding sink, checkpoints every 1 s).
 
     victim "subtask": a keyed subtask's process (restarted in the slots that survived);
     "slot": the Spark task's Python worker that supervises it (a lost slot: a new Spark stage)."""
