@@ -46,7 +46,6 @@ class SlotRestart:
         self._stage_usable = False                # its slots may take a new attempt
         self._slots_stopping: set[int] | None = None
         self._slot_stop_timer = None
-        self.in_place_restarts = 0
 
     # ------------------------------------------------------------------ messages
     def _handle_slot_message(self, conn: ControlConnection, message: dict) -> None:
@@ -114,11 +113,13 @@ class SlotRestart:
             if not conn.send({"type": "stop", "attempt": attempt}):
                 self._fall_back_to_new_stage("a slot's connection was gone")
                 return True
-        self._slot_stop_timer = self._timers.call_later(
-            SLOT_STOP_TIMEOUT, lambda: self._slots_stopping is not None and self._attempt == attempt
-            and self._fall_back_to_new_stage(f"slots {sorted(self._slots_stopping)} did not stop attempt {attempt} "
-                                             f"within {SLOT_STOP_TIMEOUT:.0f} s"))
+        self._slot_stop_timer = self._timers.call_later(SLOT_STOP_TIMEOUT, lambda: self._slots_stop_overdue(attempt))
         return True
+
+    def _slots_stop_overdue(self, attempt: int) -> None:
+        if self._slots_stopping is not None and self._attempt == attempt:
+            self._fall_back_to_new_stage(f"slots {sorted(self._slots_stopping)} did not stop attempt {attempt} "
+                                         f"within {SLOT_STOP_TIMEOUT:.0f} s")
 
     def _fall_back_to_new_stage(self, why: str) -> None:
         log.warning("job '%s': %s; restarting with a new Spark stage", self.settings.job_name, why)
@@ -146,7 +147,6 @@ class SlotRestart:
             message = {"type": "deploy", "attempt": self._attempt, "restore": self._restore_entry()}
             for conn in list(self._slot_conns.values()):
                 conn.send(dict(message))
-            self.in_place_restarts += 1
             if recovering:
                 self.recovery_log[-1]["restart"] = "in place"
             return True
