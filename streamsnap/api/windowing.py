@@ -206,15 +206,15 @@ class WindowedStream:
         return self.aggregate_columns({column: ("sum", column)}, **options)
 
     def min(self, column: str, **options) -> "DataStream":
-        """Vectorized minimum of `column` per key and window (output column `min_<column>`); see `aggregate_columns`."""
+        """Vectorized minimum of `column` per key and window (output column named `column`); see `aggregate_columns`."""
         return self.aggregate_columns({column: ("min", column)}, **options)
 
     def max(self, column: str, **options) -> "DataStream":
-        """Vectorized maximum of `column` per key and window (output column `max_<column>`); see `aggregate_columns`."""
+        """Vectorized maximum of `column` per key and window (output column named `column`); see `aggregate_columns`."""
         return self.aggregate_columns({column: ("max", column)}, **options)
 
     def mean(self, column: str, **options) -> "DataStream":
-        """Vectorized mean of `column` per key and window (output column `mean_<column>`); see `aggregate_columns`."""
+        """Vectorized mean of `column` per key and window (output column named `column`); see `aggregate_columns`."""
         return self.aggregate_columns({column: ("mean", column)}, **options)
 
     def count(self, **options) -> "DataStream":
