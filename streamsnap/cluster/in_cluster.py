@@ -313,10 +313,13 @@ class ClusterJobMaster(SubmitterWatch, RequestFileWatch, JobMaster):
                 return
             self._post(lambda: self._answer(conn, message))
             return
-        if message.get("type") == "logs":
-            with self._log_lock:
-                self._log_buffer.append(message)
         super()._on_control_message(conn, message)
+
+    def _relay_logs(self, message: dict) -> None:
+        """Kept for attached clients (they fetch them with `logs`), and re-emitted here too."""
+        with self._log_lock:
+            self._log_buffer.append(message)
+        super()._relay_logs(message)
 
     def _answer(self, conn, message: dict) -> None:
         """One request of a JobClient in another process (cluster/job_control.py)."""

@@ -483,13 +483,23 @@ class JobMaster(SlotRestart, Failover, SavepointStop, ResultReport):
         if message.get("type") == "logs":
             # Task log records (runtime.log_relay), from any attempt — the records before a
             # failure matter most — re-emitted on the connection's thread, not the JobMaster's.
-            attempt = message.get("attempt")
-            emit_on_driver(message, attempt[-1] if isinstance(attempt, list) and attempt else None)
+            self._relay_logs(message)
             return
         if message.get("type") in ("slot", "slot_stopped", "slot_done"):   # a supervised slot's (cluster/slot_restart.py)
             self._post(lambda: self._handle_slot_message(conn, message))
             return
+        if message.get("type") == "failed" and message.get("logs"):
+            # The failed task's last records: after its root cause is recorded, before anything
+            # the loop does next can end the job (runtime/task.py run_task).
+            logs = {**message.pop("logs"), "attempt": message.get("attempt")}
+            self._post(lambda: (self._handle_message(conn, message), self._relay_logs(logs)))
+            return
         self._post(lambda: self._handle_message(conn, message))
+
+    def _relay_logs(self, message: dict) -> None:
+        """Re-emit a task's batch of log records in this process's `logging` (runtime.log_relay)."""
+        attempt = message.get("attempt")
+        emit_on_driver(message, attempt[-1] if isinstance(attempt, list) and attempt else None)
 
     def _on_control_close(self, conn: ControlConnection, error) -> None:
         self._post(lambda: self._slot_closed(conn, error) if isinstance(conn.context, SlotRecord)

@@ -13,9 +13,10 @@ batches of up to `BATCH_RECORDS` leave every `FLUSH_INTERVAL` seconds (sooner wh
 fills) as one `{"type": "logs"}` message on the task's authenticated control connection; a
 token bucket (`RATE` records/s, bursts of `BURST`) and a bounded queue keep a chatty task from
 flooding that connection — what it drops is counted and reported as a warning. A failing task
-sends its failure report first (the job master should learn the root cause before a downstream
-task reports the channel this one closes), then flushes, so its last records follow the report
-(only a SIGKILL can lose the last `FLUSH_INTERVAL`). The failure itself is not relayed: records
+carries the records still queued in its failure report (the JobMaster records the root cause,
+then re-emits them: a downstream task's report of the channel this one closes cannot come
+between, and the JobMaster's SIGKILL of the failed attempt cannot lose them); what it logs
+after the report follows as usual (only a SIGKILL can lose the last `FLUSH_INTERVAL`). The failure itself is not relayed: records
 marked `NOT_RELAYED` (the report carries them) stay in the worker's own log. When the driver is
 unreachable the records go to the worker's stderr instead.
 
@@ -177,6 +178,23 @@ class TaskLogHandler(logging.Handler):
                     self._send(message)
                 except Exception as exc:
                     _to_stderr(message, exc)
+
+    def take_pending(self) -> dict | None:
+        """Everything still queued, as one batch message the caller sends itself (a failing
+        task's report carries it: a SIGKILL of the failed attempt cannot lose it then), or None."""
+        with self._sending:     # a batch the thread is sending goes out first: order is kept
+            with self._guard:
+                now = self._clock()
+                records, dropped = [], 0
+                while len(self._batcher) or self._batcher.dropped:
+                    message = self._batcher.take(now)
+                    if message is None:
+                        break
+                    records += message["records"]
+                    dropped += message["dropped"]
+        if not records and not dropped:
+            return None
+        return {"type": "logs", "records": records, "dropped": dropped, **self._task}
 
     def close(self) -> None:
         """Send what is left and stop the thread."""

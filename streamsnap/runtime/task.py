@@ -767,6 +767,10 @@ class StreamTask:
             self._control.close()
         self.network.close()
 
+    def pending_logs(self) -> dict | None:
+        """The relayed log records not sent yet, as one batch (a failure report carries it)."""
+        return None if self._log_relay is None else self._log_relay.take_pending()
+
     def flush_logs(self) -> None:
         """Send the relayed log records now (right after a failure report, before the task ends)."""
         if self._log_relay is not None:
@@ -831,8 +835,10 @@ def run_task(deployment: Deployment, task_index: int, host: str | None = None) -
         text, user = _describe_failure(exc, task.name)
         follow_on = isinstance(exc, FOLLOW_ON_ERRORS)
         line = _exception_line(exc)
-        # The report goes first: the log records relayed before it would delay it at the driver,
-        # where a downstream task's report of the channel this one is about to close could win.
+        # The report carries the log records still queued: sent before it they would delay it
+        # at the driver, where a downstream task's report of the channel this one is about to
+        # close could win; sent after it, the JobMaster's stop of the failed attempt (a SIGKILL
+        # in a supervised slot) or the job's end could cut them off.
         told = False
         try:
             if task.driver is not None:
@@ -840,7 +846,7 @@ def run_task(deployment: Deployment, task_index: int, host: str | None = None) -
                 task.driver.send({"type": "failed", "error": text, "user_error": user,
                                   "data_error": isinstance(exc, DataError), "follow_on": follow_on,
                                   "task": task.name, "exception": line,
-                                  "lost": list(upstream) if upstream else None})
+                                  "lost": list(upstream) if upstream else None, "logs": task.pending_logs()})
                 told = True
         except (TaskCancelled, OSError):
             pass

@@ -9,7 +9,7 @@ import sys
 import msgpack
 
 from streamsnap.runtime import log_relay
-from streamsnap.runtime.log_relay import LogBatcher, TaskLogHandler, emit_on_driver, encode_record
+from streamsnap.runtime.log_relay import BATCH_RECORDS, LogBatcher, TaskLogHandler, emit_on_driver, encode_record
 
 
 def entry(i: int) -> dict:
@@ -93,6 +93,25 @@ def test_the_handler_ships_batches_flushes_on_demand_and_the_driver_re_emits_the
         ("Source: gen -> parse.v2", "2/2", 42)
     assert emitted[1].levelno == logging.ERROR and "KeyError: 'missing'" in emitted[1].exc_text
     assert "KeyError: 'missing'" in caplog.text
+
+
+def test_a_failing_task_takes_what_is_still_queued_into_its_report_in_order():
+    """run_task puts `take_pending()` in its failure report: all queued records, in one batch,
+    after any batch the relay thread already sent, and nothing of them is sent twice."""
+    sent = []
+    handler = TaskLogHandler(sent.append, logging.WARNING, {"operator": "op", "subtask": 0, "parallelism": 1},
+                             clock=lambda: 0.0)      # a stopped clock: nothing is due by time
+    try:
+        for i in range(BATCH_RECORDS + 5):      # one full batch (the thread may send it) and five
+            handler.handle(logging.LogRecord("user", logging.WARNING, "p", 1, f"row {i}", None, None))
+        pending = handler.take_pending()
+        assert handler.take_pending() is None
+        handler.flush()
+    finally:
+        handler.close()
+    assert pending["type"] == "logs" and pending["operator"] == "op" and pending["dropped"] == 0
+    shipped = [r["message"] for m in sent for r in m["records"]] + [r["message"] for r in pending["records"]]
+    assert shipped == [f"row {i}" for i in range(BATCH_RECORDS + 5)]
 
 
 def test_records_that_cannot_reach_the_driver_go_to_stderr(capsys):
