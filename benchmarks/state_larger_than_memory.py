@@ -16,11 +16,12 @@
 Figures per backend: rows/s processed by the keyed subtasks after the first full pass over the
 keys (from progress files they write every 50,000 rows), checkpoint duration p50/p99 over the
 same window, and the keyed subtasks' RSS (sum of both processes' VmRSS, sampled every second):
-at the end of the load, at the end of the run, and the maximum — flat means the end is not
-above the load's. The heap run (same job, state in Python dicts) is the in-memory reference
-the RocksDB throughput is compared with (target: ≥ 50 %), RSS within budget + 20 % the other
-target (RSS includes the Python interpreter and the job's own objects: the figure says how
-much above the budget that baseline is, measured on the heap run's idle process).
+at the start (the processes with the job loaded, no state yet), at the end of the load, at
+the end of the run, and the maximum — flat means the end is not above the load's. The heap run
+(same job, state in Python dicts; `--heap-minutes` may shorten it) is the in-memory reference
+the RocksDB throughput is compared with (target: ≥ 50 %). RSS within budget + 20 % is the other
+target: judged on what the RSS grew by over the start, since the interpreter and the job's
+own objects are there before any state is.
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ def run(spark, backend: str, keys: int, payload: int, minutes: float, budget: in
     durations = [seconds for triggered, seconds in completed.values() if triggered >= load_done_at]
     rss_at_load = min((r for t, r in samples if t >= load_done_at), default=0)
     return {"backend": backend, "rows_per_second": rate, "load_seconds": load_done_at - started,
+            "minutes": minutes, "rss_start_mib": samples[0][1] / MIB,
             "checkpoints": len(durations),
             "checkpoint_p50_s": float(np.percentile(durations, 50)) if durations else float("nan"),
             "checkpoint_p99_s": float(np.percentile(durations, 99)) if durations else float("nan"),
@@ -155,7 +157,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--budget-mib", type=int, default=32)
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--skip-heap", action="store_true")
+    parser.add_argument("--heap-minutes", type=float, default=None,
+                        help="minutes of the heap reference run (default: --minutes)")
     args = parser.parse_args(argv)
+    if min(args.keys, args.payload, args.budget_mib) < 1 or args.minutes <= 0 or args.interval <= 0 \
+            or (args.heap_minutes is not None and args.heap_minutes <= 0):
+        parser.error("--keys, --payload and --budget-mib must be >= 1; --minutes, --heap-minutes and --interval > 0")
     budget = args.budget_mib * MIB
     per_subtask = args.keys / 2 * (args.payload + 40)
     print(f"{args.keys:,} keys x ~{args.payload + 40} B = ~{per_subtask / MIB:,.0f} MiB of state per keyed subtask, "
@@ -165,17 +172,22 @@ def main(argv=None) -> dict:
     results = {}
     try:
         for backend in (("rocksdb",) if args.skip_heap else ("rocksdb", "hashmap")):
-            m = run(spark, backend, args.keys, args.payload, args.minutes, budget, args.interval)
+            minutes = args.minutes if backend == "rocksdb" or args.heap_minutes is None else args.heap_minutes
+            m = run(spark, backend, args.keys, args.payload, minutes, budget, args.interval)
             results[backend] = m
             print(f"{backend:8s} {m['rows_per_second']:10,.0f} rows/s after the load ({m['load_seconds']:.0f} s), "
                   f"checkpoints p50 {m['checkpoint_p50_s']:.2f} s / p99 {m['checkpoint_p99_s']:.2f} s "
-                  f"({m['checkpoints']}), RSS of the keyed subtasks at load end {m['rss_at_load_mib']:,.0f} MiB, "
+                  f"({m['checkpoints']}), RSS of the keyed subtasks at the start {m['rss_start_mib']:,.0f} MiB, "
+                  f"at load end {m['rss_at_load_mib']:,.0f} MiB, "
                   f"end {m['rss_end_mib']:,.0f} MiB, max {m['rss_max_mib']:,.0f} MiB", flush=True)
         if "hashmap" in results:
             print(f"RocksDB / heap throughput: {results['rocksdb']['rows_per_second'] / results['hashmap']['rows_per_second']:.2f} "
-                  f"(target >= 0.5); RocksDB RSS max vs 2 x budget + 20 %: "
-                  f"{results['rocksdb']['rss_max_mib']:,.0f} vs {2 * args.budget_mib * 1.2:,.0f} MiB "
-                  f"(RSS includes each Python process's own baseline)")
+                  f"(target >= 0.5)")
+        rocks = results["rocksdb"]
+        grown = rocks["rss_max_mib"] - rocks["rss_start_mib"]
+        print(f"RocksDB: the keyed subtasks' RSS grew by {grown:,.0f} MiB over their start (max {rocks['rss_max_mib']:,.0f} "
+              f"MiB, start {rocks['rss_start_mib']:,.0f} MiB: the two Python processes with the job loaded), against "
+              f"2 x budget + 20 % = {2 * args.budget_mib * 1.2:,.0f} MiB (target: within it)")
         return results
     finally:
         spark.stop()
