@@ -7,15 +7,20 @@ source task) to the end of input at the query's sink (after the final watermark 
 window), so the generator, every operator, the shuffles, and the final window firing count;
 deployment and teardown do not.
 
-Spark: the queries of spark_queries.py (all but q4) over the same events written to Parquet
+Spark: the queries Spark SS expresses (spark_queries.SPARK_QUERIES; NOT_EXPRESSIBLE says which
+not, and why) over the same events written to Parquet
 first (not timed), read one file per micro-batch, the last file ending with the end-of-input row
 that lets the final no-data batch emit the last windows; rate = input events / Spark's own
 trigger-to-commit time over micro-batches 2.. (that final batch included), as the W1 Spark
 baselines measure (benchmarks/spark_baselines.py). Reading and decoding Parquet counts,
 generating the events does not.
 
-Any query of `catalog` runs alone, with exactly-once checkpoints as Flink's suite runs them
-(every 10 s, state on RocksDB incremental, or on the heap) or without:
+`run_all` (what `python -m benchmarks run --only nexmark` calls) runs each query as Flink's suite
+runs it: exactly-once checkpoints every 10 s with state on RocksDB (incremental) — the main row —
+and again with state on the heap, counting the checkpoints each run completed; first it measures
+the generator alone (generator_speed.flat_stream, events per CPU second), so each row can say
+what share of its cost the generator is. Any queries run alone, on the states asked for
+(`--state none`: no checkpoints), and print the same table:
 
     python -m benchmarks.nexmark.bench --query q9 --query q6 --events 1000000 --state rocksdb
 """
@@ -37,8 +42,8 @@ from streamsnap.connectors import nexmark
 
 PARALLELISM = 2
 CORES = 2
-FLINK_PER_CORE = {"q0": 155_000, "q1": 158_000, "q2": 175_000, "q5": 22_000, "q7": 12_300, "q8": 146_000}
 CONFIG = nexmark.NexmarkConfig(seed=1)
+BATCH_SIZE = 8192   # the source's RecordBatch size
 
 
 class _StampedEvents:
@@ -75,7 +80,7 @@ def _environment(spark, batch_size: int, state: str, interval: float, directory:
                                 **options)
 
 
-def run_streamsnap(spark, query: str, count: int, batch_size: int = 8192, state: str = "none",
+def run_streamsnap(spark, query: str, count: int, batch_size: int = BATCH_SIZE, state: str = "none",
                    interval: float = 10.0) -> dict:
     """One run of `query` over `count` events: events/s from the generator's first batch to the
     end of input at the sink (q10 also writes its Parquet files, committed at the end)."""
@@ -146,28 +151,83 @@ def run_spark(spark, query: str, input_dir: str, checkpoint_dir: str) -> dict:
             "rows_per_batch": expected // files}
 
 
-def measure(spark, name: str, count: int, runs: int, state: str = "none", interval: float = 10.0) -> dict:
-    """`runs` runs of query `name` after a warm-up: the median events/s, per core, and each run."""
-    run_streamsnap(spark, name, max(100_000, count // 10), state=state, interval=interval)
+def measure(spark, name: str, count: int, runs: int, state: str = "rocksdb", interval: float = 10.0,
+            warm: bool = True) -> dict:
+    """`runs` runs of query `name` (after a warm-up run of a tenth of `count`, at least 100 K
+    events, unless `warm` is False): the median events/s, per core, each run, and the checkpoints each completed."""
+    if warm:
+        run_streamsnap(spark, name, min(count, max(100_000, count // 10)), state=state, interval=interval)
     measured = [run_streamsnap(spark, name, count, state=state, interval=interval) for _ in range(runs)]
     rates = [m["events_per_second"] for m in measured]
     return {"events_per_second": statistics.median(rates), "per_core": statistics.median(rates) / CORES,
-            "runs": rates, "details": measured, "events": count, "state": state}
+            "runs": rates, "details": measured, "events": count, "state": state, "interval": interval,
+            "checkpoints": [m["checkpoints"] for m in measured]}
 
 
-def run_all(spark, count: int, spark_count: int, runs: int, results: dict, names=None) -> None:
-    """Every query (`names`, default all of catalog.QUERIES) on streamsnap (median of `runs`,
-    after a warm-up), then every query Spark SS expresses (SPARK_QUERIES) on Spark."""
-    for name in names or catalog.QUERIES:
-        print(f"  nexmark {name} on streamsnap, {runs} runs of {count:,} events ...", flush=True)
-        results[f"nexmark_{name}"] = measure(spark, name, count, runs)
+DEFAULT_STATES = ("rocksdb", "heap")   # issue 34: RocksDB incremental the main row, the heap the second
+
+
+def check_choice(names, states) -> tuple[list[str], list[str]]:
+    """`names` (default: every query) and `states` checked against catalog.QUERIES and STATES,
+    before anything runs: a typo fails at once, naming the choices."""
+    names = list(names or catalog.QUERIES)
+    unknown = [n for n in names if n not in catalog.QUERIES]
+    if unknown:
+        raise ValueError(f"unknown Nexmark quer{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; "
+                         f"choose from {', '.join(catalog.QUERIES)}")
+    states = list(states)
+    bad = [s for s in states if s not in STATES]
+    if bad or not states:
+        raise ValueError(f"state must be one of {STATES}, got {bad or states!r}")
+    return names, states
+
+
+def run_streamsnap_all(spark, count: int, runs: int, results: dict, names=None, states=DEFAULT_STATES,
+                       interval: float = 10.0, generator_seconds: float = 3.0) -> dict:
+    """Each query of `names` on streamsnap, once per state of `states` (back to back, so a
+    machine slowing down shifts a query's rows alike), into results["nexmark"], with the
+    generator's own cost measured first (generator_speed.flat_stream). A query that fails is
+    recorded in results["errors"] (and its traceback printed); the others still run."""
+    import traceback
+
+    from benchmarks.nexmark import generator_speed
+
+    names, states = check_choice(names, states)
+    out = results.setdefault("nexmark", {})
+    out.update(events=count, runs=runs, states=states, interval=interval, cores=CORES, parallelism=PARALLELISM)
+    print(f"  Nexmark generator alone (flat event stream, batches of {BATCH_SIZE}) ...", flush=True)
+    out["generator"] = generator_speed.flat_stream(CONFIG, batch=BATCH_SIZE, seconds=generator_seconds)
+    queries_out = out.setdefault("queries", {})
+    for name in names:
+        for i, state in enumerate(states):
+            print(f"  nexmark {name} on streamsnap, state {state}, checkpoints every {interval:g} s"
+                  f"{'' if state != 'none' else ' (off)'}, {runs} run(s) of {count:,} events ...", flush=True)
+            try:
+                r = measure(spark, name, count, runs, state, interval, warm=i == 0)
+            except Exception as exc:  # one query's failure must not lose the other 45 rows
+                traceback.print_exc()
+                results.setdefault("errors", {})[f"nexmark {name} {state}"] = f"{type(exc).__name__}: {exc}"
+                continue
+            queries_out.setdefault(name, {})[state] = r
+            print(f"    {r['per_core']:,.0f} events/s per core, checkpoints {r['checkpoints']}", flush=True)
+    return out
+
+
+def run_spark_all(spark, spark_count: int, runs: int, results: dict, names=None) -> None:
+    """Each query of `names` Spark SS expresses (SPARK_QUERIES), median of `runs` after a warm-up,
+    into results["nexmark"]["spark"]."""
+    names, _ = check_choice(names, DEFAULT_STATES)
+    chosen = [n for n in SPARK_QUERIES if n in names]
+    if not chosen:
+        return
+    out = results.setdefault("nexmark", {}).setdefault("spark", {})
     work = tempfile.mkdtemp(prefix="ssbench-nexmark-spark-")
     try:
         print(f"  writing {spark_count:,} Nexmark events as Parquet for Spark ...", flush=True)
         write_events_parquet(os.path.join(work, "warm"), max(8, spark_count // 20))
-        for divisor in sorted({1, *SPARK_INPUT_DIVISOR.values()}):
+        for divisor in sorted({SPARK_INPUT_DIVISOR.get(n, 1) for n in chosen}):
             write_events_parquet(os.path.join(work, f"in-{divisor}"), max(8, spark_count // divisor))
-        for name in SPARK_QUERIES:
+        for name in chosen:
             divisor = SPARK_INPUT_DIVISOR.get(name, 1)
             print(f"  nexmark {name} on Spark SS, {runs} runs of {max(8, spark_count // divisor):,} events ...",
                   flush=True)
@@ -175,18 +235,28 @@ def run_all(spark, count: int, spark_count: int, runs: int, results: dict, names
             measured = [run_spark(spark, name, os.path.join(work, f"in-{divisor}"),
                                   os.path.join(work, f"ckpt-{name}-{i}")) for i in range(runs)]
             rates = [m["events_per_second"] for m in measured]
-            results[f"nexmark_spark_{name}"] = {"events_per_second": statistics.median(rates),
-                                                "per_core": statistics.median(rates) / CORES, "runs": rates,
-                                                "rows_per_batch": measured[0]["rows_per_batch"],
-                                                "events": max(8, spark_count // divisor),
-                                                "spark": str(spark.version)}
+            out[name] = {"events_per_second": statistics.median(rates), "per_core": statistics.median(rates) / CORES,
+                         "runs": rates, "rows_per_batch": measured[0]["rows_per_batch"],
+                         "events": max(8, spark_count // divisor), "spark": str(spark.version)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def run_all(spark, count: int, spark_count: int, runs: int, results: dict, names=None, states=DEFAULT_STATES,
+            interval: float = 10.0, spark_runs: int | None = None, generator_seconds: float = 3.0) -> None:
+    """Every query (`names`, default all of catalog.QUERIES) on streamsnap once per state (median
+    of `runs` after a warm-up; RocksDB and the heap, checkpoints every `interval` s, by default),
+    the generator's cost, then every one of them Spark SS expresses on Spark (`spark_runs` runs,
+    default `runs`): results["nexmark"], which report.nexmark_table turns into the table."""
+    names, states = check_choice(names, states)
+    run_streamsnap_all(spark, count, runs, results, names, states, interval, generator_seconds)
+    run_spark_all(spark, spark_count, spark_runs or runs, results, names)
 
 
 def main(argv=None) -> None:
     import argparse
 
+    from benchmarks import report
     from streamsnap.cluster.spark_session import embedded_session
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.nexmark.bench",
@@ -195,17 +265,33 @@ def main(argv=None) -> None:
                         help="a query to run (repeat for several; default: all)")
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--state", choices=STATES, default="none",
-                        help="none: no checkpoints; heap / rocksdb: exactly-once checkpoints with that state backend")
+    parser.add_argument("--state", action="append", choices=STATES,
+                        help="rocksdb / heap: exactly-once checkpoints with that state backend; none: no "
+                             "checkpoints (repeat for several; default: rocksdb and heap)")
     parser.add_argument("--checkpoint-interval", type=float, default=10.0, help="seconds (default 10, as Flink's suite)")
+    parser.add_argument("--spark", action="store_true",
+                        help="also run the chosen queries Spark SS expresses, over --events events")
     args = parser.parse_args(argv)
+    if args.events < 1 or args.runs < 1 or args.checkpoint_interval <= 0:
+        parser.error("--events and --runs must be >= 1 and --checkpoint-interval > 0")
     spark = embedded_session(16)
-    for name in args.query or catalog.QUERIES:
-        r = measure(spark, name, args.events, args.runs, args.state, args.checkpoint_interval)
-        details = r["details"][-1]
-        print(f"{name}: {r['per_core']:,.0f} events/s per core ({r['events_per_second']:,.0f} events/s at "
-              f"parallelism {PARALLELISM}), {args.events:,} events, state {args.state}, "
-              f"{details['checkpoints']} checkpoints, {details['output_rows']:,} output rows", flush=True)
+    results: dict = {"errors": {}}
+    states = args.state or list(DEFAULT_STATES)
+    run_streamsnap_all(spark, args.events, args.runs, results, args.query, states, args.checkpoint_interval)
+    if args.spark:
+        run_spark_all(spark, args.events, args.runs, results, args.query)
+    for name, per_state in results["nexmark"].get("queries", {}).items():
+        for state, r in per_state.items():
+            details = r["details"][-1]
+            print(f"{name}: {r['per_core']:,.0f} events/s per core ({r['events_per_second']:,.0f} events/s at "
+                  f"parallelism {PARALLELISM}), {args.events:,} events, state {state}, "
+                  f"{details['checkpoints']} checkpoints, {details['output_rows']:,} output rows", flush=True)
+    print()
+    print(report.render_nexmark_table(results))
+    for what, error in results["errors"].items():
+        print(f"{what} failed: {error}")
+    if results["errors"]:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
