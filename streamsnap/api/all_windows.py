@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import pyarrow as pa
 
 from streamsnap.api.functions import Function, OutputTag
-from streamsnap.api.windowing import AggregateFunction, WindowedStream, parse_column_aggregates
+from streamsnap.api.windowing import AggregateFunction, WindowedStream, parse_column_aggregates, window_results
 from streamsnap.errors import ConfigurationError
 from streamsnap.time.triggers import Trigger
 from streamsnap.time.windows import WindowAssigner
@@ -180,7 +180,8 @@ class AllWindowedStream:
         factory = GlobalWindowAggregateOperatorFactory(
             key, assigner, spec.allowed_lateness, parsed,
             spec.late_tag.name if spec.late_tag is not None else None, self._stream.timestamp_assigner)
-        return self._on(local)._add(factory, name, key, uid=uid, parallelism=parallelism, schema=schema)
+        return window_results(self._on(local)._add(factory, name, key, uid=uid, parallelism=parallelism,
+                                                   schema=schema))
 
     def top_n(self, n: int, *, by: str, descending: bool = True, rank_column: str | None = "rank",
               name: str | None = None, uid: str | None = None, parallelism: int | None = None) -> "DataStream":

@@ -199,7 +199,7 @@ class WindowedStream:
         factory = (factory_type if sessions else VectorizedWindowOperatorFactory)(
             key, assigner, spec.allowed_lateness, tuple(parsed),
             spec.late_tag.name if spec.late_tag is not None else None, keyed.timestamp_assigner)
-        return self._add(factory, name, key, **options)
+        return window_results(self._add(factory, name, key, **options))
 
     def sum(self, column: str, **options) -> "DataStream":
         """Vectorized sum of `column` per key and window (output column named `column`)."""
@@ -255,7 +255,18 @@ class WindowedStream:
                          what=what)
 
 
-__all__ = ["AggregateFunction", "ProcessWindowFunction", "WindowedStream"]
+__all__ = ["AggregateFunction", "ProcessWindowFunction", "WindowedStream", "window_results"]
+
+
+def window_results(stream: "DataStream") -> "DataStream":
+    """`stream` (a vectorized window aggregate's output) with its rows' event time set to their
+    window's last millisecond, as Flink stamps window results: windows, a window Top-N or timers
+    after it see each result at its window's end (time/timestamps.py WindowEndTimestamps)."""
+    from streamsnap.time.timestamps import WindowEndTimestamps
+
+    for node in stream._upstreams:
+        node.timestamps = WindowEndTimestamps()
+    return stream
 
 
 def _check_distinct(output: str, column: str, where: str | None, schema: pa.Schema | None) -> None:

@@ -34,6 +34,32 @@ class TimestampError(DataError, ValueError):
     operator adds the record's source position (split, offset)."""
 
 
+class WindowEndTimestamps:
+    """The event time of a window's result rows: the window's last millisecond, `window_end - 1`
+    (Flink's `window.maxTimestamp()`). The vectorized window aggregates give their output this
+    assigner, so an event-time operator after them (a second window over the results, a
+    `window_all(...).top_n`, timers) reads each result's time from its `window_end` column."""
+
+    column = "window_end"
+
+    def __call__(self, row: dict) -> int:
+        if self.column not in row:
+            raise _error(None, self.column, row, None,
+                         "the row has no 'window_end' column, which a window result's timestamp is read from",
+                         "keep window_end in what follows the window aggregate, or assign timestamps "
+                         "anew with assign_timestamps_and_watermarks")
+        return int(row[self.column]) - 1
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, WindowEndTimestamps)
+
+    def __hash__(self) -> int:
+        return hash(WindowEndTimestamps)
+
+    def __repr__(self) -> str:
+        return "window_end - 1"
+
+
 def _where(operator: str | None) -> str:
     return f"operator '{operator}': " if operator else ""
 
@@ -61,6 +87,14 @@ def extract_timestamps(batch: Batch, assigner: str | Callable[[dict], int],
     """
     if isinstance(assigner, str):
         return _from_column(batch, assigner, operator)
+    if isinstance(assigner, WindowEndTimestamps):
+        if assigner.column not in batch.schema.names:
+            raise _error(operator, assigner.column, _row(batch, 0) if batch.num_rows else None, 0,
+                         f"the window result's timestamp column 'window_end' is missing; the records have "
+                         f"columns {batch.schema.names}",
+                         "keep window_end in what follows the window aggregate, or assign timestamps anew "
+                         "with assign_timestamps_and_watermarks")
+        return _from_column(batch, assigner.column, operator) - 1
     if callable(assigner):
         return _from_function(batch, assigner, operator)
     raise TimestampError(f"{_where(operator)}timestamp assigner must be a column name or a function "

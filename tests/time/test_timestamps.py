@@ -115,3 +115,22 @@ def test_the_per_row_path_takes_datetimes_as_the_columnar_path_takes_timestamp_c
     assert assign_timestamp(lambda r: r["t"], {"t": dt.datetime(1970, 1, 1, 0, 0, 1)}) == 1000
     with pytest.raises(TimestampError, match=r"'t' is datetime.date"):
         assign_timestamp("t", {"t": dt.date(2026, 1, 1)})
+
+
+def test_a_window_results_time_is_its_windows_last_millisecond_vectorized_and_per_row():
+    from streamsnap.time.timestamps import WindowEndTimestamps
+
+    stamp = WindowEndTimestamps()
+    results = batch(window_start=[0, 1000], window_end=[1000, 2000], count=[3, 4])
+    assert extract_timestamps(results, stamp).tolist() == [999, 1999]
+    assert assign_timestamp(stamp, {"window_start": 0, "window_end": 1000}) == 999
+    assert stamp == WindowEndTimestamps() and stamp != "window_end"
+
+
+def test_a_window_result_without_window_end_fails_naming_the_column_and_the_fix():
+    from streamsnap.time.timestamps import WindowEndTimestamps
+
+    with pytest.raises(TimestampError, match="window_end.*missing(.|\n)*keep window_end"):
+        extract_timestamps(batch(count=[3]), WindowEndTimestamps(), "after the window")
+    with pytest.raises(TimestampError, match="no 'window_end' column(.|\n)*assign_timestamps_and_watermarks"):
+        assign_timestamp(WindowEndTimestamps(), {"count": 3})

@@ -1,0 +1,41 @@
+"""Window results carry their window's time (Flink's `window.maxTimestamp()`): after a vectorized
+window aggregate, a second window over its results (cascaded windows) and a keyed function's
+`ctx.timestamp()` see each result at `window_end - 1`, on real Spark."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import streamsnap as ss
+
+pytestmark = pytest.mark.spark
+
+N = 3_000
+
+
+def event(i: int) -> dict:
+    return {"ts": i * 2, "k": i % 7}     # 500 events per second of event time, 6 s in all
+
+
+class Stamp(ss.KeyedProcessFunction):
+    def process_element(self, row, ctx):
+        yield {"window_end": row["window_end"], "ts": ctx.timestamp()}
+
+
+def test_a_window_over_window_results_and_a_timestamp_after_them_use_the_window_end(spark):
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    strategy = ss.WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts")
+    counts = (env.from_source(ss.sources.Generator(event, count=N), name="events", watermark_strategy=strategy)
+              .key_by("k").window(ss.windows.TumblingEventTimeWindows.of(0.5)).count(name="per key"))
+    (counts.window_all(ss.windows.TumblingEventTimeWindows.of(1)).aggregate_columns(
+        {"n": ("sum", "count"), "keys": "count"}, name="per second").sink_to(ss.sinks.Collect(), name="seconds"))
+    counts.key_by("k").process(Stamp(), name="stamp").sink_to(ss.sinks.Collect(), name="stamps")
+    result = env.execute("window results")
+
+    per_second = Counter(event(i)["ts"] // 1000 * 1000 for i in range(N))
+    assert sorted((r["window_start"], r["n"], r["keys"]) for r in result.rows("seconds")) == \
+        [(s, n, 14) for s, n in sorted(per_second.items())]     # two half-second windows of 7 keys each
+    stamps = result.rows("stamps")
+    assert len(stamps) == 12 * 7 and all(r["ts"] == r["window_end"] - 1 for r in stamps)
