@@ -77,6 +77,8 @@ DRIVER = textwrap.dedent('''
              # before Spark checks the slots again (15 s by default: most of a host loss's recovery).
              .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
              .config("spark.executor.memory", "768m")
+             # As docs/how-to/cluster.md sets it up: Python workers forked with streamsnap imported.
+             .config("spark.python.daemon.module", "streamsnap.cluster.worker_daemon")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
