@@ -166,8 +166,9 @@ def main(argv=None) -> dict:
     budget = args.budget_mib * MIB
     per_subtask = args.keys / 2 * (args.payload + 40)
     print(f"{args.keys:,} keys x ~{args.payload + 40} B = ~{per_subtask / MIB:,.0f} MiB of state per keyed subtask, "
-          f"{per_subtask / budget:.1f}x its RocksDB budget of {args.budget_mib} MiB; {args.minutes:g} min per "
-          f"backend, checkpoints every {args.interval:g} s", flush=True)
+          f"{per_subtask / budget:.1f}x its RocksDB budget of {args.budget_mib} MiB; {args.minutes:g} min on RocksDB, "
+          f"{args.minutes if args.heap_minutes is None else args.heap_minutes:g} on the heap, checkpoints every "
+          f"{args.interval:g} s", flush=True)
     spark = embedded_session(16)
     results = {}
     try:
