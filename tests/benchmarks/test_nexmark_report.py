@@ -61,7 +61,9 @@ def test_the_table_has_a_row_per_query_with_both_states_checkpoints_and_the_fiel
     assert by_query["q11"]["Spark SS /core"] == "not run"   # expressible, but Spark did not run here
 
 
-def test_the_rendered_report_holds_the_table_the_note_and_the_sources(tmp_path):
+def test_the_rendered_report_holds_the_table_the_note_and_the_sources(tmp_path, monkeypatch):
+    # The plots need matplotlib, from the bench extra; the test extra has none, and they are not the point here.
+    monkeypatch.setattr(report, "_plots", lambda results, directory, stem: [])
     results = {**_results(), "profile": "quick", "machine": "test machine", "seconds": 60}
     table = report.render_table(results)
     assert "| q5 | 100 K/s | 200 K/s | 2–3 / 2 |" in table
