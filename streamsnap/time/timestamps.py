@@ -34,6 +34,10 @@ class TimestampError(DataError, ValueError):
     operator adds the record's source position (split, offset)."""
 
 
+_WINDOW_END_FIX = ("keep window_end in what follows the window aggregate, or assign timestamps anew with "
+                   "assign_timestamps_and_watermarks")
+
+
 class WindowEndTimestamps:
     """The event time of a window's result rows: the window's last millisecond, `window_end - 1`
     (Flink's `window.maxTimestamp()`). The vectorized window aggregates give their output this
@@ -46,8 +50,7 @@ class WindowEndTimestamps:
         if self.column not in row:
             raise _error(None, self.column, row, None,
                          "the row has no 'window_end' column, which a window result's timestamp is read from",
-                         "keep window_end in what follows the window aggregate, or assign timestamps "
-                         "anew with assign_timestamps_and_watermarks")
+                         _WINDOW_END_FIX)
         return int(row[self.column]) - 1
 
     def __eq__(self, other) -> bool:
@@ -92,8 +95,7 @@ def extract_timestamps(batch: Batch, assigner: str | Callable[[dict], int],
             raise _error(operator, assigner.column, _row(batch, 0) if batch.num_rows else None, 0,
                          f"the window result's timestamp column 'window_end' is missing; the records have "
                          f"columns {batch.schema.names}",
-                         "keep window_end in what follows the window aggregate, or assign timestamps anew "
-                         "with assign_timestamps_and_watermarks")
+                         _WINDOW_END_FIX)
         return _from_column(batch, assigner.column, operator) - 1
     if callable(assigner):
         return _from_function(batch, assigner, operator)
