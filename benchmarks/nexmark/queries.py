@@ -372,8 +372,6 @@ def q4(stream):
 
 # ----------------------------------------------------------------------- q5 and q7
 WINDOW_BIDS = pa.schema([("auction", pa.int64()), ("date_time", pa.int64())])
-Q5_OUT = pa.schema([("window_start", pa.int64()), ("window_end", pa.int64()), ("auction", pa.int64()),
-                    ("count", pa.int64())])
 
 
 def _bid_auctions(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -381,59 +379,15 @@ def _bid_auctions(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([b.column("bid_auction"), b.column("date_time")], schema=WINDOW_BIDS)
 
 
-class TopPerWindow(ss.KeyedProcessFunction):
-    """Per window (the key): the rows with the highest `field`, ties kept, emitted when the
-    watermark passes the window's end."""
-
-    def __init__(self, field: str, size_ms: int):
-        self.field, self.size_ms = field, size_ms
-
-    def open(self, ctx):
-        self.top = ctx.get_state(ss.ValueStateDescriptor("top", default=None))
-
-    def process_element(self, row, ctx):
-        top = self.top.value()
-        value = row[self.field]
-        if top is None:
-            ctx.timer_service().register_event_time_timer(ctx.current_key + self.size_ms - 1)
-        if top is None or value > top[0][self.field]:
-            self.top.update([row])
-        elif value == top[0][self.field]:
-            self.top.update(top + [row])
-
-    def on_timer(self, timestamp, ctx):
-        top = self.top.value() or []
-        self.top.clear()
-        return top
-
-
-def _keep_batch_top(batch: pa.RecordBatch, window: str, value: str) -> pa.RecordBatch:
-    """The rows whose `value` is the highest of their `window` in this batch (ties kept): a
-    window's overall maximum rows are always among them, so the keyed stage sees far fewer."""
-    if batch.num_rows == 0:
-        return batch
-    windows, index = np.unique(batch.column(window).to_numpy(), return_inverse=True)
-    values = batch.column(value).to_numpy()
-    top = np.full(len(windows), np.iinfo(np.int64).min)
-    np.maximum.at(top, index, values)
-    return batch.filter(pa.array(values == top[index]))
-
-
-def _q5_candidates(batch: pa.RecordBatch) -> pa.RecordBatch:
-    return _keep_batch_top(batch, "window_start", "count").select(list(Q5_OUT.names))
-
-
 def q5(stream):
     """Hot items: bids per auction in 10 s windows sliding by 2 s (vectorized window count),
-    then the auctions with the most bids per window."""
-    counts = (stream.map_batches(_bid_auctions, name="q5 bids",
-                                                               output_schema=WINDOW_BIDS)
+    then per window the auctions with the most bids, ties kept (`window_top_n`, Flink SQL's
+    Window Top-N after a window aggregation)."""
+    counts = (stream.map_batches(_bid_auctions, name="q5 bids", output_schema=WINDOW_BIDS)
               .key_by("auction")
               .window(ss.windows.SlidingEventTimeWindows.of(WINDOW_MS / 1000, SLIDE_MS / 1000))
               .count(name="q5 counts"))
-    return (counts.map_batches(_q5_candidates, name="q5 batch top", output_schema=Q5_OUT)
-            .key_by("window_start").process(TopPerWindow("count", WINDOW_MS), name="q5 top",
-                                            output_schema=Q5_OUT))
+    return counts.window_top_n(1, by="count", rank_column=None, name="q5 top")
 
 
 Q7_BIDS = pa.schema([("auction", pa.int64()), ("bidder", pa.int64()), ("price", pa.int64()),

@@ -26,7 +26,7 @@ from streamsnap.api.functions import Function, OutputTag
 from streamsnap.api.windowing import AggregateFunction, WindowedStream, parse_column_aggregates, window_results
 from streamsnap.errors import ConfigurationError
 from streamsnap.time.triggers import Trigger
-from streamsnap.time.windows import WindowAssigner
+from streamsnap.time.windows import ResultWindows, WindowAssigner
 
 if TYPE_CHECKING:
     from streamsnap.api.datastream import DataStream
@@ -181,7 +181,7 @@ class AllWindowedStream:
             key, assigner, spec.allowed_lateness, parsed,
             spec.late_tag.name if spec.late_tag is not None else None, self._stream.timestamp_assigner)
         return window_results(self._on(local)._add(factory, name, key, uid=uid, parallelism=parallelism,
-                                                   schema=schema))
+                                                   schema=schema), assigner)
 
     def top_n(self, n: int, *, by: str, descending: bool = True, rank_column: str | None = "rank",
               name: str | None = None, uid: str | None = None, parallelism: int | None = None) -> "DataStream":
@@ -212,7 +212,9 @@ class AllWindowedStream:
             raise ConfigurationError(f"top_n: descending must be True or False, got {descending!r}")
         if rank_column is not None and (not isinstance(rank_column, str) or not rank_column):
             raise ConfigurationError(f"top_n: rank_column must be a column name or None, got {rank_column!r}")
-        added = ["window_start", "window_end"] + ([rank_column] if rank_column is not None else [])
+        own_windows = isinstance(spec.assigner, ResultWindows)     # window_top_n: the input's windows
+        added = ([] if own_windows else ["window_start", "window_end"]) + \
+            ([rank_column] if rank_column is not None else [])
         if schema is not None:
             if by not in schema.names:
                 raise ConfigurationError(

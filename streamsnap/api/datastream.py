@@ -325,6 +325,38 @@ class DataStream:
 
         return AllWindowedStream(self, assigner)
 
+    def window_top_n(self, n: int, *, by: str, descending: bool = True, rank_column: str | None = "rank",
+                     name: str | None = None, uid: str | None = None) -> "DataStream":
+        """Window Top-N over a window aggregate's results: per window (the rows' own
+        ``window_start``/``window_end``), the rows ranked `n` or better by `by`, ties kept —
+        Flink SQL's Window Top-N after a window aggregation, e.g. the auctions with the most
+        bids per window: ``counts.window_top_n(1, by="count")``. Emitted when the window's
+        results are complete (the watermark passes its end); ranks and candidates as
+        `window_all(...).top_n`, whose local/global stages it runs on."""
+        from streamsnap.time.timestamps import WindowEndTimestamps
+        from streamsnap.time.windows import ResultWindows
+
+        timestamps = self.timestamp_assigner
+        if not isinstance(timestamps, WindowEndTimestamps):
+            raise ConfigurationError(
+                f"window_top_n on {self._describe()}: it ranks the results of a tumbling or sliding "
+                f"window aggregate (.count(), .sum(...), .aggregate_columns(...)), by their own "
+                f"window_start/window_end; put it right after one (map_batches between keeps them), "
+                f"or rank raw rows per window with .window_all(assigner).top_n(...)")
+        if timestamps.size_ms is None:
+            raise ConfigurationError(
+                f"window_top_n on {self._describe()}: session window results have no fixed window "
+                f"size to partition by; rank them per key with .key_by(...).top_n(...) instead")
+        if self.schema is not None:
+            missing = [c for c in ("window_start", "window_end") if c not in self.schema.names]
+            if missing:
+                raise ConfigurationError(
+                    f"window_top_n on {self._describe()}: the results lost their {missing} column(s), "
+                    f"which say each row's window; keep them in what follows the window aggregate")
+        return self.window_all(ResultWindows(timestamps.size_ms)).top_n(
+            n, by=by, descending=descending, rank_column=rank_column,
+            name=name or f"window_top_n({n}, by={by!r})", uid=uid)
+
     def get_side_output(self, tag) -> "DataStream":
         """The rows the process function before this stream sent to `ctx.output(tag, ...)`."""
         from streamsnap.api.functions import OutputTag

@@ -199,7 +199,7 @@ class WindowedStream:
         factory = (factory_type if sessions else VectorizedWindowOperatorFactory)(
             key, assigner, spec.allowed_lateness, tuple(parsed),
             spec.late_tag.name if spec.late_tag is not None else None, keyed.timestamp_assigner)
-        return window_results(self._add(factory, name, key, **options))
+        return window_results(self._add(factory, name, key, **options), assigner)
 
     def sum(self, column: str, **options) -> "DataStream":
         """Vectorized sum of `column` per key and window (output column named `column`)."""
@@ -258,14 +258,17 @@ class WindowedStream:
 __all__ = ["AggregateFunction", "ProcessWindowFunction", "WindowedStream", "window_results"]
 
 
-def window_results(stream: "DataStream") -> "DataStream":
-    """`stream` (a vectorized window aggregate's output) with its rows' event time set to their
-    window's last millisecond, as Flink stamps window results: windows, a window Top-N or timers
-    after it see each result at its window's end (time/timestamps.py WindowEndTimestamps)."""
+def window_results(stream: "DataStream", assigner) -> "DataStream":
+    """`stream` (a vectorized window aggregate's output, windows from `assigner`) with its rows'
+    event time set to their window's last millisecond, as Flink stamps window results: windows,
+    a window Top-N or timers after it see each result at its window's end
+    (time/timestamps.py WindowEndTimestamps)."""
     from streamsnap.time.timestamps import WindowEndTimestamps
 
+    timestamps = WindowEndTimestamps(None if getattr(assigner, "is_merging", False)
+                                     else getattr(assigner, "size_ms", None))
     for node in stream._upstreams:
-        node.timestamps = WindowEndTimestamps()
+        node.timestamps = timestamps
     return stream
 
 

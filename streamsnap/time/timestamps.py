@@ -42,9 +42,16 @@ class WindowEndTimestamps:
     """The event time of a window's result rows: the window's last millisecond, `window_end - 1`
     (Flink's `window.maxTimestamp()`). The vectorized window aggregates give their output this
     assigner, so an event-time operator after them (a second window over the results, a
-    `window_all(...).top_n`, timers) reads each result's time from its `window_end` column."""
+    `window_top_n`, timers) reads each result's time from its `window_end` column.
+
+    `size_ms`: the length of every window of the results (tumbling and sliding windows), None
+    when it varies (sessions); with it, `window_top_n` knows each result's window from its time.
+    """
 
     column = "window_end"
+
+    def __init__(self, size_ms: int | None = None):
+        self.size_ms = size_ms
 
     def __call__(self, row: dict) -> int:
         if self.column not in row:
@@ -54,10 +61,10 @@ class WindowEndTimestamps:
         return int(row[self.column]) - 1
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, WindowEndTimestamps)
+        return isinstance(other, WindowEndTimestamps) and other.size_ms == self.size_ms
 
     def __hash__(self) -> int:
-        return hash(WindowEndTimestamps)
+        return hash((WindowEndTimestamps, self.size_ms))
 
     def __repr__(self) -> str:
         return "window_end - 1"

@@ -362,6 +362,32 @@ class ProcessingTimeSessionWindows(_Session):
         return ProcessingTimeTrigger()
 
 
+class ResultWindows(_Durations):
+    """The window a window aggregate's result row came from: ``[t + 1 - size, t + 1)`` for its
+    event time ``t = window_end - 1``, one window per row. It is how `window_top_n` partitions
+    window results by their own window_start/window_end (Flink SQL's Window Top-N after a window
+    aggregation), and not an assigner to window raw events with."""
+
+    _fields = ("size",)
+    is_event_time = True
+
+    def __init__(self, size_ms: int) -> None:
+        self.size_ms = int(size_ms)
+        self._frozen = True
+
+    def assign_windows(self, timestamp: int | None, processing_time: int | None = None
+                       ) -> list[Window]:
+        end = self._time(timestamp, processing_time) + 1
+        return [TimeWindow(end - self.size_ms, end)]
+
+    def assign_window_starts(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ends = np.asarray(times, dtype=np.int64) + 1
+        return np.arange(len(ends), dtype=np.int64), ends - self.size_ms
+
+    def default_trigger(self) -> Trigger:
+        return EventTimeTrigger()
+
+
 class GlobalWindows(WindowAssigner):
     """Every element in the one `GlobalWindow`; nothing fires without a custom trigger."""
 

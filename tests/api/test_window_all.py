@@ -68,3 +68,36 @@ def test_event_time_windows_need_timestamps():
     plain = env.from_collection([{"price": 1}])
     with pytest.raises(ss.ConfigurationError, match="event-time windows need event timestamps"):
         plain.window_all(W.TumblingEventTimeWindows.of(1))
+
+
+def test_window_top_n_ranks_window_results_by_their_own_windows():
+    s = stream()
+    counts = s.key_by("name").window(W.SlidingEventTimeWindows.of(2, 1)).count(name="counts")
+    counts.window_top_n(1, by="count", name="hot")
+    graph = nodes(s.env)
+    assert graph["hot"].parallelism == 1 and graph["hot (local)"].parallelism == 4
+    assert graph["counts"].timestamps.size_ms == 2000
+    typed = pa.schema([("name", pa.string()), ("window_start", pa.int64()), ("window_end", pa.int64()),
+                       ("count", pa.int64())])
+    counts.map_batches(lambda b: b, output_schema=typed).window_top_n(2, by="count", name="typed")
+    assert nodes(s.env)["typed"].schema == typed.append(pa.field("rank", pa.int64()))   # its windows are the input's
+
+
+def test_window_top_n_fails_at_build_time_where_there_are_no_window_results():
+    s = stream()
+    with pytest.raises(ss.ConfigurationError, match=r"window_top_n on 'Source'.*results of a tumbling or "
+                                                    r"sliding window aggregate.*window_all\(assigner\).top_n"):
+        s.window_top_n(1, by="price")
+    sessions = s.key_by("name").window(W.EventTimeSessionWindows.with_gap(1)).count(name="sessions")
+    with pytest.raises(ss.ConfigurationError, match="session window results have no fixed window size"):
+        sessions.window_top_n(1, by="count")
+    counts = s.key_by("name").window(W.TumblingEventTimeWindows.of(1)).count(name="counts")
+    projected = counts.map_batches(lambda b: b.select(["name", "count", "window_end"]),
+                                   output_schema=pa.schema([("name", pa.string()), ("count", pa.int64()),
+                                                            ("window_end", pa.int64())]))
+    with pytest.raises(ss.ConfigurationError, match=r"lost their \['window_start'\] column"):
+        projected.window_top_n(1, by="count")
+    projected = projected.map_batches(lambda b: b, output_schema=pa.schema(
+        [("window_start", pa.int64()), ("window_end", pa.int64()), ("count", pa.int64())]))
+    with pytest.raises(ss.ConfigurationError, match=r"by='nope' is not a column of the stream"):
+        projected.window_top_n(1, by="nope")

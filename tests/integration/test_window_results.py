@@ -1,6 +1,7 @@
 """Window results carry their window's time (Flink's `window.maxTimestamp()`): after a vectorized
-window aggregate, a second window over its results (cascaded windows) and a keyed function's
-`ctx.timestamp()` see each result at `window_end - 1`, on real Spark."""
+window aggregate, a second window over its results (cascaded windows), a Window Top-N over
+them (`window_top_n`, by each result's own window) and a keyed function's `ctx.timestamp()` see
+each result at `window_end - 1`, on real Spark."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ def test_a_window_over_window_results_and_a_timestamp_after_them_use_the_window_
     (counts.window_all(ss.windows.TumblingEventTimeWindows.of(1)).aggregate_columns(
         {"n": ("sum", "count"), "keys": "count"}, name="per second").sink_to(ss.sinks.Collect(), name="seconds"))
     counts.key_by("k").process(Stamp(), name="stamp").sink_to(ss.sinks.Collect(), name="stamps")
+    sliding = (env.from_source(ss.sources.Generator(event, count=N), name="again", watermark_strategy=strategy)
+               .key_by("k").window(ss.windows.SlidingEventTimeWindows.of(1, 0.5)).count(name="sliding"))
+    sliding.window_top_n(2, by="count", name="hot keys").sink_to(ss.sinks.Collect(), name="hot")
     result = env.execute("window results")
 
     per_second = Counter(event(i)["ts"] // 1000 * 1000 for i in range(N))
@@ -39,3 +43,14 @@ def test_a_window_over_window_results_and_a_timestamp_after_them_use_the_window_
         [(s, n, 14) for s, n in sorted(per_second.items())]     # two half-second windows of 7 keys each
     stamps = result.rows("stamps")
     assert len(stamps) == 12 * 7 and all(r["ts"] == r["window_end"] - 1 for r in stamps)
+
+    per_window = Counter()          # RANK() <= 2 per sliding window: ties share a rank, all kept
+    for i in range(N):
+        last = event(i)["ts"] // 500 * 500
+        for start in (last, last - 500):
+            per_window[start, event(i)["k"]] += 1
+    expected = sorted((start, k, n, 1 + sum(m > n for (s2, _), m in per_window.items() if s2 == start))
+                      for (start, k), n in per_window.items())
+    expected = [e for e in expected if e[3] <= 2]
+    assert sorted((r["window_start"], r["k"], r["count"], r["rank"]) for r in result.rows("hot")) == expected
+    assert all(r["window_end"] == r["window_start"] + 1000 for r in result.rows("hot"))

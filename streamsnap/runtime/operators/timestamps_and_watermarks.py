@@ -32,6 +32,7 @@ from streamsnap.runtime.batches import Batch, num_rows
 from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, StreamOperator
 from streamsnap.time.timestamps import (
     TimestampError,
+    WindowEndTimestamps,
     assign_timestamp,
     extract_timestamps,
 )
@@ -43,8 +44,8 @@ _PART = 0   # the assigner operator's single watermark part
 def batch_timestamps(batch: Batch, assigner, operator: str) -> np.ndarray:
     """Event timestamps (int64 ms) of an Arrow batch or a list of row dicts.
 
-    Arrow: `extract_timestamps` (vectorized for a column). Rows with a column assigner: one
-    list comprehension and one numpy conversion; only when that fails are the rows checked one
+    Arrow: `extract_timestamps` (vectorized for a column). Rows with a column assigner (or a
+    window result's `window_end - 1`): one list comprehension and one numpy conversion; only when that fails are the rows checked one
     by one, so the error names the first bad row.
     """
     if assigner is None:
@@ -53,13 +54,15 @@ def batch_timestamps(batch: Batch, assigner, operator: str) -> np.ndarray:
             f".with_timestamp_assigner(column name or function of the row) on it")
     if isinstance(batch, pa.RecordBatch):
         return extract_timestamps(batch, assigner, operator)
-    if isinstance(assigner, str):
+    column, shift = ((assigner, 0) if isinstance(assigner, str)
+                     else (assigner.column, 1) if isinstance(assigner, WindowEndTimestamps) else (None, 0))
+    if column is not None:
         try:
-            values = np.array([row[assigner] for row in batch])
+            values = np.array([row[column] for row in batch])
         except KeyError:
             values = None
         if values is not None and values.dtype.kind == "i":
-            return values.astype(np.int64, copy=False)
+            return values.astype(np.int64, copy=False) - shift
     out = np.empty(len(batch), dtype=np.int64)
     for i, row in enumerate(batch):
         out[i] = assign_timestamp(assigner, row, operator, i)
