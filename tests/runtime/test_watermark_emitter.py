@@ -17,6 +17,7 @@ from streamsnap.runtime.operators.timestamps_and_watermarks import (
     batch_timestamps,
 )
 from streamsnap.time import MAX_WATERMARK, TimestampError
+from streamsnap.time.timestamps import WindowEndTimestamps
 
 STRATEGY = ss.WatermarkStrategy.for_bounded_out_of_orderness(2.0).with_timestamp_assigner("ts")
 
@@ -147,6 +148,14 @@ def test_row_timestamps_are_vectorized_when_clean_and_name_the_row_when_not():
     assert err.value.batch_index == 1
     with pytest.raises(TimestampError, match=r"operator 'op'.*'ts' is missing\n  row: \{'x': 1\}"):
         batch_timestamps([{"ts": 5}, {"x": 1}], "ts", "op")
+
+
+def test_window_result_rows_are_stamped_at_their_window_end_minus_one():
+    results = [{"window_end": 2_000, "n": 1}, {"window_end": 4_000, "n": 2}]
+    assert batch_timestamps(results, WindowEndTimestamps(2_000), "op").tolist() == [1_999, 3_999]
+    assert batch_timestamps(pa.RecordBatch.from_pylist(results), WindowEndTimestamps(), "op").tolist() == [1_999, 3_999]
+    with pytest.raises(TimestampError, match=r"no 'window_end' column.*\n  row: \{'n': 3\}"):
+        batch_timestamps(results + [{"n": 3}], WindowEndTimestamps(), "op")
 
 
 class FilterThenTimestamps:
