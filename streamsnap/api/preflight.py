@@ -242,8 +242,28 @@ def check_executors(spark) -> None:
             f"requirements) into the executors' Python, or {executor_python_fix(bridge)}; for dependencies "
             f"packaged as zips use spark.submit.pyFiles (--py-files)")
     _check_same_version(results)
+    advise_worker_daemon(bridge)
     with _verified_lock:
         _verified_contexts.add(key)
+
+
+def advise_worker_daemon(bridge) -> bool:
+    """On a cluster whose executors fork Python workers from Spark's own daemon, a subtask
+    restarted after a lost host or slot waits for a cold worker to import numpy, pyarrow and
+    streamsnap (about 4 s on a busy host): say how to preload them. True when it advised."""
+    from streamsnap.cluster.spark_session import WORKER_DAEMON
+
+    master = bridge.master or ""
+    if master.startswith("local") or bridge.conf("spark.python.use.daemon", "true") == "false":
+        return False
+    daemon = bridge.conf("spark.python.daemon.module", "pyspark.daemon")
+    if daemon == WORKER_DAEMON:
+        return False
+    log.warning("the executors start Python workers from %s, which imports nothing ahead: a subtask "
+                "restarted after a lost host or slot waits seconds for a cold worker's imports. Fix: "
+                "build the session with .config('spark.python.daemon.module', '%s') where every executor "
+                "can import streamsnap (docs/how-to/cluster.md)", daemon, WORKER_DAEMON)
+    return True
 
 
 def _check_same_version(results: list[tuple]) -> None:

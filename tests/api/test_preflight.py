@@ -228,3 +228,24 @@ def test_the_shipped_package_zip_is_complete_and_deleted_when_the_process_exits(
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     path = done.stdout.strip()
     assert path.endswith("streamsnap.zip") and not os.path.exists(os.path.dirname(path))
+
+
+class Conf(SimpleNamespace):
+    """A bridge's master and configuration, for the worker-daemon advice's decision alone."""
+
+    def conf(self, key, default=None):
+        return self.settings.get(key, default)
+
+
+def test_a_cluster_without_the_worker_daemon_is_told_how_to_preload_once_per_check(caplog):
+    from streamsnap.cluster.spark_session import WORKER_DAEMON
+
+    cluster = Conf(master="spark://10.0.0.5:7077", settings={})
+    with caplog.at_level("WARNING", logger=preflight.log.name):
+        assert preflight.advise_worker_daemon(cluster)
+    assert f"spark.python.daemon.module', '{WORKER_DAEMON}'" in caplog.text and "pyspark.daemon" in caplog.text
+    assert not preflight.advise_worker_daemon(Conf(master="spark://h:7077",
+                                                   settings={"spark.python.daemon.module": WORKER_DAEMON}))
+    assert not preflight.advise_worker_daemon(Conf(master="local[4]", settings={}))
+    assert not preflight.advise_worker_daemon(Conf(master="yarn", settings={"spark.python.use.daemon": "false"}))
+    assert preflight.advise_worker_daemon(Conf(master="yarn", settings={"spark.python.daemon.module": "my.daemon"}))
