@@ -5,8 +5,10 @@ control connection dropping, a driver-side sink or the coordinator giving up —
 always the root cause: a task whose input was lost reports first, its upstream's death follows
 (FOLLOW_ON_GRACE, `_lost_by_neighbour`). Once the attempt's Spark job ended, the restart
 strategy decides: deploy again from the latest completed checkpoint, or fail the job with its
-root cause. The JobMaster (cluster/jobmaster.py) charges failures (`_handle_failure`); this
-mixin holds the rest, on its event loop.
+root cause. A Spark job that ends cleanly before every subtask's `finished` report was handled
+is not yet a failure: those reports may still be on their way (LAST_REPORTS_GRACE). The
+JobMaster (cluster/jobmaster.py) charges failures (`_handle_failure`); this mixin holds the
+rest, on its event loop.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ log = logging.getLogger("streamsnap.cluster.jobmaster")   # the JobMaster's log,
 
 # Seconds a failure report that followed from a lost upstream waits for that upstream's own failure.
 FOLLOW_ON_GRACE = 0.3
+# Seconds a Spark job that ended cleanly waits for its subtasks' last reports still being read.
+LAST_REPORTS_GRACE = 2.0
 
 
 def failure_reason(message: dict) -> str:
@@ -77,6 +81,31 @@ class Failover:
         if vertex is None:
             return subtask.attempt_id.vertex_id
         return f"{vertex.name} ({subtask.attempt_id.index + 1}/{vertex.parallelism})"
+
+    def _await_last_reports(self, attempt: int) -> None:
+        """Spark says the attempt's stage returned cleanly, yet a subtask's `finished` is not handled
+        yet: on a loaded driver its connection thread may still be reading it. Wait (bounded by
+        LAST_REPORTS_GRACE) for the unfinished subtasks' connections to close, then once more
+        behind what they queued, before the early end counts as a failure."""
+        self._check_last_reports(attempt, self._clock.monotonic() + LAST_REPORTS_GRACE, drained=False)
+
+    def _check_last_reports(self, attempt: int, deadline: float, drained: bool) -> None:
+        if attempt != self._attempt or self._done.is_set():
+            return
+        if self._failing:   # a connection closed unfinished: that failure is the cause, handled
+            return
+        unfinished = [s for s in self._subtasks.values() if s.state is not ExecutionState.FINISHED]
+        if not unfinished:
+            self._finalize(JobStatus.FINISHED)
+            return
+        reading = [s for s in unfinished if s.connection is not None and not s.connection.closed]
+        if self._clock.monotonic() < deadline and (reading or not drained):
+            if reading:
+                self._timers.call_later(0.02, lambda: self._check_last_reports(attempt, deadline, False))
+            else:
+                self._post(lambda: self._check_last_reports(attempt, deadline, True))
+            return
+        self._handle_failure("the Spark job ended before all subtasks finished", "SPARK_JOB_FAILED", attempt)
 
     def _fail_from_sink(self, cause: str, recurs: bool = False) -> None:
         """A driver-side sink component could not do its part (a global committer's commit):
@@ -150,4 +179,4 @@ class Failover:
         self._post(lambda: self._handle_failure(cause, reason, attempt))
 
 
-__all__ = ["Failover", "FOLLOW_ON_GRACE", "failure_reason", "failure_report"]
+__all__ = ["Failover", "FOLLOW_ON_GRACE", "LAST_REPORTS_GRACE", "failure_reason", "failure_report"]

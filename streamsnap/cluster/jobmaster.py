@@ -67,8 +67,6 @@ FINAL_CHECKPOINT_RETRY = 0.5
 # How long a cancelled attempt's Spark job may take to end before the JobMaster stops waiting
 # for it (Flink's task cancellation timeout plays the same role).
 SPARK_CANCEL_GRACE = 20.0
-# How long a Spark job that ended cleanly waits for its subtasks' last reports still being read.
-LAST_REPORTS_GRACE = 2.0
 
 
 @dataclass
@@ -651,31 +649,9 @@ class JobMaster(SlotRestart, Failover, SavepointStop, ResultReport):
         elif all(s.state is ExecutionState.FINISHED for s in self._subtasks.values()):
             self._finalize(JobStatus.FINISHED)
         elif error is None:
-            self._await_last_reports(attempt, time.monotonic() + LAST_REPORTS_GRACE, drained=False)
+            self._await_last_reports(attempt)
         else:
             self._handle_failure(spark_error_summary(error), "SPARK_JOB_FAILED", attempt)
-
-    def _await_last_reports(self, attempt: int, deadline: float, drained: bool) -> None:
-        """Spark says the stage's tasks returned, yet a subtask's `finished` is not handled yet:
-        on a loaded driver its connection thread may still be reading it. Wait (bounded) for the
-        unfinished subtasks' connections to close, then once more behind what they queued,
-        before the early end counts as a failure."""
-        if attempt != self._attempt or self._done.is_set():
-            return
-        if self._failing:   # a connection closed unfinished: that failure is the cause, handled
-            return
-        unfinished = [s for s in self._subtasks.values() if s.state is not ExecutionState.FINISHED]
-        if not unfinished:
-            self._finalize(JobStatus.FINISHED)
-            return
-        reading = [s for s in unfinished if s.connection is not None and not s.connection.closed]
-        if time.monotonic() < deadline and (reading or not drained):
-            if reading:
-                self._timers.call_later(0.02, lambda: self._await_last_reports(attempt, deadline, False))
-            else:
-                self._post(lambda: self._await_last_reports(attempt, deadline, True))
-            return
-        self._handle_failure("the Spark job ended before all subtasks finished", "SPARK_JOB_FAILED", attempt)
 
     def _handle_failure(self, cause: str, reason: str, attempt: int, task: str | None = None,
                         exception: str | None = None) -> None:

@@ -110,10 +110,18 @@ class LogBatcher:
 
     def take(self, now: float) -> dict | None:
         """The next batch message (`records`, `dropped` since the last one), or None if empty."""
+        return self._take(now, self._batch)
+
+    def take_all(self, now: float) -> dict | None:
+        """Every queued record in one message, in order, or None if empty: for a caller that
+        sends them itself, where the batch size no longer matters (a failing task's report)."""
+        return self._take(now, len(self._queue))
+
+    def _take(self, now: float, count: int) -> dict | None:
         self._last_flush = now
         if not self._queue and not self.dropped:
             return None
-        records = [self._queue.popleft() for _ in range(min(self._batch, len(self._queue)))]
+        records = [self._queue.popleft() for _ in range(min(count, len(self._queue)))]
         message = {"type": "logs", "records": records, "dropped": self.dropped}
         self.dropped = 0
         return message
@@ -184,17 +192,8 @@ class TaskLogHandler(logging.Handler):
         task's report carries it: a SIGKILL of the failed attempt cannot lose it then), or None."""
         with self._sending:     # a batch the thread is sending goes out first: order is kept
             with self._guard:
-                now = self._clock()
-                records, dropped = [], 0
-                while len(self._batcher) or self._batcher.dropped:
-                    message = self._batcher.take(now)
-                    if message is None:
-                        break
-                    records += message["records"]
-                    dropped += message["dropped"]
-        if not records and not dropped:
-            return None
-        return {"type": "logs", "records": records, "dropped": dropped, **self._task}
+                message = self._batcher.take_all(self._clock())
+        return None if message is None else {**message, **self._task}
 
     def close(self) -> None:
         """Send what is left and stop the thread."""

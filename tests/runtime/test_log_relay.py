@@ -45,6 +45,24 @@ def test_a_chatty_task_is_rate_limited_and_the_drops_are_reported():
     assert sum(bounded.add(entry(i), 0.0) for i in range(30)) == 20 and bounded.dropped == 10
 
 
+def test_take_all_empties_the_queue_in_one_message_in_order_after_an_earlier_partial_take():
+    batcher = LogBatcher(rate=1e9, burst=10_000, batch=3, interval=0.2, now=0.0)
+    assert batcher.take_all(0.0) is None                     # nothing queued, nothing dropped
+    for i in range(8):
+        batcher.add(entry(i), 0.0)
+    assert [r["message"] for r in batcher.take(0.0)["records"]] == ["m0", "m1", "m2"]
+    rest = batcher.take_all(0.1)                             # more than a batch, in one message
+    assert [r["message"] for r in rest["records"]] == ["m3", "m4", "m5", "m6", "m7"]
+    assert rest["type"] == "logs" and rest["dropped"] == 0
+    assert len(batcher) == 0 and batcher.take_all(0.2) is None and batcher.take(0.2) is None
+    # drops alone make a message too, and are reported once
+    limited = LogBatcher(rate=10.0, burst=1, batch=3, now=0.0)
+    assert [limited.add(entry(i), 0.0) for i in range(3)] == [True, False, False]
+    assert limited.take_all(0.0) == {"type": "logs", "records": [entry(0)], "dropped": 2}
+    assert not limited.add(entry(3), 0.0) and limited.take_all(0.0) == {"type": "logs", "records": [], "dropped": 1}
+    assert limited.take_all(0.0) is None
+
+
 def test_a_record_is_encoded_as_plain_fields_with_its_traceback():
     try:
         raise ValueError("boom")
