@@ -440,6 +440,15 @@ class MapState(KeyedState):
         entry = self._entry()
         return default if entry is None else entry.data.get(key, default)
 
+    def get_all(self, keys: Iterable[Any], default: Any = None) -> list:
+        """The values of several `keys` in the current key's map (`default` where absent), in
+        their order: one call for a batch's lookups (RocksDB: cache hits, then one multi-get)."""
+        entry = self._entry()
+        if entry is None:
+            return [default for _ in keys]
+        get = entry.data.get
+        return [get(k, default) for k in keys]
+
     def put(self, key: Any, value: Any) -> None:
         """Set `key` to `value` in the current key's map."""
         check_map_key(self.name, key)

@@ -265,6 +265,9 @@ class TtlMapState(_Ttl, MapState):
         v = self._lookup(key)
         return default if v is _MISSING else v
 
+    def get_all(self, keys: Iterable[Any], default: Any = None) -> list:
+        return [self.get(k, default) for k in keys]      # each one expires (or is re-stamped) alone
+
     def put(self, key: Any, value: Any) -> None:
         check_map_key(self.name, key)
         self._check(value)

@@ -96,6 +96,11 @@ def test_map_state(backend):
     assert sorted(map(str, state.keys())) == sorted(map(str, ["a", "b", ("t", 1)]))
     assert sorted(state.values()) == [1, 2, 3]
     assert dict(state.items()) == {"a": 1, "b": 2, ("t", 1): 3}
+    assert state.get_all(["b", "z", ("t", 1), "a", object()], 0) == [2, 0, 3, 1, 0]   # in order, default if absent
+    assert state.get_all([]) == []
+    use_key(backend, "other")
+    assert state.get_all(["a", "b"]) == [None, None]
+    use_key(backend, ("comp", 1))
     state.remove("a")
     state.remove("missing")
     assert not state.contains("a")

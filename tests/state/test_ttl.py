@@ -165,6 +165,7 @@ def test_map_state_user_keys_expire_one_by_one(new, clock):
     clock.advance(5)
     assert state.get("a") is None and not state.contains("a")
     assert state.get("b") == 2 and state.contains(("t", 1))
+    assert state.get_all(["a", "b", ("t", 1)], "gone") == ["gone", 2, [3]]
     assert sorted(state.keys(), key=str) == [("t", 1), "b"]
     assert not state.is_empty()
     clock.advance(5)

@@ -4,9 +4,10 @@ Flink SQL's ``COUNT(DISTINCT x) [FILTER (WHERE p)]`` in a window keeps, per key 
 MapState of the values seen; so does this: per counted column a MapState (`_window.distinct.<i>`)
 with an entry per (key, window start) state key (the window's namespace, in the key's key
 group), whose map holds each distinct value seen, with a bit per count of that column (plain
-and filtered) that has seen it. A batch only
-*adds* its new values (the stored set is never copied per row or per batch); the count itself
-lives in the window's partial aggregate, so firing reads no set. Sets are checkpointed, restored
+and filtered) that has seen it. A batch only *adds* its new values (the stored set is never
+copied per row or per batch) and reads what a group's values had seen with one
+`MapState.get_all` (RocksDB: one multi-get); the count itself lives in the window's partial
+aggregate, so firing reads no set. Sets are checkpointed, restored
 and rescaled with their key group like any keyed state (heap: copy-on-write per checkpoint;
 RocksDB: one entry per value), and cleared when their window is cleaned up.
 """
@@ -100,9 +101,8 @@ class DistinctSets:
             backend.set_current_key(names[g], key_groups[g])
             for state, specs, seen in zip(self.states, self.bits, per_column):
                 fresh = {}
-                get = state.get
-                for value, bits in seen[g].items():
-                    stored = get(value, 0)
+                group = seen[g]
+                for (value, bits), stored in zip(group.items(), state.get_all(group, 0)):
                     added = bits & ~stored
                     if added:
                         fresh[value] = stored | bits

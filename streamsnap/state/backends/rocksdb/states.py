@@ -264,6 +264,25 @@ class RocksDBMapState(RocksDBState):
         raw = self._backend._read(rkey + user_key)
         return default if raw is None else self._decode(raw)
 
+    def get_all(self, keys: Iterable[Any], default: Any = None) -> list:
+        """The values of several user keys (`default` where absent): write-cache hits, then one
+        multi-get for the rest, in key order."""
+        rkey = self._rkey()
+        rkeys, positions = [], []
+        keys = list(keys)
+        for i, key in enumerate(keys):
+            try:
+                rkeys.append(rkey + encode_value(key))
+            except (TypeError, ValueError, OverflowError):
+                continue        # a key a map cannot hold is absent, as in get()
+            positions.append(i)
+        out = [default] * len(keys)
+        decode = self._decode
+        for i, raw in zip(positions, self._backend._read_many(rkeys)):
+            if raw is not None:
+                out[i] = decode(raw)
+        return out
+
     def put(self, key: Any, value: Any) -> None:
         check_map_key(self.name, key)
         rkey = self._rkey()

@@ -12,6 +12,7 @@ a decoded value the cache may hold beside them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from streamsnap.state.backends.rocksdb.encoding import TTL_PREFIX_LEN, _array_header, encode_value, split_ttl_list, stamp, stamp_time
@@ -167,6 +168,9 @@ class RocksDBTtlMapState(_Ttl, RocksDBMapState):
     def get(self, key: Any, default: Any = None) -> Any:
         v = self._lookup(key)
         return default if v is _MISSING else v
+
+    def get_all(self, keys: Iterable[Any], default: Any = None) -> list:
+        return [self.get(k, default) for k in keys]      # each one expires (or is re-stamped) alone
 
     def contains(self, key: Any) -> bool:
         return self._lookup(key) is not _MISSING
