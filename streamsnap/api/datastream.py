@@ -499,11 +499,15 @@ class KeyedStream(DataStream):
         or an order_by the output is an upsert stream keyed by the key (its last row per key is
         the answer). ttl: seconds, a timedelta or an ss.StateTtlConfig after which a key is
         forgotten. See runtime/operators/deduplicate.py."""
-        from streamsnap.runtime.operators.deduplicate import Deduplicate, check_keep, ttl_config
+        from streamsnap.runtime.operators.deduplicate import Deduplicate, DeduplicateBatches, check_keep, ttl_config
         from streamsnap.runtime.operators.row_order import RowOrder
 
         check_keep(keep)
         order = None if order_by is None else RowOrder.of(order_by, False, "deduplicate", "order_by", self.schema)
+        if self.schema is not None:   # the batch path: state read once per key and batch
+            return self.process_batches(DeduplicateBatches(keep, order, self.schema, ttl_config(ttl, "deduplicate")),
+                                        name=name or f"deduplicate(keep={keep})", uid=uid, parallelism=parallelism,
+                                        output_schema=self.schema)
         return self.process(Deduplicate(keep, order, ttl_config(ttl, "deduplicate")),
                             name=name or f"deduplicate(keep={keep})", uid=uid, parallelism=parallelism,
                             schema=_known_not_declared(self.schema))
@@ -517,7 +521,7 @@ class KeyedStream(DataStream):
         deduplicate. See runtime/operators/top_n.py."""
         from streamsnap.runtime.operators.deduplicate import ttl_config
         from streamsnap.runtime.operators.row_order import RowOrder
-        from streamsnap.runtime.operators.top_n import TopN, check_n
+        from streamsnap.runtime.operators.top_n import TopN, TopNBatches, check_n
 
         check_n(n)
         order = RowOrder.of(by, descending, "top_n", "by", self.schema)
@@ -530,6 +534,10 @@ class KeyedStream(DataStream):
                     f"top_n: the stream already has a column {rank_column!r}; pass another "
                     f"rank_column= name for the rank")
             schema = schema.append(pa.field(rank_column, pa.int64()))
+        if schema is not None:        # the batch path: state read once per key and batch
+            return self.process_batches(TopNBatches(n, order, rank_column, schema, ttl_config(ttl, "top_n")),
+                                        name=name or f"top_n({n})", uid=uid, parallelism=parallelism,
+                                        output_schema=schema)
         return self.process(TopN(n, order, rank_column, ttl_config(ttl, "top_n")),
                             name=name or f"top_n({n})", uid=uid, parallelism=parallelism,
                             schema=_known_not_declared(schema))

@@ -37,6 +37,12 @@ class BatchKeys:
     def __len__(self) -> int:
         return len(self.unique)
 
+    def subset(self, positions: list[int]) -> "BatchKeys":
+        """The distinct keys at `positions` of `unique` (no rows): for `put_many` of only the
+        keys a batch changed."""
+        return BatchKeys([self.unique[p] for p in positions], self.index[:0],
+                         [self.key_groups[p] for p in positions])
+
 
 @dataclass(frozen=True)
 class KeySelector:

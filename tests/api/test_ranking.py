@@ -32,3 +32,26 @@ def test_top_n_declares_its_output_schema_with_the_rank_column():
 def test_bad_arguments_fail_when_the_job_is_built_naming_the_fix(call, needle):
     with pytest.raises(ss.ConfigurationError, match=needle):
         call(keyed())
+
+
+def test_top_n_runs_a_batch_at_a_time_when_the_schema_is_known_else_per_row():
+    from streamsnap.runtime.operators.top_n import TopN, TopNBatches
+
+    batched = keyed().top_n(3, by="price")._upstreams[0].operator
+    assert batched.vectorized and isinstance(batched.function, TopNBatches)
+    env = ss.StreamEnvironment(parallelism=1)
+    untyped = env.from_source(ss.sources.Generator(lambda i: {"auction": i % 3, "price": i}, count=10)) \
+        .map(lambda row: row)     # a map's rows have no schema known at build time
+    per_row = untyped.key_by("auction").top_n(3, by="price")._upstreams[0].operator
+    assert not per_row.vectorized and type(per_row.function) is TopN
+
+
+def test_deduplicate_runs_a_batch_at_a_time_when_the_schema_is_known_else_per_row():
+    from streamsnap.runtime.operators.deduplicate import Deduplicate, DeduplicateBatches
+
+    batched = keyed().deduplicate("first", order_by="ts")._upstreams[0].operator
+    assert batched.vectorized and isinstance(batched.function, DeduplicateBatches)
+    env = ss.StreamEnvironment(parallelism=1)
+    untyped = env.from_source(ss.sources.Generator(lambda i: {"auction": i % 3, "ts": i}, count=10)).map(lambda r: r)
+    per_row = untyped.key_by("auction").deduplicate("first")._upstreams[0].operator
+    assert not per_row.vectorized and type(per_row.function) is Deduplicate

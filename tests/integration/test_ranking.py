@@ -1,7 +1,9 @@
 """deduplicate and top_n on real Spark, on both keyed state backends: a subtask of the top-N
 operator is SIGKILLed after a checkpoint mid-input, the job restores its keyed state and the
 exactly-once output equals a plain-Python reference of a failure-free run — every emitted
-update once, none missing, none extra (a lost ranking would emit extra rows after the restore)."""
+update once, none missing, none extra (a lost ranking would emit extra rows after the restore).
+Both run a batch at a time where the schema is known and per row where it is not (after a
+`map`), with the same output."""
 
 from __future__ import annotations
 
@@ -53,6 +55,22 @@ def expected_last(rows) -> Counter:
     return out
 
 
+DEDUP_MODES = (("first", None), ("first", "ts"), ("last", None))
+
+
+def expected_dedup(rows, keep: str, order_by) -> Counter:
+    """(auction, i) of each row a deduplicate emits: the first per key, a strictly earlier ts
+    than the kept row's, or every row."""
+    held: dict = {}
+    out = Counter()
+    for r in rows:
+        a = r["auction"]
+        if keep == "last" or a not in held or (order_by and r["ts"] < held[a]["ts"]):
+            held[a] = r
+            out[(a, r["i"])] += 1
+    return out
+
+
 @support.both_backends
 def test_top_n_and_deduplicate_restore_their_state_after_a_sigkill_exactly_once(spark, tmp_path, state_backend):
     gate = tmp_path / "gate"
@@ -63,8 +81,17 @@ def test_top_n_and_deduplicate_restore_their_state_after_a_sigkill_exactly_once(
     bids = env.from_source(support.HeldGenerator(bid, count=N, splits=2, gate=gate, hold_at=HOLD_AT), name="bids",
                            uid="bids")
     bids.key_by("auction").top_n(TOP, by="price", name="top3", uid="top3").sink_to(ss.sinks.Collect(), name="top")
+    # Rows of no known schema (a map's): top_n runs per row (TopN), with the same output as
+    # the batch at a time (TopNBatches) above, where the generator's schema is known.
+    untyped = bids.map(lambda row: row, name="untyped")
+    untyped.key_by("auction").top_n(TOP, by="price", name="top3 per row", uid="top3-per-row") \
+        .sink_to(ss.sinks.Collect(), name="top per row")
     bids.key_by("auction").deduplicate("last", order_by="ts", name="last", uid="last") \
         .sink_to(ss.sinks.Collect(), name="latest")
+    for keep, order_by in DEDUP_MODES:      # batch at a time (typed) and per row (untyped)
+        for stream, how in ((bids, "batches"), (untyped, "rows")):
+            stream.key_by("auction").deduplicate(keep, order_by=order_by, name=f"{keep} {order_by} {how}") \
+                .sink_to(ss.sinks.Collect(), name=f"{keep} {order_by} {how}")
     client = env.execute_async(f"ranking on {state_backend} with a kill")
     support.wait_held(gate, 2, client)
     # A checkpoint taken while the source is held: the rankings of rows before the hold are in it.
@@ -79,9 +106,15 @@ def test_top_n_and_deduplicate_restore_their_state_after_a_sigkill_exactly_once(
     rows = [bid(i) for i in range(N)]
     top = Counter((r["auction"], r["rank"], r["i"]) for r in result.rows("top"))
     assert top == expected_top(rows)
+    assert Counter((r["auction"], r["rank"], r["i"]) for r in result.rows("top per row")) == top
     assert all(set(r) == {"auction", "price", "ts", "i", "rank"} for r in result.rows("top"))
     latest = Counter((r["auction"], r["ts"], r["i"]) for r in result.rows("latest"))
     assert latest == expected_last(rows)
+    for keep, order_by in DEDUP_MODES:
+        want = expected_dedup(rows, keep, order_by)
+        for how in ("batches", "rows"):
+            assert Counter((r["auction"], r["i"]) for r in result.rows(f"{keep} {order_by} {how}")) == want, \
+                (keep, order_by, how)
     # the answers: the last row per (auction, rank) / per auction
     final = {(r["auction"], r["rank"]): r["i"] for r in result.rows("top")}
     for auction in {r["auction"] for r in rows}:

@@ -18,11 +18,18 @@ is no retraction row (streamsnap rows carry no change kind); a sink that upserts
 The held row lives in keyed `ValueState`, so it is checkpointed, restored and rescaled with its
 key group on both backends; `ttl` (a `StateTtlConfig`) forgets a key that long after its last
 write, bounding the state as Flink's `table.exec.state.ttl` does.
+
+Two ways to run it, with the same output and the same state ("deduplicate"): when the stream's
+schema is known, `DeduplicateBatches` reads each key's held row once per batch and writes back
+the keys that changed (`get_many`/`put_many`), deciding the batch's rows in order in Python;
+`Deduplicate`, per row, for rows of unknown schema.
 """
 
 from __future__ import annotations
 
-from streamsnap.api.functions import KeyedProcessFunction
+import pyarrow as pa
+
+from streamsnap.api.functions import KeyedBatchFunction, KeyedProcessFunction
 from streamsnap.errors import ConfigurationError
 from streamsnap.runtime.operators.row_order import RowOrder
 from streamsnap.state.descriptors import ValueStateDescriptor
@@ -87,4 +94,38 @@ class Deduplicate(KeyedProcessFunction):
         return dict(row)   # downstream may change its row; the state keeps its own
 
 
-__all__ = ["Deduplicate", "KEEP", "check_keep", "replaces", "ttl_config"]
+class DeduplicateBatches(Deduplicate, KeyedBatchFunction):
+    """Deduplicate a batch at a time: rows in batch order, as Deduplicate emits them, held rows
+    read once per key and batch and written back once when they changed."""
+
+    def __init__(self, keep: str, order: RowOrder | None, schema: pa.Schema, ttl: StateTtlConfig | None = None):
+        super().__init__(keep, order, ttl)
+        self.schema = schema
+
+    def process_batch(self, batch, keys):
+        keep, order = self.keep, self.order
+        if order is None and keep == "last":
+            return batch      # every row is the newest: nothing to remember
+        held = self._held.get_many(keys)
+        changed: dict[int, None] = {}
+        out: list[dict] = []
+        if order is None:     # keep the first: a flag per key
+            for row, u in zip(batch.to_pylist(), keys.index.tolist()):
+                if held[u] is None:
+                    held[u] = True
+                    changed[u] = None
+                    out.append(row)
+        else:
+            name = self._name
+            for row, u in zip(batch.to_pylist(), keys.index.tolist()):
+                order.check(row, name)
+                if replaces(keep, order, held[u], row):
+                    held[u] = row
+                    changed[u] = None
+                    out.append(row)
+        if changed:
+            self._held.put_many(keys.subset(list(changed)), [held[u] for u in changed])
+        return pa.RecordBatch.from_pylist(out, schema=self.schema) if out else None
+
+
+__all__ = ["Deduplicate", "DeduplicateBatches", "KEEP", "check_keep", "replaces", "ttl_config"]

@@ -9,11 +9,19 @@ replaces the one at its key and rank, and the key's current top N is its last ro
 row pushed out of the top N gets no row of its own (the row now at rank n replaced it); there is
 no retraction row, since streamsnap rows carry no change kind. Rows that tie on every `by`
 column rank in arrival order (the earlier ahead), so the result is deterministic per input order.
+
+Two ways to run it, with the same output and the same state ("top-n"): `TopNBatches`, when the
+stream's schema is known, a KeyedBatchFunction that reads each key's ranking once per batch and
+writes back only the rankings that changed (`get_many`/`put_many`: one multi-get and one write
+batch on RocksDB), then ranks the batch's rows in order in Python; `TopN`, a
+KeyedProcessFunction, per row, for rows of unknown schema.
 """
 
 from __future__ import annotations
 
-from streamsnap.api.functions import KeyedProcessFunction
+import pyarrow as pa
+
+from streamsnap.api.functions import KeyedBatchFunction, KeyedProcessFunction
 from streamsnap.errors import ConfigurationError
 from streamsnap.runtime.operators.row_order import RowOrder
 from streamsnap.state.descriptors import ValueStateDescriptor
@@ -74,4 +82,34 @@ class TopN(KeyedProcessFunction):
         return ranked(top, at, self.rank_column)
 
 
-__all__ = ["TopN", "check_n", "insert", "ranked"]
+class TopNBatches(TopN, KeyedBatchFunction):
+    """TopN a batch at a time: rows in batch order, as TopN emits them, rankings read once per
+    key and batch and written back once when they changed; `schema`: the output's."""
+
+    def __init__(self, n: int, order: RowOrder, rank_column: str, schema: pa.Schema,
+                 ttl: StateTtlConfig | None = None):
+        super().__init__(n, order, rank_column, ttl)
+        self.schema = schema
+
+    def process_batch(self, batch, keys):
+        n, order, name, rank_column = self.n, self.order, self._name, self.rank_column
+        before = order.before
+        tops = self._top.get_many(keys)
+        changed: dict[int, None] = {}
+        out: list[dict] = []
+        for row, u in zip(batch.to_pylist(), keys.index.tolist()):
+            order.check(row, name)
+            top = tops[u]
+            if top and len(top) >= n and not before(row, top[-1]):
+                continue      # the common case once a key's ranking is full
+            if not top:
+                top = tops[u] = []
+            at = insert(top, row, n, order)
+            changed[u] = None
+            out.extend(ranked(top, at, rank_column))
+        if changed:
+            self._top.put_many(keys.subset(list(changed)), [tops[u] for u in changed])
+        return pa.RecordBatch.from_pylist(out, schema=self.schema) if out else None
+
+
+__all__ = ["TopN", "TopNBatches", "check_n", "insert", "ranked"]
