@@ -505,7 +505,7 @@ class KeyedStream(DataStream):
         check_keep(keep)
         order = None if order_by is None else RowOrder.of(order_by, False, "deduplicate", "order_by", self.schema)
         if self.schema is not None:   # the batch path: state read once per key and batch
-            return self.process_batches(DeduplicateBatches(keep, order, self.schema, ttl_config(ttl, "deduplicate")),
+            return self.process_batches(DeduplicateBatches(keep, order, ttl_config(ttl, "deduplicate")),
                                         name=name or f"deduplicate(keep={keep})", uid=uid, parallelism=parallelism,
                                         output_schema=self.schema)
         return self.process(Deduplicate(keep, order, ttl_config(ttl, "deduplicate")),

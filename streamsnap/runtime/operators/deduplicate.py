@@ -96,11 +96,8 @@ class Deduplicate(KeyedProcessFunction):
 
 class DeduplicateBatches(Deduplicate, KeyedBatchFunction):
     """Deduplicate a batch at a time: rows in batch order, as Deduplicate emits them, held rows
-    read once per key and batch and written back once when they changed."""
-
-    def __init__(self, keep: str, order: RowOrder | None, schema: pa.Schema, ttl: StateTtlConfig | None = None):
-        super().__init__(keep, order, ttl)
-        self.schema = schema
+    read once per key and batch and written back once when they changed; the rows it emits are
+    the batch's own, taken from it."""
 
     def process_batch(self, batch, keys):
         keep, order = self.keep, self.order
@@ -108,24 +105,26 @@ class DeduplicateBatches(Deduplicate, KeyedBatchFunction):
             return batch      # every row is the newest: nothing to remember
         held = self._held.get_many(keys)
         changed: dict[int, None] = {}
-        out: list[dict] = []
+        emitted: list[int] = []          # the rows emitted are the batch's own: taken, not rebuilt
         if order is None:     # keep the first: a flag per key
-            for row, u in zip(batch.to_pylist(), keys.index.tolist()):
+            for i, u in enumerate(keys.index.tolist()):
                 if held[u] is None:
                     held[u] = True
                     changed[u] = None
-                    out.append(row)
+                    emitted.append(i)
         else:
             name = self._name
-            for row, u in zip(batch.to_pylist(), keys.index.tolist()):
+            for i, (row, u) in enumerate(zip(batch.to_pylist(), keys.index.tolist())):
                 order.check(row, name)
                 if replaces(keep, order, held[u], row):
                     held[u] = row
                     changed[u] = None
-                    out.append(row)
+                    emitted.append(i)
         if changed:
             self._held.put_many(keys.subset(list(changed)), [held[u] for u in changed])
-        return pa.RecordBatch.from_pylist(out, schema=self.schema) if out else None
+        if len(emitted) == batch.num_rows:
+            return batch
+        return batch.take(pa.array(emitted, pa.int64())) if emitted else None
 
 
 __all__ = ["Deduplicate", "DeduplicateBatches", "KEEP", "check_keep", "replaces", "ttl_config"]
