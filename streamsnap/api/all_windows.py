@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import pyarrow as pa
 
 from streamsnap.api.functions import Function, OutputTag
-from streamsnap.api.windowing import AggregateFunction, WindowedStream, parse_column_aggregates, window_results
+from streamsnap.api.windowing import (AggregateFunction, WindowedStream, parse_column_aggregates, result_schema,
+                                      window_results)
 from streamsnap.errors import ConfigurationError
 from streamsnap.time.triggers import Trigger
 from streamsnap.time.windows import ResultWindows, WindowAssigner
@@ -180,6 +181,8 @@ class AllWindowedStream:
         factory = GlobalWindowAggregateOperatorFactory(
             key, assigner, spec.allowed_lateness, parsed,
             spec.late_tag.name if spec.late_tag is not None else None, self._stream.timestamp_assigner)
+        if schema is None:
+            schema = result_schema((), parsed, self._stream.schema)
         return window_results(self._on(local)._add(factory, name, key, uid=uid, parallelism=parallelism,
                                                    schema=schema), assigner)
 

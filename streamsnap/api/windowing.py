@@ -21,6 +21,7 @@ from streamsnap.time.windows import WindowAssigner
 
 if TYPE_CHECKING:
     from streamsnap.api.datastream import DataStream, KeyedStream
+    from streamsnap.runtime.schemas import StreamSchema
 
 
 class AggregateFunction(Function):
@@ -199,6 +200,9 @@ class WindowedStream:
         factory = (factory_type if sessions else VectorizedWindowOperatorFactory)(
             key, assigner, spec.allowed_lateness, tuple(parsed),
             spec.late_tag.name if spec.late_tag is not None else None, keyed.timestamp_assigner)
+        if options.get("schema") is None:
+            options["schema"] = result_schema(None if keyed.key.function is not None else keyed.key.columns,
+                                              tuple(parsed), schema)
         return window_results(self._add(factory, name, key, **options), assigner)
 
     def sum(self, column: str, **options) -> "DataStream":
@@ -270,6 +274,35 @@ def window_results(stream: "DataStream", assigner) -> "DataStream":
     for node in stream._upstreams:
         node.timestamps = timestamps
     return stream
+
+
+def result_schema(key_columns: tuple[str, ...] | None, aggregates: tuple, schema: pa.Schema | None
+                  ) -> "StreamSchema":
+    """What a vectorized window aggregate's rows will hold, known at build time for the checks
+    after it (the tasks still infer it from the rows): the key columns with their types,
+    ``window_start``/``window_end`` (int64), then the outputs — count and count_distinct int64,
+    mean float64, sum int64 (float64 over a float column), min/max int64, float64, bool or string
+    by the column's kind, as the operator makes them from numpy. Unknown (None) without the
+    input's schema or with a key function (its type is the function's)."""
+    from streamsnap.api.datastream import _known_not_declared
+    from streamsnap.runtime.operators.vectorized_windows import is_text
+
+    if schema is None or key_columns is None or any(c not in schema.names for c in key_columns):
+        return _known_not_declared(None)
+    fields = [schema.field(c) for c in key_columns]
+    fields += [pa.field("window_start", pa.int64()), pa.field("window_end", pa.int64())]
+    for a in aggregates:
+        kind = None if a.column is None else schema.field(a.column).type
+        if a.function in ("count", "count_distinct"):
+            out = pa.int64()
+        elif a.function == "mean" or pa.types.is_floating(kind):
+            out = pa.float64()
+        elif a.function == "sum" or pa.types.is_integer(kind):
+            out = pa.int64()
+        else:
+            out = pa.string() if is_text(kind) else pa.bool_()
+        fields.append(pa.field(a.output, out))
+    return _known_not_declared(pa.schema(fields))
 
 
 def _check_distinct(output: str, column: str, where: str | None, schema: pa.Schema | None) -> None:

@@ -101,3 +101,18 @@ def test_window_top_n_fails_at_build_time_where_there_are_no_window_results():
         [("window_start", pa.int64()), ("window_end", pa.int64()), ("count", pa.int64())]))
     with pytest.raises(ss.ConfigurationError, match=r"by='nope' is not a column of the stream"):
         projected.window_top_n(1, by="nope")
+
+
+def test_a_vectorized_window_aggregate_knows_its_output_schema_at_build_time():
+    s = stream()
+    keyed = s.key_by("name").window(W.SlidingEventTimeWindows.of(2, 1)).aggregate_columns(
+        {"n": "count", "avg": ("mean", "price"), "low": ("min", "name"), "high": ("max", "price"),
+         "total": ("sum", "price"), "prices": ("count_distinct", "price")})
+    assert keyed.schema == pa.schema([("name", pa.string()), ("window_start", pa.int64()), ("window_end", pa.int64()),
+                                      ("n", pa.int64()), ("avg", pa.float64()), ("low", pa.string()),
+                                      ("high", pa.int64()), ("total", pa.int64()), ("prices", pa.int64())])
+    assert s.window_all(W.TumblingEventTimeWindows.of(1)).sum("price").schema.names == \
+        ["window_start", "window_end", "price"]
+    assert s.key_by(lambda r: r["name"]).window(W.TumblingEventTimeWindows.of(1)).count().schema is None
+    with pytest.raises(ss.ConfigurationError, match=r"by='nope' is not a column of the stream"):
+        keyed.window_top_n(1, by="nope")       # so checks after it fail when the job is built
