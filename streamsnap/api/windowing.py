@@ -281,15 +281,25 @@ def result_schema(key_columns: tuple[str, ...] | None, aggregates: tuple, schema
     """What a vectorized window aggregate's rows will hold, known at build time for the checks
     after it (the tasks still infer it from the rows): the key columns with their types,
     ``window_start``/``window_end`` (int64), then the outputs — count and count_distinct int64,
-    mean float64, sum int64 (float64 over a float column), min/max int64, float64, bool or string
-    by the column's kind, as the operator makes them from numpy. Unknown (None) without the
+    mean float64, sum, min and max int64 (float64 over a float column, string over a string
+    one; booleans count as 0/1), as the operator makes them from numpy; integer key columns
+    int64, as their Python values are. Unknown (None) without the
     input's schema or with a key function (its type is the function's)."""
     from streamsnap.api.datastream import _known_not_declared
     from streamsnap.runtime.operators.vectorized_windows import is_text
 
     if schema is None or key_columns is None or any(c not in schema.names for c in key_columns):
         return _known_not_declared(None)
-    fields = [schema.field(c) for c in key_columns]
+    def as_rows_give(kind: pa.DataType) -> pa.DataType:
+        """The type of a column of the Python values the operator emits (keys and numpy
+        results as Python objects): integers and booleans' 0/1 as int64, floats as float64."""
+        if pa.types.is_integer(kind):
+            return pa.int64()
+        if pa.types.is_floating(kind):
+            return pa.float64()
+        return pa.string() if is_text(kind) else kind
+
+    fields = [pa.field(c, as_rows_give(schema.field(c).type)) for c in key_columns]
     fields += [pa.field("window_start", pa.int64()), pa.field("window_end", pa.int64())]
     for a in aggregates:
         kind = None if a.column is None else schema.field(a.column).type
@@ -297,10 +307,10 @@ def result_schema(key_columns: tuple[str, ...] | None, aggregates: tuple, schema
             out = pa.int64()
         elif a.function == "mean" or pa.types.is_floating(kind):
             out = pa.float64()
-        elif a.function == "sum" or pa.types.is_integer(kind):
-            out = pa.int64()
+        elif is_text(kind):
+            out = pa.string()
         else:
-            out = pa.string() if is_text(kind) else pa.bool_()
+            out = pa.int64()        # sums and extremes of integer or boolean (0/1) columns
         fields.append(pa.field(a.output, out))
     return _known_not_declared(pa.schema(fields))
 

@@ -54,3 +54,25 @@ def test_a_window_over_window_results_and_a_timestamp_after_them_use_the_window_
     expected = [e for e in expected if e[3] <= 2]
     assert sorted((r["window_start"], r["k"], r["count"], r["rank"]) for r in result.rows("hot")) == expected
     assert all(r["window_end"] == r["window_start"] + 1000 for r in result.rows("hot"))
+
+
+def test_ranking_window_results_of_narrow_typed_columns_runs_on_their_schema(spark):
+    """The results' build-time schema is what their rows hold (an int32 key comes out int64, a
+    boolean's min as 0/1), so top_n and deduplicate after them run a batch at a time."""
+    import pyarrow as pa
+
+    schema = pa.schema([("k", pa.int32()), ("flag", pa.bool_()), ("ts", pa.int64())])
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    strategy = ss.WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts")
+    rows = ss.sources.Generator(lambda i: {"k": i % 3, "flag": i % 5 == 0, "ts": i * 100}, count=300, schema=schema)
+    counts = (env.from_source(rows, name="typed", watermark_strategy=strategy).key_by("k")
+              .window(ss.windows.TumblingEventTimeWindows.of(1)).aggregate_columns({"n": "count", "any": ("max", "flag")}))
+    assert counts.schema.field("k").type == pa.int64() and counts.schema.field("any").type == pa.int64()
+    counts.key_by("k").top_n(1, by="n", name="busiest").sink_to(ss.sinks.Collect(), name="busiest")
+    counts.key_by("k").deduplicate("last", order_by="window_end", name="latest").sink_to(ss.sinks.Collect(), name="latest")
+    result = env.execute("typed window results")
+
+    latest = {r["k"]: (r["window_start"], r["n"], r["any"]) for r in result.rows("latest")}
+    assert latest == {0: (29_000, 3, 0), 1: (29_000, 3, 1), 2: (29_000, 4, 1)}
+    busiest = {r["k"]: r["n"] for r in result.rows("busiest")}      # the last row per key (rank 1)
+    assert busiest == {0: 4, 1: 4, 2: 4}
