@@ -104,24 +104,29 @@ class DeduplicateBatches(Deduplicate, KeyedBatchFunction):
         if order is None and keep == "last":
             return batch      # every row is the newest: nothing to remember
         held = self._held.get_many(keys)
-        changed: dict[int, None] = {}
         emitted: list[int] = []          # the rows emitted are the batch's own: taken, not rebuilt
         if order is None:     # keep the first: a flag per key
+            first: list[int] = []
             for i, u in enumerate(keys.index.tolist()):
                 if held[u] is None:
                     held[u] = True
-                    changed[u] = None
+                    first.append(u)
                     emitted.append(i)
-        else:
+            if first:
+                self._held.put_many(keys.subset(first), [True] * len(first))
+        else:     # compared by the order columns alone; full rows built only for those kept
             name = self._name
-            for i, (row, u) in enumerate(zip(batch.to_pylist(), keys.index.tolist())):
+            last: dict[int, int] = {}    # key -> the row of this batch it keeps
+            for i, (row, u) in enumerate(zip(batch.select(list(order.columns)).to_pylist(),
+                                             keys.index.tolist())):
                 order.check(row, name)
                 if replaces(keep, order, held[u], row):
                     held[u] = row
-                    changed[u] = None
+                    last[u] = i
                     emitted.append(i)
-        if changed:
-            self._held.put_many(keys.subset(list(changed)), [held[u] for u in changed])
+            if last:
+                kept = batch.take(pa.array(list(last.values()), pa.int64())).to_pylist()
+                self._held.put_many(keys.subset(list(last)), kept)
         if len(emitted) == batch.num_rows:
             return batch
         return batch.take(pa.array(emitted, pa.int64())) if emitted else None

@@ -95,13 +95,27 @@ class TopNBatches(TopN, KeyedBatchFunction):
         n, order, name, rank_column = self.n, self.order, self._name, self.rank_column
         before = order.before
         tops = self._top.get_many(keys)
-        changed: dict[int, None] = {}
-        out: list[dict] = []
-        for row, u in zip(batch.to_pylist(), keys.index.tolist()):
+        index = keys.index.tolist()
+        # First by the order columns alone: a row not better than its key's last ranked row
+        # as the batch starts cannot enter later in it either (the ranking only improves), so
+        # only the other rows (candidates) are made into full rows.
+        candidates = []
+        for i, (row, u) in enumerate(zip(batch.select(list(order.columns)).to_pylist(), index)):
             order.check(row, name)
             top = tops[u]
+            if not (top and len(top) >= n and not before(row, top[-1])):
+                candidates.append(i)
+        if not candidates:
+            return None
+        rows = (batch if len(candidates) == batch.num_rows
+                else batch.take(pa.array(candidates, pa.int64()))).to_pylist()
+        changed: dict[int, None] = {}
+        out: list[dict] = []
+        for row, i in zip(rows, candidates):
+            u = index[i]
+            top = tops[u]
             if top and len(top) >= n and not before(row, top[-1]):
-                continue      # the common case once a key's ranking is full
+                continue      # pushed out by a row earlier in this batch
             if not top:
                 top = tops[u] = []
             at = insert(top, row, n, order)
