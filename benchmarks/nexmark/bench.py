@@ -81,9 +81,10 @@ def _environment(spark, batch_size: int, state: str, interval: float, directory:
 
 
 def run_streamsnap(spark, query: str, count: int, batch_size: int = BATCH_SIZE, state: str = "none",
-                   interval: float = 10.0) -> dict:
+                   interval: float = 10.0, build=None) -> dict:
     """One run of `query` over `count` events: events/s from the generator's first batch to the
-    end of input at the sink (q10 also writes its Parquet files, committed at the end)."""
+    end of input at the sink (q10 also writes its Parquet files, committed at the end).
+    `build`: the query's pipeline (stream -> stream) instead of catalog.QUERIES[query]'s."""
     work = tempfile.mkdtemp(prefix="ssbench-nexmark-")
     stamps = os.path.join(work, "stamps")
     os.makedirs(stamps)
@@ -93,7 +94,7 @@ def run_streamsnap(spark, query: str, count: int, batch_size: int = BATCH_SIZE, 
                                       count=count, vectorized=True, schema=nexmark.SCHEMA,
                                       batch_size=batch_size)
         sink = EndSink()
-        output = catalog.QUERIES[query](queries.events(env, CONFIG, count, source=source))
+        output = (build or catalog.QUERIES[query])(queries.events(env, CONFIG, count, source=source))
         output.sink_to(sink, name="out")
         if query == "q10":
             output.sink_to(stateless.q10_sink(os.path.join(work, "q10")), name="q10 files")

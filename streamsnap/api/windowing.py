@@ -172,7 +172,9 @@ class WindowedStream:
         ``("count_distinct", column, where)`` only those of rows whose boolean (or 0/1) column
         `where` holds (``COUNT(DISTINCT column) FILTER (WHERE where)``). Emits the key column(s)
         (``key`` for a key function), ``window_start``, ``window_end`` and the outputs; nulls are
-        skipped (all-null gives None)."""
+        skipped (all-null gives None). ``split_distinct=N`` runs distinct counts of a few hot
+        keys on every subtask: a partial stage per key and N hash buckets of each distinct
+        column, then a sum per key (Flink's split distinct aggregation; api/split_distinct.py)."""
         from streamsnap.runtime.operators.vectorized_windows import VectorizedWindowOperatorFactory
 
         from streamsnap.time.windows import EventTimeSessionWindows
@@ -192,6 +194,11 @@ class WindowedStream:
         schema = self._keyed.schema
         parsed = parse_column_aggregates(aggregates, schema,
                                          {"window_start", "window_end", *self._keyed.key.columns})
+        buckets = options.pop("split_distinct", None)
+        if buckets is not None:
+            from streamsnap.api.split_distinct import check_buckets, split_distinct_aggregate
+
+            return split_distinct_aggregate(self, parsed, check_buckets(buckets), options)
         if sessions:
             factory_type = _session_factory(parsed, schema)
         keyed = self._keyed
