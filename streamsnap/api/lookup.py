@@ -28,7 +28,8 @@ DEFAULT_MAX_TABLE_BYTES = 64 << 20
 
 def collect_table(table, max_table_bytes: int, where: str) -> pa.Table:
     """The lookup side as one pyarrow Table: a Table/RecordBatch as it is, a batch Spark
-    DataFrame collected (Arrow); over `max_table_bytes` it is refused, naming the fixes."""
+    DataFrame collected (Arrow); over `max_table_bytes` it is refused, naming the fixes — a
+    DataFrame before it is collected (`arrow_bytes`)."""
     if isinstance(max_table_bytes, bool) or not isinstance(max_table_bytes, int) or max_table_bytes < 1:
         raise ConfigurationError(f"{where}: max_table_bytes must be a positive int (bytes), got {max_table_bytes!r}")
     if isinstance(table, pa.RecordBatch):
@@ -42,15 +43,32 @@ def collect_table(table, max_table_bytes: int, where: str) -> pa.Table:
             raise ConfigurationError(
                 f"{where}: the DataFrame is a streaming one (readStream); a lookup join needs a "
                 f"bounded table. Join two streams with a.key_by(k).connect(b.key_by(k))")
+        # Sized where it lies first: a DataFrame too large is refused before the driver holds it.
+        _check_size(arrow_bytes(table), max_table_bytes, where)
         table = table.toArrow()
-    if table.nbytes > max_table_bytes:
+    _check_size(table.nbytes, max_table_bytes, where)
+    return table
+
+
+def _batch_bytes(batches):
+    yield pa.RecordBatch.from_pydict({"bytes": [sum(b.nbytes for b in batches)]})
+
+
+def arrow_bytes(frame) -> int:
+    """The Arrow bytes of a batch DataFrame's rows, summed by its executors (one Spark job that
+    moves a number per partition, not the rows): what `toArrow()` would bring to the driver."""
+    sizes = frame.mapInArrow(_batch_bytes, "bytes long").agg({"bytes": "sum"}).collect()
+    return int(sizes[0][0] or 0)
+
+
+def _check_size(nbytes: int, max_table_bytes: int, where: str) -> None:
+    if nbytes > max_table_bytes:
         raise ConfigurationError(
-            f"{where}: the table holds {table.nbytes:,} bytes, above max_table_bytes={max_table_bytes:,}; "
+            f"{where}: the table holds {nbytes:,} bytes, above max_table_bytes={max_table_bytes:,}; "
             f"every subtask keeps a copy and it travels in the job graph. Select only the columns "
             f"you need, raise max_table_bytes=..., or for a table this large stream it "
             f"(env.from_dataframe) and join it keyed: table.key_by(k).connect(stream.key_by(k))"
             f".process_batches(...), which spreads it over the subtasks by key")
-    return table
 
 
 def _pairs(on, where: str) -> tuple[tuple[str, str], ...]:
@@ -140,4 +158,4 @@ def lookup_join(stream: "DataStream", table, on, *, columns=None, how: str = "in
     return DataStream(stream._env, (node,))
 
 
-__all__ = ["DEFAULT_MAX_TABLE_BYTES", "collect_table", "lookup_join"]
+__all__ = ["DEFAULT_MAX_TABLE_BYTES", "arrow_bytes", "collect_table", "lookup_join"]

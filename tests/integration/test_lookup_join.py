@@ -48,3 +48,20 @@ def test_enrichment_from_an_arrow_table_inner_and_a_dataframe_left(spark):
         rows = result.rows(f"{kind}-{how}")
         got = sorted(((r["order"], r["sku"], r["qty"], r["item"], r["price"]) for r in rows), key=repr)
         assert got == expected(how), (kind, how)
+
+
+def test_a_dataframe_too_large_is_refused_before_the_driver_collects_it(spark, monkeypatch):
+    from streamsnap.api.lookup import arrow_bytes
+
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    orders = env.from_source(ss.sources.Generator(order, count=N, batch_size=200), name="orders")
+    frame = spark.range(50_000).selectExpr("id", "repeat('x', 100) AS item")
+    size = arrow_bytes(frame)
+    assert 0.8 < size / frame.toArrow().nbytes < 1.25     # what toArrow would bring, summed where the rows lie
+
+    def collected(self):
+        raise AssertionError("the DataFrame was collected before its size was checked")
+
+    monkeypatch.setattr(type(frame), "toArrow", collected)
+    with pytest.raises(ss.ConfigurationError, match=rf"the table holds {size:,} bytes, above max_table_bytes=1,000,000"):
+        orders.lookup_join(frame, on={"sku": "id"}, max_table_bytes=1_000_000)
