@@ -30,7 +30,8 @@ uses — also into another parallelism, where a subtask takes only its key group
     h2 = harness(RunningSum(), key_by="key", restore=h.snapshot(), subtask=(0, 2))
 
 What it runs: a (Keyed)ProcessFunction, a KeyedBatchFunction, windows (`window=assigner` with
-a reduce function, AggregateFunction or ProcessWindowFunction), a (Keyed)CoProcessFunction, a
+a reduce function, AggregateFunction or ProcessWindowFunction), a (Keyed)CoProcessFunction or
+KeyedCoBatchFunction (`process1`/`process2`, or `process_batch(rows, input="input2")`), a
 (Keyed)BroadcastProcessFunction (`broadcast=descriptor`), or a small pipeline: a function of
 input streams returning the stream to observe (`harness(lambda s: s.key_by("k")...)`). The
 harness is one subtask of every operator (`subtask=(index, parallelism)`): an edge that
@@ -683,6 +684,7 @@ def _snapshots(restore) -> list[Snapshot]:
 
 # ---------------------------------------------------------------------------- the entry point
 _ACCEPTS = ("a KeyedProcessFunction or ProcessFunction, a KeyedBatchFunction, a (Keyed)CoProcessFunction, "
+            "a KeyedCoBatchFunction, "
             "a (Keyed)BroadcastProcessFunction with broadcast=descriptor, a reduce function, "
             "AggregateFunction or ProcessWindowFunction with window=assigner, or a pipeline: a "
             "function of the input streams returning the stream to observe")
@@ -767,6 +769,14 @@ def harness(target, *, key_by=None, inputs: Sequence[str] | None = None, broadca
     if broadcast is not None:
         raise HarnessError(f"broadcast= is for a BroadcastProcessFunction; {name} has no "
                            f"process_broadcast_element(row, ctx)")
+    if callable(getattr(target, "process_batch1", None)):
+        if key_by is None:
+            raise HarnessError(f"{name} is a KeyedCoBatchFunction: pass key_by='field' (both inputs) "
+                               f"or key_by=(first, second) (its batches are keyed)")
+
+        def co_batch_build(first, second):
+            return first.connect(second).key_by(*_key_pair(key_by)).process_batches(target)
+        return Harness(co_batch_build, ("input1", "input2"), what=f"harness of {name}", **options)
     if callable(getattr(target, "process_element1", None)):
         keyed = isinstance(target, KeyedCoProcessFunction) or callable(getattr(target, "on_timer", None))
         if keyed and key_by is None:

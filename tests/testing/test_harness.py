@@ -220,6 +220,48 @@ def test_keyed_co_process_shares_state_and_waits_for_both_inputs_watermarks():
     assert h.state("rule") == {}
 
 
+class OverBudget(ss.KeyedCoBatchFunction):
+    """Budgets (first input) per user until a time; spends (second) above the budget come out;
+    a budget's timer at `until` drops it and says so."""
+
+    def open(self, ctx):
+        self.limit = ctx.get_state(ss.ValueStateDescriptor("limit"))
+        self.timers = ctx.timer_service()
+
+    def process_batch1(self, batch, keys):
+        rows = batch.to_pylist()
+        last = {u: rows[i] for i, u in enumerate(keys.index.tolist())}   # the last budget per user
+        self.limit.put_many(keys, [last[u]["limit"] for u in range(len(keys))])
+        self.timers.register_event_time_timers(keys, [last[u]["until"] for u in range(len(keys))])
+
+    def process_batch2(self, batch, keys):
+        limits = self.limit.get_many(keys)
+        over = [r for r, u in zip(batch.to_pylist(), keys.index.tolist())
+                if limits[u] is not None and r["amount"] > limits[u]]
+        return {"user": [r["name"] for r in over], "amount": [r["amount"] for r in over]} if over else None
+
+    def on_timers(self, timers, ctx):
+        self.limit.put_many(timers.keys, [None] * len(timers.keys))
+        return {"user": list(timers.keys.unique), "expired": timers.timestamps.tolist()}
+
+
+def test_a_keyed_co_batch_function_shares_state_and_timers_and_restores_them():
+    h = harness(OverBudget(), key_by=("user", "name"))
+    h.process_batch([{"user": "ann", "limit": 5, "until": 100}, {"user": "bob", "limit": 9, "until": 200},
+                     {"user": "ann", "limit": 7, "until": 100}], timestamps=[1, 1, 2], input="input1")
+    h.process_batch([{"name": "ann", "amount": 6}, {"name": "ann", "amount": 8}, {"name": "cy", "amount": 99}],
+                    timestamps=[3, 4, 5], input="input2")
+    assert h.output == [{"user": "ann", "amount": 8}]
+    assert h.state("limit") == {"ann": 7, "bob": 9}
+    restored = harness(OverBudget(), key_by=("user", "name"), restore=h.snapshot())
+    for each in (h, restored):
+        each.advance_watermark(150, input="input1")
+        each.advance_watermark(150, input="input2")
+        assert each.output[-1] == {"user": "ann", "expired": 100} and each.state("limit") == {"bob": 9}
+    with pytest.raises(HarnessError, match="OverBudget is a KeyedCoBatchFunction: pass key_by="):
+        harness(OverBudget())
+
+
 def test_co_process_reads_each_inputs_timestamps():
     class Tag(ss.CoProcessFunction):
         def process_element1(self, row, ctx):
