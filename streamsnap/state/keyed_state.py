@@ -206,6 +206,39 @@ def check_map_key(state_name: str, key: Any) -> None:
                 f"be None, bool, int (64-bit), float, str, bytes or tuples of those")
 
 
+def get_all_per_key(state, keys, user_keys: list, default: Any = None) -> list[list]:
+    """`MapState.get_all` of several keys in one call: per distinct key of `keys` (a
+    BatchKeys: `unique`, `key_groups`) the values of its list in `user_keys`. Key by key here
+    (each state's own get_all, TTL included); RocksDB reads them all in one multi-get. The
+    current key is left as it was."""
+    backend = state._backend
+    current, group = backend.current_key, backend.current_key_group
+    try:
+        out = []
+        for key, kg, wanted in zip(keys.unique, keys.key_groups, user_keys):
+            backend.set_current_key(key, kg)
+            out.append(state.get_all(wanted, default))
+        return out
+    finally:
+        backend.set_current_key(current, group)
+
+
+def put_all_per_key(state, keys, mappings: list) -> None:
+    """`MapState.put_all` of several keys in one call: the dict `mappings[i]` into the map of
+    the i-th distinct key of `keys`; the current key is left as it was."""
+    if len(mappings) != len(keys.unique):
+        raise ValueError(f"state '{state.name}': put_all_many got {len(mappings)} mappings for "
+                         f"{len(keys.unique)} keys")
+    backend = state._backend
+    current, group = backend.current_key, backend.current_key_group
+    try:
+        for key, kg, mapping in zip(keys.unique, keys.key_groups, mappings):
+            backend.set_current_key(key, kg)
+            state.put_all(mapping)
+    finally:
+        backend.set_current_key(current, group)
+
+
 class KeyedState:
     """Common plumbing of the keyed state kinds."""
 
@@ -448,6 +481,28 @@ class MapState(KeyedState):
             return [default for _ in keys]
         get = entry.data.get
         return [get(k, default) for k in keys]
+
+    def get_all_many(self, keys, user_keys: list, default: Any = None) -> list[list]:
+        """Per distinct key of a batch (`BatchKeys`), the values of its own list of user keys:
+        a vectorized function's lookups in many keys' maps in one call (RocksDB: one multi-get)."""
+        maps = self._maps
+        out = []
+        for key, kg, wanted in zip(keys.unique, keys.key_groups, user_keys):
+            try:
+                entry = maps[kg].get(key)
+            except KeyError:
+                self._backend._current_key_group = kg
+                raise self._backend._key_group_error(self.name) from None
+            if entry is None:
+                out.append([default for _ in wanted])
+            else:
+                get = entry.data.get
+                out.append([get(k, default) for k in wanted])
+        return out
+
+    def put_all_many(self, keys, mappings: list) -> None:
+        """Per distinct key of a batch (`BatchKeys`), its dict of entries put into its map."""
+        put_all_per_key(self, keys, mappings)
 
     def put(self, key: Any, value: Any) -> None:
         """Set `key` to `value` in the current key's map."""

@@ -19,7 +19,7 @@ from streamsnap.state.descriptors import LIST, MAP, REDUCING, VALUE
 from streamsnap.state.keyed_state import (_MISSING, PLAIN_TYPES, KeyedState, ListState,
                                           MapState, ReducingState, StateTable, ValueState,
                                           _ListEntry, _MapEntry, _Stamped, check_map_key,
-                                          put_many_values)
+                                          get_all_per_key, put_many_values)
 
 if TYPE_CHECKING:
     from streamsnap.state.backends.hashmap import HashMapKeyedStateBackend
@@ -264,6 +264,9 @@ class TtlMapState(_Ttl, MapState):
     def get(self, key: Any, default: Any = None) -> Any:
         v = self._lookup(key)
         return default if v is _MISSING else v
+
+    def get_all_many(self, keys, user_keys: list, default: Any = None) -> list[list]:
+        return get_all_per_key(self, keys, user_keys, default)     # key by key: each entry's TTL
 
     def get_all(self, keys: Iterable[Any], default: Any = None) -> list:
         return [self.get(k, default) for k in keys]      # each one expires (or is re-stamped) alone

@@ -1,8 +1,10 @@
 import datetime
 
+import numpy as np
 import pytest
 
 from streamsnap.errors import ConfigurationError
+from streamsnap.graph.keys import BatchKeys
 from streamsnap.state import (KeyGroupRange, ListStateDescriptor,
                               MapStateDescriptor, PickleSerializer, ReducingStateDescriptor,
                               StateDescriptor, StateError, StateSerializationError,
@@ -84,6 +86,27 @@ def test_list_state(backend):
     assert state.get() == [None]
     state.clear()
     assert state.get() == []
+
+
+def test_map_state_of_many_keys_in_one_call(backend):
+    """get_all_many/put_all_many: a batch's lookups and writes in many keys' maps at once —
+    the same as key by key, the current key untouched."""
+    state = backend.get_state(MapStateDescriptor("m"))
+    names = ["a", ("comp", 2), 7]
+    keys = BatchKeys(names, np.zeros(0, dtype=np.int64), [assign_to_key_group(k, MAX_P) for k in names])
+    use_key(backend, "mine")
+    state.put("x", "mine")
+    state.put_all_many(keys, [{"x": 1, "y": 2}, {}, {("t", 1): 3}])
+    assert state.get_all_many(keys, [["y", "x", "z"], ["x"], [("t", 1), object()]], 0) == [[2, 1, 0], [0], [3, 0]]
+    assert backend.current_key == "mine" and state.items() == [("x", "mine")]
+    for name, expected in zip(names, [{"x": 1, "y": 2}, {}, {("t", 1): 3}]):
+        use_key(backend, name)
+        assert dict(state.items()) == expected
+    assert state.get_all_many(BatchKeys([], keys.index, []), []) == []
+    with pytest.raises(ValueError, match="put_all_many got 1 mappings for 3 keys"):
+        state.put_all_many(keys, [{}])
+    with pytest.raises(StateSerializationError, match="map key"):
+        state.put_all_many(keys, [{object(): 1}, {}, {}])
 
 
 def test_map_state(backend):

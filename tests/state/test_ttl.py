@@ -166,6 +166,8 @@ def test_map_state_user_keys_expire_one_by_one(new, clock):
     assert state.get("a") is None and not state.contains("a")
     assert state.get("b") == 2 and state.contains(("t", 1))
     assert state.get_all(["a", "b", ("t", 1)], "gone") == ["gone", 2, [3]]
+    one = BatchKeys(["k"], np.zeros(0, dtype=np.int64), [assign_to_key_group("k", MAX_P)])
+    assert state.get_all_many(one, [["a", "b", ("t", 1)]], "gone") == [["gone", 2, [3]]]   # each entry's TTL
     assert sorted(state.keys(), key=str) == [("t", 1), "b"]
     assert not state.is_empty()
     clock.advance(5)

@@ -5,8 +5,8 @@ MapState of the values seen; so does this: per counted column a MapState (`_wind
 with an entry per (key, window start) state key (the window's namespace, in the key's key
 group), whose map holds each distinct value seen, with a bit per count of that column (plain
 and filtered) that has seen it. A batch only *adds* its new values (the stored set is never
-copied per row or per batch) and reads what a group's values had seen with one
-`MapState.get_all` (RocksDB: one multi-get); the count itself lives in the window's partial
+copied per row or per batch) and reads what its values had seen, in all its groups at once,
+with one `MapState.get_all_many` per column (RocksDB: one multi-get); the count itself lives in the window's partial
 aggregate, so firing reads no set. Sets are checkpointed, restored
 and rescaled with their key group like any keyed state (heap: copy-on-write per checkpoint;
 RocksDB: one entry per value), and cleared when their window is cleaned up.
@@ -20,9 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamsnap.graph.keys import BatchKeys
 from streamsnap.state.descriptors import MapStateDescriptor
 
 DISTINCT = "_window.distinct"
+_NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -94,23 +96,24 @@ class DistinctSets:
             values = batch.column(batch.schema.get_field_index(column)).take(pa.array(rows[some], pa.int64()))
             per_column.append(seen_per_group(values, bits[some], row_groups[some], num))
         new = [np.zeros(num, dtype=np.int64) for _ in self.specs]
-        backend = self.backend
-        for g in range(num):
-            if not any(seen[g] for seen in per_column):
+        for state, specs, seen in zip(self.states, self.bits, per_column):
+            groups = [g for g in range(num) if seen[g]]
+            if not groups:
                 continue
-            backend.set_current_key(names[g], key_groups[g])
-            for state, specs, seen in zip(self.states, self.bits, per_column):
-                fresh = {}
-                group = seen[g]
-                for (value, bits), stored in zip(group.items(), state.get_all(group, 0)):
-                    added = bits & ~stored
+            keys = BatchKeys([names[g] for g in groups], _NO_ROWS, [key_groups[g] for g in groups])
+            stored = state.get_all_many(keys, [list(seen[g]) for g in groups], 0)
+            fresh = []
+            for g, before in zip(groups, stored):
+                added_values = {}
+                for (value, bits), had in zip(seen[g].items(), before):
+                    added = bits & ~had
                     if added:
-                        fresh[value] = stored | bits
+                        added_values[value] = had | bits
                         for i, bit in specs:
                             if added & bit:
                                 new[i][g] += 1
-                if fresh:
-                    state.put_all(fresh)
+                fresh.append(added_values)
+            state.put_all_many(keys, fresh)
         return new
 
     def clear(self, names: list, key_groups: list) -> None:

@@ -83,6 +83,25 @@ class RocksDBState:
         """Remove the current key's entry."""
         self._backend._cache.delete(self._rkey())
 
+    def _batch_keys(self, keys) -> list[bytes]:
+        """The RocksDB keys of a batch's distinct keys' entries of this state (`BatchKeys`)."""
+        backend = self._backend
+        prefixes = backend._kg_prefixes
+        sid = self._sid
+        out = []
+        append = out.append
+        for key, kg in zip(keys.unique, keys.key_groups):
+            try:
+                prefix = prefixes[kg]
+            except (KeyError, TypeError):
+                backend.set_current_key(key, kg)
+                raise backend._key_group_error(self.name) from None
+            try:
+                append(prefix + sid + encode_key(key))
+            except (TypeError, ValueError, OverflowError) as e:
+                raise key_error(self.name, key) from e
+        return out
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
@@ -158,24 +177,6 @@ class RocksDBValueState(RocksDBState):
             backend._cache.put(rkey, raw, held)
 
     # -- vectorized access: cache hits, one multi-get / one write batch for the rest ---------
-
-    def _batch_keys(self, keys) -> list[bytes]:
-        backend = self._backend
-        prefixes = backend._kg_prefixes
-        sid = self._sid
-        out = []
-        append = out.append
-        for key, kg in zip(keys.unique, keys.key_groups):
-            try:
-                prefix = prefixes[kg]
-            except (KeyError, TypeError):
-                backend.set_current_key(key, kg)
-                raise backend._key_group_error(self.name) from None
-            try:
-                append(prefix + sid + encode_key(key))
-            except (TypeError, ValueError, OverflowError) as e:
-                raise key_error(self.name, key) from e
-        return out
 
     def get_many(self, keys) -> list:
         """Values of the batch's distinct keys (`BatchKeys.unique`), defaults where unset."""
@@ -282,6 +283,44 @@ class RocksDBMapState(RocksDBState):
             if raw is not None:
                 out[i] = decode(raw)
         return out
+
+    def get_all_many(self, keys, user_keys: list, default: Any = None) -> list[list]:
+        """Per distinct key of a batch, the values of its list of user keys: write-cache hits,
+        then one multi-get for the rest of all the keys' lookups."""
+        backend = self._backend
+        backend._check_open(self.name)
+        rkeys, slots = [], []
+        out = []
+        for p, (prefix, wanted) in enumerate(zip(self._batch_keys(keys), user_keys)):
+            wanted = list(wanted)
+            out.append([default] * len(wanted))
+            for j, key in enumerate(wanted):
+                try:
+                    rkeys.append(prefix + encode_value(key))
+                except (TypeError, ValueError, OverflowError):
+                    continue        # a key a map cannot hold is absent, as in get()
+                slots.append((p, j))
+        decode = self._decode
+        for (p, j), raw in zip(slots, backend._read_many(rkeys) if rkeys else ()):
+            if raw is not None:
+                out[p][j] = decode(raw)
+        return out
+
+    def put_all_many(self, keys, mappings: list) -> None:
+        """Per distinct key of a batch, its dict of entries put into its map (write cache)."""
+        if len(mappings) != len(keys.unique):
+            raise ValueError(f"state '{self.name}': put_all_many got {len(mappings)} mappings for "
+                             f"{len(keys.unique)} keys")
+        backend = self._backend
+        backend._check_open(self.name)
+        encoded = []
+        for prefix, mapping in zip(self._batch_keys(keys), mappings):
+            for k, v in mapping.items():
+                check_map_key(self.name, k)
+                encoded.append((prefix + self._user_key(k), self._encode(v)))
+        put = backend._cache.put
+        for k, v in encoded:
+            put(k, v)
 
     def put(self, key: Any, value: Any) -> None:
         check_map_key(self.name, key)

@@ -18,6 +18,7 @@ from typing import Any
 from streamsnap.state.backends.rocksdb.encoding import TTL_PREFIX_LEN, _array_header, encode_value, split_ttl_list, stamp, stamp_time
 from streamsnap.state.backends.rocksdb.states import RocksDBListState, RocksDBMapState, RocksDBReducingState, RocksDBState, RocksDBValueState
 from streamsnap.state.descriptors import LIST, MAP, REDUCING, VALUE
+from streamsnap.state.keyed_state import get_all_per_key, put_all_per_key
 from streamsnap.state.serialization import unpack_value
 
 _MISSING: Any = object()
@@ -171,6 +172,12 @@ class RocksDBTtlMapState(_Ttl, RocksDBMapState):
 
     def get_all(self, keys: Iterable[Any], default: Any = None) -> list:
         return [self.get(k, default) for k in keys]      # each one expires (or is re-stamped) alone
+
+    def get_all_many(self, keys, user_keys: list, default: Any = None) -> list[list]:
+        return get_all_per_key(self, keys, user_keys, default)     # key by key: each entry's TTL
+
+    def put_all_many(self, keys, mappings: list) -> None:
+        put_all_per_key(self, keys, mappings)
 
     def contains(self, key: Any) -> bool:
         return self._lookup(key) is not _MISSING
