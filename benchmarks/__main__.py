@@ -288,6 +288,10 @@ def main(argv=None) -> int:
         p.update(nexmark_options(args.only_queries, args.nexmark_states))
     except ValueError as exc:
         parser.error(str(exc))
+    try:       # the report's plots: fail now, not after the hours the run takes
+        import matplotlib  # noqa: F401
+    except ImportError:
+        parser.error("the benchmarks' report needs the bench extra: pip install -e '.[bench]'")
     spark = _spark_session()
     results: dict = {"profile": profile, "started": datetime.datetime.now().isoformat(timespec="seconds"),
                      "machine": report.machine_description(), "errors": {}}

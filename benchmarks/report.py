@@ -471,9 +471,9 @@ def _save(plt, fig, directory: str, name: str) -> str:
 def write(results: dict, directory: str) -> str:
     os.makedirs(directory, exist_ok=True)
     stem = datetime.date.today().isoformat()
-    plots = _plots(results, directory, stem)
-    with open(os.path.join(directory, f"{stem}.json"), "w") as f:
+    with open(os.path.join(directory, f"{stem}.json"), "w") as f:   # first: the figures outlive a plot's failure
         json.dump(results, f, indent=1, default=str)
+    plots = _plots(results, directory, stem)
     lines = [f"# Benchmarks {stem} ({results['profile']})", "",
              f"{results['machine']}; run took {results.get('seconds', 0) / 60:.1f} min. "
              f"streamsnap throughput is timed inside the job (first to last row at the sink), Spark's from its "

@@ -4,6 +4,8 @@ results dict, plus the choices `python -m benchmarks run` refuses before startin
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from benchmarks import __main__ as suite
@@ -73,6 +75,18 @@ def test_the_rendered_report_holds_the_table_the_note_and_the_sources(tmp_path, 
     written = (tmp_path / report.write(results, str(tmp_path))).read_text()
     assert "| q0 | 1.00 M/s | 1.20 M/s |" in written
     assert report.render_nexmark_table({"errors": {}}) == ""
+
+
+def test_the_raw_figures_are_written_before_the_plots_so_a_plot_failure_keeps_them(tmp_path, monkeypatch):
+    def no_matplotlib(results, directory, stem):
+        raise ModuleNotFoundError("No module named 'matplotlib'")
+
+    monkeypatch.setattr(report, "_plots", no_matplotlib)
+    results = {**_results(), "profile": "quick", "machine": "test machine", "seconds": 60}
+    with pytest.raises(ModuleNotFoundError):
+        report.write(results, str(tmp_path))
+    [raw] = tmp_path.glob("*.json")
+    assert json.loads(raw.read_text())["nexmark"]["events"] == results["nexmark"]["events"]
 
 
 def test_only_no_checkpoint_rows_have_no_checkpoint_column_and_no_verdicts():
