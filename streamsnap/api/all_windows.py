@@ -156,13 +156,16 @@ class AllWindowedStream:
         return self.aggregate_columns({"count": "count"}, **options)
 
     def aggregate_columns(self, aggregates: dict, *, name: str | None = None, uid: str | None = None,
-                          parallelism: int | None = None, schema=None) -> "DataStream":
+                          parallelism: int | None = None, schema=None,
+                          split_distinct: int | None = None) -> "DataStream":
         """Vectorized aggregates per window over the whole stream, as `WindowedStream.aggregate_columns`
         (same `aggregates`, tumbling and sliding windows, default trigger), emitting
         ``window_start``, ``window_end`` and the outputs (no key column). Local/global: each
         upstream subtask reduces every batch to one partial per window (numpy), the windows
         live at parallelism 1 (`parallelism` may only be 1). `uid` names the global stage (the
-        local one, stateless, gets ``<uid>-local``)."""
+        local one, stateless, gets ``<uid>-local``). count_distinct is not pre-reduced: every
+        row goes to the one subtask, unless ``split_distinct=N`` counts it on every subtask in
+        N hash buckets of the values and sums the buckets at parallelism 1 (api/split_distinct.py)."""
         from streamsnap.graph.stream_graph import NodeKind
         from streamsnap.runtime.operators.window_all import (GlobalWindowAggregateOperatorFactory,
                                                              LocalWindowAggregateOperatorFactory)
@@ -172,6 +175,12 @@ class AllWindowedStream:
         self._check_vectorized("aggregate_columns")
         parallelism = _one(parallelism, "aggregate_columns")
         parsed = parse_column_aggregates(aggregates, self._stream.schema, {"window_start", "window_end"})
+        if split_distinct is not None:
+            from streamsnap.api.split_distinct import check_buckets, split_distinct_aggregate
+
+            return split_distinct_aggregate(self._windowed, parsed, check_buckets(split_distinct),
+                                            {"name": name, "uid": uid, "parallelism": parallelism,
+                                             "schema": schema}, whole_stream=True)
         name = name or f"WindowAll({type(assigner).__name__}).aggregate_columns"
         local = self._stream._add(
             NodeKind.OPERATOR, f"{name} (local)", None if uid is None else f"{uid}-local",

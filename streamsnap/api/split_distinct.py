@@ -15,6 +15,10 @@ part 0 only (their inputs are null on the other parts): counts and sums are summ
 maxima folded, means carried as a sum and a count and divided at the end. The result has the
 unsplit aggregate's columns and types, so what follows it cannot tell the two apart.
 
+`window_all(...).aggregate_columns(..., split_distinct=N)` splits a distinct count over the
+whole stream the same way: its partial stage runs on every subtask, keyed by (part, bucket),
+and only the sums of the partial counts are at parallelism 1.
+
 Limits, each refused when the job is built: event-time tumbling or sliding windows only (the
 final stage windows the partial results by their own window, `ResultWindows`), no allowed
 lateness (a late refiring would add its partial to a final result already emitted) and no side
@@ -56,7 +60,7 @@ def check_buckets(buckets) -> int:
     return buckets
 
 
-def _check_splittable(windowed, aggregates: tuple) -> None:
+def _check_splittable(windowed, aggregates: tuple, whole_stream: bool) -> None:
     spec = windowed._spec
     assigner = spec.assigner
     keyed = windowed._keyed
@@ -78,7 +82,7 @@ def _check_splittable(windowed, aggregates: tuple) -> None:
         raise ConfigurationError(
             f"{what}: late rows cannot go to a side output of a split aggregate (they would come out "
             f"once per distinct column); drop side_output_late_data or split_distinct")
-    if keyed.key.function is not None:
+    if keyed.key.function is not None and not whole_stream:
         raise ConfigurationError(
             f"{what}: key by column names (key_by('k') or key_by(['a', 'b'])), not a function: the "
             f"partial stage adds its bucket to the key columns")
@@ -189,17 +193,20 @@ def finish(batch: pa.RecordBatch, means: tuple, schema: pa.Schema) -> pa.RecordB
     return pa.RecordBatch.from_arrays([pc.cast(columns[f.name], f.type) for f in schema], schema=schema)
 
 
-def split_distinct_aggregate(windowed, aggregates: tuple, buckets: int, options: dict):
+def split_distinct_aggregate(windowed, aggregates: tuple, buckets: int, options: dict, *,
+                             whole_stream: bool = False):
     """`windowed.aggregate_columns(...)` as a partial stage per (key, part, bucket) and a final
-    stage per key (module docstring); options: name, uid, parallelism as for the unsplit one."""
+    stage per key (module docstring); options: name, uid, parallelism as for the unsplit one.
+    `whole_stream`: `window_all(...)`'s windows — the partial stage per (part, bucket) runs in
+    parallel (the environment's parallelism) and only the sums are at parallelism 1."""
     from streamsnap.api.datastream import DataStream
     from streamsnap.api.windowing import result_schema, window_results
     from streamsnap.time.windows import ResultWindows
 
-    _check_splittable(windowed, aggregates)
+    _check_splittable(windowed, aggregates, whole_stream)
     keyed = windowed._keyed
     assigner = windowed._spec.assigner
-    keys = list(keyed.key.columns)
+    keys = [] if whole_stream else list(keyed.key.columns)
     schema = options.pop("schema", None)
     declared = result_schema(tuple(keys), aggregates, keyed.schema).schema
     if schema is not None and schema != declared:
@@ -214,18 +221,22 @@ def split_distinct_aggregate(windowed, aggregates: tuple, buckets: int, options:
     plan, partial_aggs, final_aggs, means = _plan(
         _needed(keyed.schema, keys, aggregates, keyed.timestamp_assigner), aggregates, buckets)
 
-    def stage(suffix: str) -> dict:
-        return {"name": f"{name} [{suffix}]", "uid": None if uid is None else f"{uid}/{suffix}",
-                "parallelism": parallelism}
+    def stage(suffix: str, at: int | None = parallelism) -> dict:
+        return {"name": f"{name} [{suffix}]", "uid": None if uid is None else f"{uid}-{suffix}",
+                "parallelism": at}
 
     source = DataStream(keyed._env, keyed._upstreams, None, keyed._tag)
+    spread = None if whole_stream else parallelism
     expanded = source.map_batches(partial(expand, plan=plan), output_schema=plan.expanded,
-                                  **stage("split"))
+                                  **stage("split", spread))
     partials = (expanded.key_by(keys + [PART, BUCKET]).window(assigner)
-                .aggregate_columns(partial_aggs, **stage("partial")))
+                .aggregate_columns(partial_aggs, **stage("partial", spread)))
     size = assigner.size_ms
-    finals = (partials.key_by(keys).window(ResultWindows(size))
-              .aggregate_columns(final_aggs, **stage("final")))
+    if whole_stream:
+        finals = partials.window_all(ResultWindows(size)).aggregate_columns(final_aggs, **stage("final"))
+    else:
+        finals = (partials.key_by(keys).window(ResultWindows(size))
+                  .aggregate_columns(final_aggs, **stage("final")))
     out = finals.map_batches(partial(finish, means=tuple(means), schema=declared), output_schema=declared,
-                             **stage("result"))
+                             **stage("result", 1 if whole_stream else parallelism))
     return window_results(out, assigner)

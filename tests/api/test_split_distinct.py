@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 import streamsnap as ss
+from streamsnap.api.datastream import DataStream
 from streamsnap.api.split_distinct import BUCKET, PART, expand, finish
 from streamsnap.state.key_groups import assign_key_groups, subtasks_for_key_groups
 
@@ -30,6 +31,9 @@ def test_a_split_aggregate_is_a_partial_stage_per_bucket_and_a_final_one_per_key
     out = keyed().window(W.TumblingEventTimeWindows.of(1)).aggregate_columns(AGGS, split_distinct=16, name="stats")
     names = [n.name for n in out.env._graph.nodes.values()]
     assert names[-4:] == ["stats [split]", "stats [partial]", "stats [final]", "stats [result]"]
+    named = keyed().window(W.TumblingEventTimeWindows.of(1)).aggregate_columns(AGGS, split_distinct=16, uid="stats")
+    assert [n.uid for n in named.env._graph.nodes.values()][-4:] == \
+        ["stats-split", "stats-partial", "stats-final", "stats-result"]     # stable: a savepoint finds its state
     assert out.schema.names == ["k", "window_start", "window_end", "users", "ok_items", "n", "avg", "top"]
     assert out.schema == keyed().window(W.TumblingEventTimeWindows.of(1)).aggregate_columns(AGGS).schema
 
@@ -94,6 +98,12 @@ def test_bad_input_fails_when_the_job_is_built_naming_the_fix():
         keyed().window(tumbling).aggregate_columns(AGGS, split_distinct=8, schema=pa.schema([("k", pa.string())]))
     with pytest.raises(ss.ConfigurationError, match=r"unknown option\(s\) \['colour'\]"):
         keyed().window(tumbling).aggregate_columns(AGGS, split_distinct=8, colour="red")
+    whole = keyed()
+    rows = DataStream(whole.env, whole._upstreams)     # the rows before key_by
+    with pytest.raises(ss.ConfigurationError, match="there is no count_distinct to split"):
+        rows.window_all(tumbling).aggregate_columns({"n": "count"}, split_distinct=8)
+    with pytest.raises(ss.ConfigurationError, match="takes no allowed_lateness"):
+        rows.window_all(tumbling).allowed_lateness(5).aggregate_columns(AGGS, split_distinct=8)
     env = ss.StreamEnvironment(parallelism=2)
     unknown = keyed(env).map(lambda row: row).key_by("k")
     with pytest.raises(ss.ConfigurationError, match="schema must be known when the job is built"):

@@ -84,3 +84,30 @@ def test_split_distinct_aggregate_gives_the_unsplit_rows(spark):
         best[row[1]] = max(best[row[1]], row[3])
     assert sorted((r["window_start"], r["channel"]) for r in result.rows("top")) == \
         sorted((row[1], row[0]) for row in expected if row[3] == best[row[1]])
+
+
+def test_a_split_distinct_count_over_the_whole_stream(spark):
+    """window_all: the partial counts on both subtasks, only their sums at parallelism 1."""
+    env = ss.StreamEnvironment(parallelism=2, spark=spark)
+    strategy = ss.WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts")
+    events = env.from_source(ss.sources.Generator(event, count=N, schema=SCHEMA), name="bids",
+                             watermark_strategy=strategy)
+    counts = events.window_all(ss.windows.TumblingEventTimeWindows.of(2)).aggregate_columns(
+        {"bidders": ("count_distinct", "bidder"), "auctions": ("count_distinct", "auction", "rank1"),
+         "n": "count", "avg": ("mean", "weight")}, split_distinct=8, name="all", uid="all")
+    graph = {n.name: n.parallelism for n in env._graph.nodes.values()}
+    assert graph["all [partial]"] == 2 and graph["all [final]"] == 1 and graph["all [result]"] == 1
+    counts.sink_to(ss.sinks.Collect(), name="all")
+    rows = env.execute("split distinct over the whole stream").rows("all")
+
+    windows = defaultdict(list)
+    for i in range(N):
+        windows[event(i)["ts"] // 2000 * 2000].append(event(i))
+    expected = {}
+    for start, es in windows.items():
+        weights = [e["weight"] for e in es if e["weight"] is not None]
+        expected[start] = (len({e["bidder"] for e in es}),
+                           len({e["auction"] for e in es if e["auction"] is not None and e["rank1"]}),
+                           len(es), pytest.approx(sum(weights) / len(weights)))
+    assert {r["window_start"]: (r["bidders"], r["auctions"], r["n"], r["avg"]) for r in rows} == expected
+    assert sorted(rows[0]) == ["auctions", "avg", "bidders", "n", "window_end", "window_start"]
