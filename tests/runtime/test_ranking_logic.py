@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.properties import examples
 
 from streamsnap.errors import ConfigurationError, DataError
-from streamsnap.runtime.operators.deduplicate import check_keep, replaces, ttl_config
+from streamsnap.runtime.operators.deduplicate import KEEP, check_keep, decide_batch, replaces, ttl_config
 from streamsnap.runtime.operators.row_order import RowOrder
 from streamsnap.runtime.operators.top_n import check_n, insert, ranked
 
@@ -101,3 +105,58 @@ def test_bad_settings_fail_naming_the_setting_and_the_fix():
 def test_a_row_without_an_order_value_fails_naming_the_operator_and_column():
     with pytest.raises(DataError, match="(?s)operator .ranked.*order column .price. \\(null\\).*fix: filter"):
         order("price", True).check({"price": None, "ts": 1}, "ranked")
+
+
+def _row_by_row(keep, o, rows, keys, held):
+    """The per-row decision (`replaces`, held row updated as it goes): emitted rows, kept rows."""
+    held = list(held)
+    emitted, kept = [], {}
+    for i, (row, u) in enumerate(zip(rows, keys)):
+        if replaces(keep, o, held[u], row):
+            held[u] = row
+            emitted.append(i)
+            kept[u] = i
+    return emitted, kept
+
+
+@given(data=st.data())
+@settings(max_examples=examples(300), deadline=None)
+def test_a_whole_batch_decided_with_numpy_equals_the_row_by_row_decision(data):
+    keep = data.draw(st.sampled_from(KEEP))
+    by = data.draw(st.sampled_from([["price"], ["ts", "price"], ["name", "ts"], ["price", "name", "ts"]]))
+    o = order(by, data.draw(st.one_of(st.booleans(), st.lists(st.booleans(), min_size=len(by), max_size=len(by)))))
+    num_keys = data.draw(st.integers(1, 4))
+    n = data.draw(st.integers(1, 30))
+    value = {"price": st.integers(-3, 3), "ts": st.integers(0, 3), "name": st.sampled_from(["a", "b", "bb", ""])}
+    rows = [{"k": 0, **{c: data.draw(value[c]) for c in ("price", "ts", "name")}} for _ in range(n)]
+    keys = [data.draw(st.integers(0, num_keys - 1)) for _ in range(n)]
+    held = [data.draw(st.one_of(st.none(), st.fixed_dictionaries({c: value[c] for c in ("price", "ts", "name")})))
+            for _ in range(num_keys)]
+    batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+    emitted, changed, kept = decide_batch(keep, o, batch, np.array(keys), held)
+    expected_emitted, expected_kept = _row_by_row(keep, o, rows, keys, held)
+    assert emitted.tolist() == expected_emitted
+    assert dict(zip(changed.tolist(), kept.tolist())) == expected_kept
+
+
+def test_a_batch_with_nulls_or_nan_in_its_order_columns_is_left_to_the_row_by_row_decision():
+    o = order(["price"], False)
+    nulls = pa.RecordBatch.from_pylist([{"k": 1, "price": None, "ts": 1, "name": "a"}], schema=SCHEMA)
+    assert decide_batch("last", o, nulls, np.array([0]), [None]) is None
+    floats = pa.RecordBatch.from_pydict({"price": [1.0, float("nan")]})
+    assert decide_batch("last", RowOrder.of("price", False, "test", "by"), floats, np.array([0, 0]), [None]) is None
+
+
+def test_the_batch_path_decides_row_by_row_what_numpy_does_not_order():
+    """Order columns numpy does not rank (booleans here) or with nulls: the batch path's row
+    by row loop, with the same decisions, and a null naming the column and the fix."""
+    from streamsnap.runtime.operators.deduplicate import DeduplicateBatches
+    from streamsnap.testing import harness
+
+    h = harness(DeduplicateBatches("last", RowOrder.of("flag", False, "test", "order_by"), None), key_by="k")
+    h.process_batch([{"k": 1, "flag": True, "i": 0}, {"k": 1, "flag": False, "i": 1}, {"k": 2, "flag": False, "i": 2},
+                     {"k": 1, "flag": True, "i": 3}])
+    assert [r["i"] for r in h.output] == [0, 2, 3]          # in batch order; i=1 ranks before i=0
+    assert h.state("deduplicate", key=1)["i"] == 3
+    with pytest.raises(DataError, match="no value in the order column 'flag'"):
+        h.process_batch([{"k": 1, "flag": None, "i": 4}])

@@ -21,12 +21,15 @@ write, bounding the state as Flink's `table.exec.state.ttl` does.
 
 Two ways to run it, with the same output and the same state ("deduplicate"): when the stream's
 schema is known, `DeduplicateBatches` reads each key's held row once per batch and writes back
-the keys that changed (`get_many`/`put_many`), deciding the batch's rows in order in Python;
-`Deduplicate`, per row, for rows of unknown schema.
+the keys that changed (`get_many`/`put_many`), deciding the batch's rows with numpy
+(`decide_batch`: ranks of the order columns, a running best per key) when its order columns
+are integers, floats or strings without nulls, else in order in Python; `Deduplicate`, per
+row, for rows of unknown schema.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from streamsnap.api.functions import KeyedBatchFunction, KeyedProcessFunction
@@ -94,6 +97,56 @@ class Deduplicate(KeyedProcessFunction):
         return dict(row)   # downstream may change its row; the state keeps its own
 
 
+def decide_batch(keep: str, order: RowOrder, batch: pa.RecordBatch, index: np.ndarray,
+                 held: list) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """`replaces` for a whole batch at once, with numpy: the rows emitted (in batch order), and
+    per key that changed (its position in `held`) the row it keeps. A row replaces its key's
+    held row when it ranks not before it (keep="last") or strictly before it (keep="first"),
+    the held row being the key's stored one or the batch's last replacement before it — so a
+    row's bar is the best rank among its key's stored row and earlier rows. None when the order
+    columns hold nulls or values `RowOrder.ranks` does not order (decided row by row then)."""
+    columns = [batch.column(c) for c in order.columns]
+    if any(c.null_count for c in columns):
+        return None
+    stored = [u for u, h in enumerate(held) if h is not None]
+    values = []
+    for name, column in zip(order.columns, columns):
+        ours = column.to_numpy(zero_copy_only=False)
+        theirs = np.array([held[u].get(name) for u in stored], dtype=object)
+        if ours.dtype.kind in "iuf":
+            theirs = np.array(theirs.tolist()) if len(stored) else np.zeros(0, dtype=ours.dtype)
+            if len(stored) and theirs.dtype.kind not in "iuf":
+                return None
+        elif not (ours.dtype.kind == "O" or ours.dtype.kind == "U"):
+            return None
+        else:
+            ours = ours.astype(object)
+        values.append(np.concatenate([theirs, ours]))
+    ranks = order.ranks(values)
+    if ranks is None:
+        return None
+    if keep == "first":           # strictly before the best so far: flip, then "strictly above"
+        ranks = ranks.max(initial=0) - ranks
+    bar = np.full(len(held), -1, dtype=np.int64)      # no stored row: any row replaces
+    bar[stored] = ranks[:len(stored)] + (1 if keep == "first" else 0)
+    rows = ranks[len(stored):]
+    by_key = np.argsort(index, kind="stable")
+    key = index[by_key].astype(np.int64)
+    span = int(max(rows.max(initial=0), bar.max(initial=0))) + 3
+    # The best rank of earlier rows of the same key: a running maximum over the rows sorted by
+    # key (each key's values lifted above the keys before it), shifted by one row.
+    lifted = key * span + rows[by_key] + (1 if keep == "first" else 0) + 1
+    running = np.maximum.accumulate(lifted) if len(lifted) else lifted
+    first_of_key = np.r_[True, key[1:] != key[:-1]] if len(key) else np.zeros(0, bool)
+    earlier = np.where(first_of_key, 0, np.r_[0, running[:-1]] - key * span) - 1
+    threshold = np.maximum(earlier, bar[key])
+    accepted = np.empty(len(rows), dtype=bool)
+    accepted[by_key] = rows[by_key] >= threshold
+    emitted = np.flatnonzero(accepted)
+    changed, last_in_reverse = np.unique(index[emitted][::-1], return_index=True)
+    return emitted, changed, emitted[::-1][last_in_reverse]
+
+
 class DeduplicateBatches(Deduplicate, KeyedBatchFunction):
     """Deduplicate a batch at a time: rows in batch order, as Deduplicate emits them, held rows
     read once per key and batch and written back once when they changed; the rows it emits are
@@ -114,6 +167,12 @@ class DeduplicateBatches(Deduplicate, KeyedBatchFunction):
                     emitted.append(i)
             if first:
                 self._held.put_many(keys.subset(first), [True] * len(first))
+        elif (decided := decide_batch(keep, order, batch, keys.index, held)) is not None:
+            emitted_rows, changed, kept = decided
+            if len(changed):
+                self._held.put_many(keys.subset(changed.tolist()),
+                                    batch.take(pa.array(kept, pa.int64())).to_pylist())
+            emitted = emitted_rows.tolist()
         else:     # compared by the order columns alone; full rows built only for those kept
             name = self._name
             last: dict[int, int] = {}    # key -> the row of this batch it keeps

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import itemgetter
 
+import numpy as np
 import pyarrow as pa
 
 from streamsnap.errors import ConfigurationError, DataError
@@ -78,6 +79,25 @@ class RowOrder:
                 return (x > y) if descending else (x < y)
         return False
 
+    def ranks(self, columns: list[np.ndarray]) -> np.ndarray | None:
+        """Dense ranks of the rows given as one array per order column: ``rank[a] < rank[b]``
+        exactly when row a is before row b, ties equal. None when a column is not integer,
+        float or string, or holds NaN (the per-row comparison decides those)."""
+        codes = []
+        for values, descending in zip(columns, self.descending):
+            if values.dtype.kind == "f" and np.isnan(values).any():
+                return None
+            if values.dtype.kind not in "iuf" and not (values.dtype.kind == "O" and _all_str(values)):
+                return None
+            inverse = np.unique(values, return_inverse=True)[1].reshape(-1).astype(np.int64)
+            codes.append(-inverse if descending else inverse)
+        order = np.lexsort(codes[::-1])          # lexsort's last key is the primary one
+        ordered = np.stack([c[order] for c in codes])
+        step = np.r_[True, (ordered[:, 1:] != ordered[:, :-1]).any(axis=0)] if len(order) else np.zeros(0, bool)
+        ranks = np.empty(len(order), dtype=np.int64)
+        ranks[order] = np.cumsum(step) - 1
+        return ranks
+
     def check(self, row: dict, operator: str) -> None:
         """Fails on a row without a value to rank by (DataError naming operator, column, row)."""
         try:
@@ -93,6 +113,10 @@ class RowOrder:
                     f"({'missing' if column not in row else 'null'})\n  row: {describe_row(row)}\n"
                     f"  fix: filter such rows out or fill the column before ranking",
                     operator=operator, field=column, row=row)
+
+
+def _all_str(values: np.ndarray) -> bool:
+    return all(v.__class__ is str for v in values.tolist())
 
 
 __all__ = ["RowOrder"]
