@@ -111,7 +111,8 @@ def _plan(schema: pa.Schema, aggregates: tuple, buckets: int) -> tuple[SplitPlan
     """The expansion, the partial stage's aggregates, the final stage's, and the means to divide."""
     columns = tuple(dict.fromkeys(a.column for a in aggregates if a.function == "count_distinct"))
     wheres: dict[tuple, str] = {}
-    inputs: list[tuple[str, str | None, bool]] = [(ROWS, None, False)]
+    inputs: list[tuple[str, str | None, bool]] = \
+        [(ROWS, None, False)] if any(a.function == "count" for a in aggregates) else []
     partial_aggs: dict = {}
     final_aggs: dict = {}
     means = []
@@ -144,15 +145,10 @@ def _plan(schema: pa.Schema, aggregates: tuple, buckets: int) -> tuple[SplitPlan
     return plan, partial_aggs, final_aggs, means
 
 
-def _holds(column: pa.Array) -> pa.Array:
-    """A filter column (boolean, or integer with nonzero = holds) as booleans, nulls false."""
-    held = column if pa.types.is_boolean(column.type) else pc.not_equal(column, 0)
-    return pc.fill_null(held, False)
-
-
 def expand(batch: pa.RecordBatch, plan: SplitPlan) -> pa.RecordBatch:
     """Each row once per distinct column: part i with its bucket from that column's value, its
     distinct filters true only for that column, the other aggregates' inputs on part 0 alone."""
+    from streamsnap.runtime.operators.window_distinct import DistinctSpec, row_mask
     from streamsnap.state.key_groups import hash_keys
 
     n = batch.num_rows
@@ -161,10 +157,9 @@ def expand(batch: pa.RecordBatch, plan: SplitPlan) -> pa.RecordBatch:
         bucket = (hash_keys(batch.column(column)) % np.uint64(plan.buckets)).astype(np.int64)
         arrays = [batch.column(c) for c in plan.kept] + [pa.array(np.full(n, part, dtype=np.int64)),
                                                          pa.array(bucket)]
-        for _, of, where in plan.wheres:
-            arrays.append(pa.array(np.zeros(n, dtype=bool)) if of != column
-                          else pa.array(np.ones(n, dtype=bool)) if where is None
-                          else _holds(batch.column(where)))
+        for _, of, where in plan.wheres:      # the distinct count's own filter, on its part only
+            arrays.append(pa.array(row_mask(batch, DistinctSpec(of, where)) if of == column
+                                   else np.zeros(n, dtype=bool)))
         for name, source, valid in plan.inputs:
             kind = plan.expanded.field(name).type
             if part:
