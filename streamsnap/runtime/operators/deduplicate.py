@@ -111,16 +111,13 @@ def decide_batch(keep: str, order: RowOrder, batch: pa.RecordBatch, index: np.nd
     stored = [u for u, h in enumerate(held) if h is not None]
     values = []
     for name, column in zip(order.columns, columns):
-        ours = column.to_numpy(zero_copy_only=False)
-        theirs = np.array([held[u].get(name) for u in stored], dtype=object)
-        if ours.dtype.kind in "iuf":
-            theirs = np.array(theirs.tolist()) if len(stored) else np.zeros(0, dtype=ours.dtype)
-            if len(stored) and theirs.dtype.kind not in "iuf":
-                return None
-        elif not (ours.dtype.kind == "O" or ours.dtype.kind == "U"):
+        ours = column.to_numpy(zero_copy_only=False)      # numbers, or strings as objects
+        if ours.dtype.kind not in "iufO":
             return None
-        else:
-            ours = ours.astype(object)
+        theirs = [held[u].get(name) for u in stored]
+        # Stored numbers as numbers (a None among them makes an object array: ranks refuses it).
+        theirs = np.array(theirs, dtype=object if ours.dtype.kind == "O" else None) if stored \
+            else np.zeros(0, dtype=ours.dtype)
         values.append(np.concatenate([theirs, ours]))
     ranks = order.ranks(values)
     if ranks is None:
