@@ -223,12 +223,19 @@ def get_all_per_key(state, keys, user_keys: list, default: Any = None) -> list[l
         backend.set_current_key(current, group)
 
 
+def put_all_many_mappings(state_name: str, keys, mappings) -> list:
+    """`mappings` of a put_all_many as a list, one dict per distinct key of `keys`."""
+    mappings = list(mappings)
+    if len(mappings) != len(keys.unique):
+        raise ValueError(f"state '{state_name}': put_all_many got {len(mappings)} mappings for "
+                         f"{len(keys.unique)} keys")
+    return mappings
+
+
 def put_all_per_key(state, keys, mappings: list) -> None:
     """`MapState.put_all` of several keys in one call: the dict `mappings[i]` into the map of
     the i-th distinct key of `keys`; the current key is left as it was."""
-    if len(mappings) != len(keys.unique):
-        raise ValueError(f"state '{state.name}': put_all_many got {len(mappings)} mappings for "
-                         f"{len(keys.unique)} keys")
+    mappings = put_all_many_mappings(state.name, keys, mappings)
     backend = state._backend
     current, group = backend.current_key, backend.current_key_group
     try:

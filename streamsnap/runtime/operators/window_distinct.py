@@ -102,8 +102,8 @@ class DistinctSets:
                 continue
             keys = BatchKeys([names[g] for g in groups], _NO_ROWS, [key_groups[g] for g in groups])
             stored = state.get_all_many(keys, [list(seen[g]) for g in groups], 0)
-            fresh = []
-            for g, before in zip(groups, stored):
+            grew, fresh = [], []         # only the groups that saw new values are written
+            for p, (g, before) in enumerate(zip(groups, stored)):
                 added_values = {}
                 for (value, bits), had in zip(seen[g].items(), before):
                     added = bits & ~had
@@ -112,8 +112,11 @@ class DistinctSets:
                         for i, bit in specs:
                             if added & bit:
                                 new[i][g] += 1
-                fresh.append(added_values)
-            state.put_all_many(keys, fresh)
+                if added_values:
+                    grew.append(p)
+                    fresh.append(added_values)
+            if grew:
+                state.put_all_many(keys.subset(grew), fresh)
         return new
 
     def clear(self, names: list, key_groups: list) -> None:

@@ -13,7 +13,7 @@ from streamsnap.state.backends.rocksdb.encoding import _array_count, _array_head
 from streamsnap.state.backends.rocksdb.write_cache import ABSENT, UNDECODED
 from streamsnap.state.descriptors import LIST, MAP, REDUCING, StateDescriptor, VALUE
 from streamsnap.state.errors import StateSerializationError
-from streamsnap.state.keyed_state import PLAIN_TYPES, check_map_key, put_many_values
+from streamsnap.state.keyed_state import PLAIN_TYPES, check_map_key, put_all_many_mappings, put_many_values
 from streamsnap.state.serialization import Serializer, key_error, unpack_value, value_error
 
 if TYPE_CHECKING:
@@ -308,17 +308,19 @@ class RocksDBMapState(RocksDBState):
 
     def put_all_many(self, keys, mappings: list) -> None:
         """Per distinct key of a batch, its dict of entries put into its map (write cache)."""
-        if len(mappings) != len(keys.unique):
-            raise ValueError(f"state '{self.name}': put_all_many got {len(mappings)} mappings for "
-                             f"{len(keys.unique)} keys")
-        backend = self._backend
-        backend._check_open(self.name)
+        mappings = put_all_many_mappings(self.name, keys, mappings)
+        self._backend._check_open(self.name)
+        self._put_entries(zip(self._batch_keys(keys), mappings))
+
+    def _put_entries(self, maps) -> None:
+        """Put (RocksDB key prefix of a key's map, its dict of entries) pairs into the write
+        cache, every map key checked and every value encoded before the first is put."""
         encoded = []
-        for prefix, mapping in zip(self._batch_keys(keys), mappings):
+        for prefix, mapping in maps:
             for k, v in mapping.items():
                 check_map_key(self.name, k)
                 encoded.append((prefix + self._user_key(k), self._encode(v)))
-        put = backend._cache.put
+        put = self._backend._cache.put
         for k, v in encoded:
             put(k, v)
 
@@ -329,16 +331,8 @@ class RocksDBMapState(RocksDBState):
 
     def put_all(self, mapping: Mapping[Any, Any]) -> None:
         items = dict(mapping)
-        if not items:
-            return
-        rkey = self._rkey()
-        encoded = []
-        for k, v in items.items():
-            check_map_key(self.name, k)
-            encoded.append((rkey + self._user_key(k), self._encode(v)))
-        put = self._backend._cache.put
-        for k, v in encoded:
-            put(k, v)
+        if items:
+            self._put_entries([(self._rkey(), items)])
 
     def remove(self, key: Any) -> None:
         rkey = self._rkey()
