@@ -48,6 +48,11 @@ WATCHED_FOR = 15.0
 # How often the serving thread checks for shutdown: the endpoint closes this quickly after its
 # job ends (or fails to start), which every job and test waits for.
 SHUTDOWN_POLL = 0.02
+# After its job ends, an endpoint someone is watching keeps answering until its client has been
+# quiet this long (at most ENDED_LINGER_MAX): the UI reads the final state and the status of a
+# stop-with-savepoint it is waiting on, then stops polling, instead of finding the port gone.
+ENDED_QUIET = 1.5
+ENDED_LINGER_MAX = 6.0
 
 
 class HttpError(Exception):
@@ -254,6 +259,7 @@ class WebServer:
         # What actions need (module docstring): the configured token, else one drawn for this job.
         self.action_token = config.token or secrets.token_urlsafe(24)
         self.read_only = False
+        self.ending = False   # the job has ended: answers close their connections (_linger)
         self._last_request = float("-inf")   # time.monotonic() of the latest request (WATCHED_FOR)
 
     @property
@@ -334,10 +340,21 @@ class WebServer:
                     endpoint.progress.poll()
                 if endpoint.master.wait_terminal(self.poll_interval):
                     break
+            self._linger()
         finally:   # also if polling failed: the endpoint never outlives its job
             self._httpd.shutdown()
             self._httpd.server_close()
             self._withdraw()
+
+    def _linger(self) -> None:
+        """Keep answering a watched ended job until its client is quiet (ENDED_QUIET)."""
+        self.ending = True
+        ended = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now - self._last_request >= ENDED_QUIET or now - ended >= ENDED_LINGER_MAX:
+                return
+            time.sleep(SHUTDOWN_POLL)
 
     def close(self) -> None:
         """Stop serving now (a job that failed to start); serving threads end on their own otherwise."""
@@ -488,7 +505,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-store")
         if status == HTTPStatus.UNAUTHORIZED:
             self.send_header("WWW-Authenticate", 'Bearer realm="streamsnap"')
-        if status >= 400:   # a refused request's body may be unread: do not reuse the connection
+        # A refused request's body may be unread; an ended job's endpoint is about to close and
+        # must not leave kept-alive connections answering after it: neither connection is reused.
+        if status >= 400 or app.ending:
             self.close_connection = True
             self.send_header("Connection", "close")
         self.end_headers()

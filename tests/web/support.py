@@ -69,6 +69,15 @@ def call(url: str, method: str = "GET", body: dict | None = None, token: str | N
     return status, (json.loads(raw) if kind.startswith("application/json") else raw.decode())
 
 
+def refused(base: str) -> bool:
+    """Whether `base` refuses connections (the endpoint has closed), not answers an HTTP error."""
+    try:
+        urllib.request.urlopen(f"{base}/jobs", timeout=2)
+    except OSError as exc:
+        return not hasattr(exc, "code")
+    return False
+
+
 def wait_for(predicate, what: str, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while True:

@@ -11,7 +11,7 @@ import urllib.parse
 import pytest
 
 import streamsnap as ss
-from tests.web.support import TOKEN, call, start_job, wait_for
+from tests.web.support import TOKEN, call, refused, start_job, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -167,14 +167,4 @@ def test_rest_and_metrics_match_the_jobs_checkpoint_history(spark, tmp_path, no_
     assert _metric(text, "lastCheckpointRestoreTimestamp", **labels) == pytest.approx(restored.restore_timestamp * 1000)
 
     client.cancel()
-    wait_for(lambda: _refused(base), "the endpoint to close with the job")
-
-
-def _refused(base: str) -> bool:
-    import urllib.request
-
-    try:
-        urllib.request.urlopen(f"{base}/jobs", timeout=2)
-    except OSError as exc:
-        return not hasattr(exc, "code")   # connection refused, not an HTTP error
-    return False
+    wait_for(lambda: refused(base), "the endpoint to close with the job")

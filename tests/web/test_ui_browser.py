@@ -17,7 +17,7 @@ import pytest
 import streamsnap as ss
 from streamsnap.api.environment import CLI_DEFAULTS
 from tests.integration.support import RunningSum
-from tests.web.support import CHROMIUM, browser_page, call, event, start_job
+from tests.web.support import CHROMIUM, browser_page, call, event, refused, start_job, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -116,6 +116,12 @@ def test_the_web_ui_draws_the_graph_shows_failures_and_its_actions_work(spark, t
         page.click("#stop")
         page.wait_for_selector("#job-state.FINISHED", timeout=120_000)
         assert client.status() == "FINISHED"
+        # The endpoint answers the ended job's last reads (the stop's own status among them),
+        # then closes; the page has stopped polling by then, so nothing it asks for fails.
+        page.wait_for_function("document.getElementById('action-status').textContent"
+                               ".includes('stop with savepoint completed: ')", timeout=30_000)
+        wait_for(lambda: refused(client.web_url), "the endpoint to close after its job", timeout=30)
+        page.wait_for_timeout(2_500)                        # over two of the page's poll intervals
     assert (tmp_path / "web-ui.png").stat().st_size > 10_000
     assert problems == []
     _restore_exactly(spark, tmp_path, savepoint)
