@@ -141,6 +141,9 @@ def main(path: str) -> int:
         _interrupt_orphan(url, lost, submission_tag(job))
     spark = SparkSession.builder.remote(url).getOrCreate()
     owner["session_id"] = spark.session_id
+    # In the lease before any Spark job of this session exists: a replacement must be able to
+    # find and interrupt whatever this submitter starts, even if it dies before its first renewal.
+    lease.renew(generation, owner)
     threading.Thread(target=_keep_lease, args=(lease, generation, owner), name="submitter-lease",
                      daemon=True).start()
     log.info("job '%s': submitter %d (pid %d)%s", job_name, generation, os.getpid(),

@@ -416,10 +416,13 @@ def test_a_detached_job_whose_submitter_is_killed_is_resubmitted_by_a_replacemen
     """Nothing in Spark supervises the in-cluster submitter: its JobMaster watches its lease and
     starts a replacement, which interrupts the orphaned Spark job and submits the job again."""
     job_id, ckpt, out = _submit_detached(connect_server, tmp_path)
-    client = ss.jobs.attach(ckpt, job_id)
-    _wait_for_checkpoints(client, 1)
     registry = JobRegistry(ckpt, job_id)
     leases = SubmitterLease(registry)
+    # The Connect session is in the lease before the job's Spark job exists, so a replacement can
+    # interrupt it even if the submitter dies before its first renewal.
+    assert leases.current()["session_id"], leases.current()
+    client = ss.jobs.attach(ckpt, job_id)
+    _wait_for_checkpoints(client, 1)
     first = leases.current()
     assert first["generation"] == 0 and first["pid"] == registry.read()["submitter"]["pid"]
     os.kill(first["pid"], signal.SIGKILL)
