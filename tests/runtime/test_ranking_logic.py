@@ -157,6 +157,27 @@ def test_the_batch_path_decides_row_by_row_what_numpy_does_not_order():
     h.process_batch([{"k": 1, "flag": True, "i": 0}, {"k": 1, "flag": False, "i": 1}, {"k": 2, "flag": False, "i": 2},
                      {"k": 1, "flag": True, "i": 3}])
     assert [r["i"] for r in h.output] == [0, 2, 3]          # in batch order; i=1 ranks before i=0
-    assert h.state("deduplicate", key=1)["i"] == 3
+    assert h.state("deduplicate", key=1) == {"flag": True}   # the order values only
     with pytest.raises(DataError, match="no value in the order column 'flag'"):
         h.process_batch([{"k": 1, "flag": None, "i": 4}])
+
+
+@pytest.mark.parametrize("batches", [False, True])
+def test_deduplicate_keeps_only_the_kept_rows_order_values_in_its_state(batches):
+    """Later rows are compared by the order columns alone, and the rows emitted are the input's:
+    the state holds the kept row's order values, on the per-row and both batch paths."""
+    from streamsnap.runtime.operators.deduplicate import Deduplicate, DeduplicateBatches
+    from streamsnap.testing import harness
+
+    order = RowOrder.of(["ts", "tie"], False, "test", "order_by")
+    h = harness((DeduplicateBatches if batches else Deduplicate)("last", order), key_by="k")
+    rows = [{"k": 1, "ts": 5, "tie": "a", "payload": "x" * 50}, {"k": 1, "ts": 3, "tie": "z", "payload": "y"},
+            {"k": 2, "ts": 1, "tie": "b", "payload": "z"}]
+    if batches:
+        h.process_batch(rows)
+    else:
+        for row in rows:
+            h.process(row)
+    assert h.output == [rows[0], rows[2]]
+    assert h.state("deduplicate", key=1) == {"ts": 5, "tie": "a"}
+    assert h.state("deduplicate", key=2) == {"ts": 1, "tie": "b"}

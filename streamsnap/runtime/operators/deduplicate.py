@@ -15,8 +15,9 @@ each row replaces the key's previous one, and the key's current answer is its la
 is no retraction row (streamsnap rows carry no change kind); a sink that upserts by the key
 (or a downstream keyed operator that keeps the last row) reads it correctly.
 
-The held row lives in keyed `ValueState`, so it is checkpointed, restored and rescaled with its
-key group on both backends; `ttl` (a `StateTtlConfig`) forgets a key that long after its last
+The kept row's order values (all a later row is compared with: the rows emitted are the
+input's own, and no retraction of the replaced row is emitted) live in keyed `ValueState`, so
+they are checkpointed, restored and rescaled with their key group on both backends; `ttl` (a `StateTtlConfig`) forgets a key that long after its last
 write, bounding the state as Flink's `table.exec.state.ttl` does.
 
 Two ways to run it, with the same output and the same state ("deduplicate"): when the stream's
@@ -93,8 +94,8 @@ class Deduplicate(KeyedProcessFunction):
         held = self._held.value()
         if not replaces(self.keep, order, held, row):
             return None
-        self._held.update(row)
-        return dict(row)   # downstream may change its row; the state keeps its own
+        self._held.update({column: row[column] for column in order.columns})
+        return row
 
 
 def decide_batch(keep: str, order: RowOrder, batch: pa.RecordBatch, index: np.ndarray,
@@ -168,7 +169,7 @@ class DeduplicateBatches(Deduplicate, KeyedBatchFunction):
             emitted_rows, changed, kept = decided
             if len(changed):
                 self._held.put_many(keys.subset(changed.tolist()),
-                                    batch.take(pa.array(kept, pa.int64())).to_pylist())
+                                    batch.select(list(order.columns)).take(pa.array(kept, pa.int64())).to_pylist())
             emitted = emitted_rows.tolist()
         else:     # compared by the order columns alone; full rows built only for those kept
             name = self._name
@@ -181,8 +182,7 @@ class DeduplicateBatches(Deduplicate, KeyedBatchFunction):
                     last[u] = i
                     emitted.append(i)
             if last:
-                kept = batch.take(pa.array(list(last.values()), pa.int64())).to_pylist()
-                self._held.put_many(keys.subset(list(last)), kept)
+                self._held.put_many(keys.subset(list(last)), [held[u] for u in last])
         if len(emitted) == batch.num_rows:
             return batch
         return batch.take(pa.array(emitted, pa.int64())) if emitted else None
