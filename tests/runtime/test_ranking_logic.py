@@ -181,3 +181,24 @@ def test_deduplicate_keeps_only_the_kept_rows_order_values_in_its_state(batches)
     assert h.output == [rows[0], rows[2]]
     assert h.state("deduplicate", key=1) == {"ts": 5, "tie": "a"}
     assert h.state("deduplicate", key=2) == {"ts": 1, "tie": "b"}
+
+
+def test_top_n_output_built_column_by_column_equals_one_dict_per_ranked_row():
+    """`columnar` (values read per row in one call, transposed) gives the batch `ranked` rows
+    make with from_pylist, types and nulls included, also for a stored row missing a column."""
+    import datetime
+
+    from streamsnap.runtime.operators.top_n import columnar, ranked
+
+    schema = pa.schema([("auction", pa.int64()), ("price", pa.float64()), ("who", pa.string()),
+                        ("at", pa.timestamp("ms")), ("rank", pa.int64())])
+    at = datetime.datetime(2026, 11, 29, 8, 0)
+    rows = [{"auction": 1, "price": 2.5, "who": "a", "at": at}, {"auction": 1, "price": None, "who": "b", "at": at},
+            {"auction": 2, "price": 1.0, "who": None, "at": None}]
+    expected = pa.RecordBatch.from_pylist(ranked(rows, 0, "rank"), schema=schema)
+    assert columnar(rows, [1, 2, 3], schema, "rank").equals(expected)
+    older = rows + [{"auction": 3, "price": 4.0, "at": at}]          # written before "who" existed
+    assert columnar(older, [1, 2, 3, 4], schema, "rank").equals(
+        pa.RecordBatch.from_pylist(ranked(older, 0, "rank"), schema=schema))
+    single = pa.schema([("auction", pa.int64()), ("rank", pa.int64())])
+    assert columnar([{"auction": 7}], [1], single, "rank").to_pylist() == [{"auction": 7, "rank": 1}]
