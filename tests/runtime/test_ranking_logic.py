@@ -202,3 +202,33 @@ def test_top_n_output_built_column_by_column_equals_one_dict_per_ranked_row():
         pa.RecordBatch.from_pylist(ranked(older, 0, "rank"), schema=schema))
     single = pa.schema([("auction", pa.int64()), ("rank", pa.int64())])
     assert columnar([{"auction": 7}], [1], single, "rank").to_pylist() == [{"auction": 7, "rank": 1}]
+
+
+@given(data=st.data())
+@settings(max_examples=examples(100), deadline=None)
+def test_top_n_batches_emit_what_top_n_emits_row_by_row_however_the_rows_are_batched(data):
+    """Batches of young keys (every row enters) and of settled ones (most rows are dropped by
+    the order columns alone) emit exactly the per-row TopN's rows, ranks and order."""
+    from streamsnap.runtime.operators.top_n import TopN, TopNBatches
+    from streamsnap.testing import harness
+
+    top = data.draw(st.integers(1, 3))
+    o = order(["price", "ts"], [True, False])
+    rows = [{"k": data.draw(st.integers(0, 2)), "price": data.draw(st.integers(0, 5)), "ts": i, "name": "x"}
+            for i in range(data.draw(st.integers(1, 60)))]
+    sizes = data.draw(st.lists(st.integers(1, 12), min_size=1, max_size=20))
+    per_row = harness(TopN(top, o), key_by="k")
+    for row in rows:
+        per_row.process(row)
+    schema = pa.schema([("k", pa.int64()), ("price", pa.int64()), ("ts", pa.int64()), ("name", pa.string()),
+                        ("rank", pa.int64())])
+    batched = harness(TopNBatches(top, o, "rank", schema), key_by="k")
+    start = 0
+    for size in sizes * 60:
+        if start >= len(rows):
+            break
+        batched.process_batch(rows[start:start + size])
+        start += size
+    if start < len(rows):
+        batched.process_batch(rows[start:])
+    assert batched.output == per_row.output
