@@ -232,3 +232,34 @@ def test_top_n_batches_emit_what_top_n_emits_row_by_row_however_the_rows_are_bat
     if start < len(rows):
         batched.process_batch(rows[start:])
     assert batched.output == per_row.output
+
+
+def test_emitted_rows_taken_from_the_batch_and_made_from_state_keep_their_order():
+    """`emitted`: the batch's own rows are taken from it, the stored ones built from their
+    values, interleaved back in emission order; a batch of another schema builds them all."""
+    from streamsnap.runtime.operators.top_n import emitted, ranked
+
+    data = pa.schema([("auction", pa.int64()), ("who", pa.string())])
+    schema = data.append(pa.field("rank", pa.int64()))
+    batch = pa.RecordBatch.from_pylist([{"auction": 1, "who": "a"}, {"auction": 2, "who": "b"}], schema=data)
+    own = batch.to_pylist()
+    stored = [{"auction": 1, "who": "old"}, {"auction": 2, "who": "older"}]
+    rows = [stored[0], own[1], stored[1], own[0], own[1]]
+    origin = {id(own[0]): 0, id(own[1]): 1}
+    expected = pa.RecordBatch.from_pylist(ranked(rows, 0, "rank"), schema=schema)
+    assert emitted(rows, [1, 2, 3, 4, 5], origin, batch, schema, "rank").equals(expected)
+    other = batch.cast(pa.schema([("auction", pa.int32()), ("who", pa.string())]))
+    assert emitted(rows, [1, 2, 3, 4, 5], origin, other, schema, "rank").equals(expected)
+
+
+@pytest.mark.parametrize("by", [["price"], ["price", "ts"]])
+def test_top_n_batches_fail_on_a_null_order_value_naming_the_column(by):
+    from streamsnap.runtime.operators.top_n import TopNBatches
+    from streamsnap.testing import harness
+
+    schema = pa.schema([("k", pa.int64()), ("price", pa.int64()), ("ts", pa.int64()), ("rank", pa.int64())])
+    h = harness(TopNBatches(2, RowOrder.of(by, [True] * len(by), "test", "by"), "rank", schema), key_by="k")
+    h.process_batch([{"k": 1, "price": 3, "ts": 1}, {"k": 1, "price": 4, "ts": 2}])
+    assert [(r["price"], r["rank"]) for r in h.output] == [(3, 1), (4, 1), (3, 2)]
+    with pytest.raises(DataError, match="no value in the order column 'price' \\(null\\)"):
+        h.process_batch([{"k": 1, "price": 5, "ts": 3}, {"k": 2, "price": None, "ts": 4}])

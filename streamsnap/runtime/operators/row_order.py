@@ -79,6 +79,20 @@ class RowOrder:
                 return (x > y) if descending else (x < y)
         return False
 
+    def values(self, row: dict):
+        """The row's order values, as `before_values` compares them (one value for one column)."""
+        return self._values(row)
+
+    def before_values(self, a, b) -> bool:
+        """`before` for order values (`values`): a ranks strictly ahead of b."""
+        direction = self._direction
+        if direction is not None:
+            return a > b if direction else a < b
+        for x, y, descending in zip(a, b, self.descending):
+            if x != y:
+                return (x > y) if descending else (x < y)
+        return False
+
     def ranks(self, columns: list[np.ndarray]) -> np.ndarray | None:
         """Dense ranks of the rows given as one array per order column: ``rank[a] < rank[b]``
         exactly when row a is before row b, ties equal. None when a column is not integer,

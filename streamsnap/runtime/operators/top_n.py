@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+import numpy as np
 import pyarrow as pa
 
 from streamsnap.api.functions import KeyedBatchFunction, KeyedProcessFunction
@@ -59,15 +60,49 @@ def columnar(rows: list[dict], ranks: list[int], schema: pa.Schema, rank_column:
     """`rows` with their `ranks` as a batch of `schema`: each row's values read in one C call
     and transposed, instead of a dict copy per row with its rank (`ranked`) and a column
     read per dict (`from_pylist`)."""
-    names = [name for name in schema.names if name != rank_column]
+    data = pa.schema([field for field in schema if field.name != rank_column])
+    return with_ranks(_columns(rows, data), ranks, schema, rank_column)
+
+
+def _columns(rows: list[dict], schema: pa.Schema) -> list[pa.Array]:
+    names = schema.names
     try:
         values = map(itemgetter(*names), rows) if len(names) > 1 else ((row[names[0]],) for row in rows)
-        columns = dict(zip(names, zip(*values))) if names else {}
+        columns = list(zip(*values)) if names else []
     except KeyError:         # a stored row without a newer column: null there, as from_pylist does
-        columns = {name: [row.get(name) for row in rows] for name in names}
+        columns = [[row.get(name) for row in rows] for name in names]
+    return [pa.array(column, type=field.type) for column, field in zip(columns, schema)]
+
+
+def with_ranks(columns: list, ranks: list[int], schema: pa.Schema, rank_column: str) -> pa.RecordBatch:
+    """The batch of `schema` from its other columns (in order) and the ranks."""
+    columns = iter(columns)
     return pa.RecordBatch.from_arrays(
-        [pa.array(ranks if field.name == rank_column else columns[field.name], type=field.type) for field in schema],
+        [pa.array(ranks, type=field.type) if field.name == rank_column else next(columns) for field in schema],
         schema=schema)
+
+
+def emitted(rows: list[dict], ranks: list[int], origin: dict, batch: pa.RecordBatch, schema: pa.Schema,
+            rank_column: str) -> pa.RecordBatch:
+    """The emitted `rows` (in order, with their `ranks`) as a batch of `schema`. A row that is
+    this batch's own (`origin`: id of its dict -> its row in `batch`) is taken from `batch`;
+    only the rows that came from state are made from their Python values (`columnar`)."""
+    data = pa.schema([field for field in schema if field.name != rank_column])
+    source = np.fromiter((origin.get(id(row), -1) for row in rows), dtype=np.int64, count=len(rows))
+    own = source >= 0
+    if not own.any() or not batch.schema.equals(data):
+        return columnar(rows, ranks, schema, rank_column)
+    parts = [batch.take(pa.array(source[own]))]
+    if not own.all():
+        parts.append(pa.RecordBatch.from_arrays(_columns([r for r, o in zip(rows, own.tolist()) if not o], data),
+                                                schema=data))
+    # Back into emission order: the taken rows first in `combined`, the stored ones after them.
+    order = np.empty(len(rows), dtype=np.int64)
+    taken = int(own.sum())
+    order[own] = np.arange(taken)
+    order[~own] = taken + np.arange(len(rows) - taken)
+    combined = pa.concat_batches(parts).take(pa.array(order))
+    return with_ranks(combined.columns, ranks, schema, rank_column)
 
 
 class TopN(KeyedProcessFunction):
@@ -116,16 +151,21 @@ class TopNBatches(TopN, KeyedBatchFunction):
         # First by the order columns alone: a row not better than its key's last ranked row
         # as the batch starts cannot enter later in it either (the ranking only improves), so
         # only the other rows (candidates) are made into full rows.
+        # Compared as value tuples (one per row, from the order columns' lists), not dicts.
         candidates = []
-        for i, (row, u) in enumerate(zip(batch.select(list(order.columns)).to_pylist(), index)):
-            order.check(row, name)
+        values, ahead, columns = order.values, order.before_values, order.columns
+        lists = [batch.column(batch.schema.get_field_index(c)).to_pylist() for c in columns]
+        for i, (value, u) in enumerate(zip(zip(*lists) if len(lists) > 1 else lists[0], index)):
+            if value is None or (len(lists) > 1 and None in value):
+                order.check(dict(zip(columns, value if len(lists) > 1 else (value,))), name)   # raises
             top = tops[u]
-            if not (top and len(top) >= n and not before(row, top[-1])):
+            if not (top and len(top) >= n and not ahead(value, values(top[-1]))):
                 candidates.append(i)
         if not candidates:
             return None
         rows = (batch if len(candidates) == batch.num_rows
                 else batch.take(pa.array(candidates, pa.int64()))).to_pylist()
+        origin = {id(row): i for row, i in zip(rows, candidates)}
         changed: dict[int, None] = {}
         out: list[dict] = []       # the rows emitted, in order, each with its rank in `ranks`
         ranks: list[int] = []
@@ -142,7 +182,7 @@ class TopNBatches(TopN, KeyedBatchFunction):
             ranks.extend(range(at + 1, len(top) + 1))
         if changed:
             self._top.put_many(keys.subset(list(changed)), [tops[u] for u in changed])
-        return columnar(out, ranks, self.schema, rank_column) if out else None
+        return emitted(out, ranks, origin, batch, self.schema, rank_column) if out else None
 
 
-__all__ = ["TopN", "TopNBatches", "check_n", "columnar", "insert", "ranked"]
+__all__ = ["TopN", "TopNBatches", "check_n", "columnar", "emitted", "insert", "ranked", "with_ranks"]
