@@ -441,3 +441,37 @@ def test_write_cache_accounting_and_validation():
         with pytest.raises(ConfigurationError, match="RocksDBConfig.write_cache_size"):
             RocksDBConfig(write_cache_size=bad)
     assert RocksDBConfig(write_cache_size=0).memory_bound == RocksDBConfig().memory_bound - (16 << 20)
+
+
+def test_a_cleared_map_is_one_range_deletion_and_no_cached_entry_outlives_it(new_backend, tmp_path):
+    """MapState.clear deletes a key's entries with one range tombstone (no tombstone per entry
+    in the cache or a write batch), drops the cached ones, and leaves the other keys' entries;
+    a snapshot and restore see the same."""
+    backend = new_backend()
+    state = backend.get_state(MapStateDescriptor("m"))
+    for key in ("a", "b"):
+        use(backend, key)
+        state.put_all({i: i * 2 for i in range(200)})
+    use(backend, "a")
+    assert state.get(7) == 14 and state.get(500) is None        # cached: one present, one absent
+    writes = []
+    original = backend._write_entries
+    backend._write_entries = lambda entries: (writes.append(list(entries)), original(entries))
+    backend._cache._write = backend._write_entries
+    state.clear()
+    assert not any(raw is None for batch in writes for _, raw in batch)   # no tombstone per entry
+    assert state.get(7) is None and state.get(500) is None and state.is_empty() and not state.contains(1)
+    assert not any(k.startswith(state._rkey()) and v[1] is not None for k, v in backend._cache.entries.items())
+    state.put(1, "again")
+    use(backend, "b")
+    assert state.get(7) == 14 and len(state.keys()) == 200
+    directory = tmp_path / "snap"
+    directory.mkdir()
+    handle = backend.snapshot(1, "file://" + str(directory)).run()
+    restored = new_backend(local_dir=str(tmp_path / "restored"))
+    restored.restore([handle], "file://" + str(directory))
+    again = restored.get_state(MapStateDescriptor("m"))
+    use(restored, "a")
+    assert again.items() == [(1, "again")]
+    use(restored, "b")
+    assert len(again.keys()) == 200

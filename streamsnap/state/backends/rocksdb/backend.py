@@ -315,6 +315,19 @@ class RocksDBKeyedStateBackend:
             raise StateError(f"operator '{self.operator_uid}': take_changes after dispose")
         return self._cache.take_changes()
 
+    def _delete_prefix(self, prefix: bytes) -> None:
+        """Delete every entry starting with `prefix` (a map state's entries of one key): one
+        range tombstone instead of a tombstone per entry. A changelog (`track_changes`) needs
+        each deleted key, so then each is deleted through the write cache instead."""
+        upper = _successor(prefix)
+        if upper is None or self._cache.tracking_changes:
+            delete = self._cache.delete
+            for user_key, _ in list(self._scan(prefix, 0)):
+                delete(user_key)
+            return
+        self._cache.forget([key for key, _ in self._scan(prefix, 0)])   # _scan flushed: all clean
+        self._db.delete_range(prefix, upper)
+
     def _scan(self, prefix: bytes, strip: int) -> Iterator[tuple[bytes, bytes]]:
         """(key without its first `strip` bytes, value) of every entry starting with `prefix`
         (after flushing the write cache, so the database has every entry)."""

@@ -363,10 +363,7 @@ class RocksDBMapState(RocksDBState):
         return next(iter(self._scan()), None) is None
 
     def clear(self) -> None:
-        prefix = self._rkey()
-        delete = self._backend._cache.delete
-        for user_key, _ in list(self._backend._scan(prefix, len(prefix))):
-            delete(prefix + user_key)
+        self._backend._delete_prefix(self._rkey())
 
 
 class RocksDBReducingState(RocksDBState):

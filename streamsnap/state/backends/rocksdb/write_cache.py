@@ -179,6 +179,15 @@ class WriteCache:
         self.size = size
         self.evictions += len(drop)
 
+    def forget(self, rkeys) -> None:
+        """Drop these keys' entries, which must be clean (after `flush`): the database entries
+        behind them were deleted directly (a range deletion)."""
+        entries = self.entries
+        for rkey in rkeys:
+            old = entries.pop(rkey, None)
+            if old is not None:
+                self.size -= ENTRY_OVERHEAD + len(rkey) + (0 if old[1] is None else len(old[1]))
+
     def clear(self) -> None:
         """Forget every entry (after the database was changed directly). Dirty entries are
         lost: flush first unless the database is being thrown away."""
