@@ -319,13 +319,13 @@ class RocksDBKeyedStateBackend:
         """Delete every entry starting with `prefix` (a map state's entries of one key): one
         range tombstone instead of a tombstone per entry. A changelog (`track_changes`) needs
         each deleted key, so then each is deleted through the write cache instead."""
+        rkeys = [rkey for rkey, _ in self._scan(prefix, 0)]   # _scan flushed: cached entries are clean
         upper = _successor(prefix)
         if upper is None or self._cache.tracking_changes:
-            delete = self._cache.delete
-            for user_key, _ in list(self._scan(prefix, 0)):
-                delete(user_key)
+            for rkey in rkeys:
+                self._cache.delete(rkey)
             return
-        self._cache.forget([key for key, _ in self._scan(prefix, 0)])   # _scan flushed: all clean
+        self._cache.forget(rkeys)
         self._db.delete_range(prefix, upper)
 
     def _scan(self, prefix: bytes, strip: int) -> Iterator[tuple[bytes, bytes]]:
