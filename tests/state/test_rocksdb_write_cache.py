@@ -475,3 +475,31 @@ def test_a_cleared_map_is_one_range_deletion_and_no_cached_entry_outlives_it(new
     assert again.items() == [(1, "again")]
     use(restored, "b")
     assert len(again.keys()) == 200
+
+
+def test_a_batch_of_map_entries_is_written_through_not_cached(new_backend, tmp_path):
+    """MapState.put_all_many writes its entries to RocksDB in one batch without caching them
+    (a batch's entries are mostly new: caching them only evicts hot ones), an entry already
+    cached follows the write, and a batch with a bad map key writes nothing."""
+    backend = new_backend()
+    state = backend.get_state(MapStateDescriptor("m"))
+    use(backend, "a")
+    state.put("x", 1)                                             # cached, dirty
+    cached = dict(backend._cache.entries)
+    names = ["a", "b"]
+    keys = BatchKeys(names, np.zeros(0, dtype=np.int64), [assign_to_key_group(k, MAX_P) for k in names])
+    state.put_all_many(keys, [{"x": 2, "y": 3}, {("t", 1): 4}])
+    assert set(backend._cache.entries) == set(cached) and backend._cache.evictions == 0
+    assert not backend._cache.dirty                              # the cached one was written too
+    assert state.get_all_many(keys, [["x", "y"], [("t", 1)]]) == [[2, 3], [4]]
+    use(backend, "a")
+    assert state.get("x") == 2 and sorted(state.items()) == [("x", 2), ("y", 3)]
+    with pytest.raises(StateError, match="map key"):
+        state.put_all_many(keys, [{"x": 9}, {object(): 1}])
+    assert state.get_all_many(keys, [["x"], [("t", 1)]]) == [[2], [4]]     # nothing written
+    directory = tmp_path / "snap"
+    directory.mkdir()
+    handle = backend.snapshot(1, "file://" + str(directory)).run()
+    restored = new_backend(local_dir=str(tmp_path / "restored"))
+    restored.restore([handle], "file://" + str(directory))
+    assert restored.get_state(MapStateDescriptor("m")).get_all_many(keys, [["x", "y"], [("t", 1)]]) == [[2, 3], [4]]

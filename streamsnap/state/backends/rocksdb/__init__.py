@@ -45,8 +45,9 @@ and a dict store (values of `PLAIN_TYPES` held decoded, so `ValueState.value()` 
 decodes nothing); dirty entries reach RocksDB in one write batch when the cache overflows, and
 before anything reads the database directly — snapshots (synchronous part), prefix scans
 (MapState iteration, key listings) — while restores flush and then empty it. Vectorized
-`get_many`/`put_many` read cache hits and multi-get the rest, and write one batch straight to
-RocksDB (refreshing cached entries of its keys), without filling the cache.
+`get_many`/`put_many` (MapState: `get_all_many`/`put_all_many`) read cache hits and multi-get
+the rest, and write one batch straight to RocksDB (refreshing cached entries of its keys),
+without filling the cache.
 `flush_write_cache()` / `take_changes()` expose the flush (the latter with the RocksDB keys
 changed since its previous call, for a changelog). The encodings of recent int and str keys
 are remembered, so a row of a hot key does not re-encode it.

@@ -307,21 +307,29 @@ class RocksDBMapState(RocksDBState):
         return out
 
     def put_all_many(self, keys, mappings: list) -> None:
-        """Per distinct key of a batch, its dict of entries put into its map (write cache)."""
+        """Per distinct key of a batch, its dict of entries put into its map: one RocksDB
+        write batch (cached entries of these keys follow it), not the write cache — a batch's
+        entries are mostly new ones (a distinct set's first sight of a value), which would only
+        push the hot entries out of the cache."""
         mappings = put_all_many_mappings(self.name, keys, mappings)
         self._backend._check_open(self.name)
-        self._put_entries(zip(self._batch_keys(keys), mappings))
+        self._backend._cache.write_through(self._encoded_entries(zip(self._batch_keys(keys), mappings)))
 
-    def _put_entries(self, maps) -> None:
-        """Put (RocksDB key prefix of a key's map, its dict of entries) pairs into the write
-        cache, every map key checked and every value encoded before the first is put."""
+    def _encoded_entries(self, maps) -> list[tuple[bytes, bytes]]:
+        """(RocksDB key, stored bytes) of (RocksDB key prefix of a key's map, its dict of
+        entries) pairs, every map key checked and every value encoded before any is written."""
         encoded = []
         for prefix, mapping in maps:
             for k, v in mapping.items():
                 check_map_key(self.name, k)
                 encoded.append((prefix + self._user_key(k), self._encode(v)))
+        return encoded
+
+    def _put_entries(self, maps) -> None:
+        """Put (RocksDB key prefix of a key's map, its dict of entries) pairs into the write
+        cache (see `_encoded_entries`)."""
         put = self._backend._cache.put
-        for k, v in encoded:
+        for k, v in self._encoded_entries(maps):
             put(k, v)
 
     def put(self, key: Any, value: Any) -> None:
