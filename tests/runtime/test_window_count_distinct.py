@@ -150,6 +150,66 @@ def test_a_restore_at_another_parallelism_continues_the_distinct_sets(backend, t
     op.close()
 
 
+def _run(op, rows, size=150):
+    for start in range(0, len(rows), size):
+        op.process(pa.RecordBatch.from_pylist(rows[start:start + size], schema=SCHEMA))
+        op.process_watermark(max(r["ts"] for r in rows[:start + size]) - 3_000)
+
+
+def test_on_rocksdb_values_a_window_has_not_seen_skip_their_lookups(tmp_path):
+    """Windows created in this process filter out lookups of values their sets have not seen
+    (most of them here), with counts still exact; restored windows keep their lookups; the
+    heap keeps no filter at all; sets and filters go with their windows."""
+    assigner = W.SlidingEventTimeWindows.of(20, 5)
+    rows = [dict(r, user=None if r["user"] is None else r["user"] * 37 + i % 500)
+            for i, r in enumerate(random_rows(11, 3_000))]           # mostly values new to the set
+    op, main = operator(assigner, backends(tmp_path)["rocksdb"])
+    _run(op, rows)
+    assert op.distinct.skipped > 2 * op.distinct.lookups > 0
+    assert op.distinct.filters                                       # windows still open
+    op.process_watermark(MAX_WATERMARK)
+    assert fired(main) == reference(rows, assigner)
+    assert not op.distinct.filters and not op.distinct.tracked       # gone with their windows
+    op.close()
+
+    first, second = rows[:1_500], rows[1_500:]
+    op, _ = operator(assigner, backends(tmp_path / "a")["rocksdb"])
+    _run(op, first)
+    state = op.snapshot_state(1, 0.0, str(tmp_path / "chk")).run()
+    restored, restored_main = operator(assigner, backends(tmp_path / "b")["rocksdb"],
+                                       restore=assign_operator_state({0: state}, 128, 1)[0],
+                                       base=str(tmp_path / "chk"))
+    assert not restored.distinct.tracked
+    _run(restored, second)
+    assert restored.distinct.lookups > 0
+    restored.process_watermark(MAX_WATERMARK)
+    whole, after = reference(rows, assigner), fired(restored_main)
+    assert after and after == {window: whole[window] for window in after}
+    restored.close()
+    op.close()
+
+    heap, heap_main = operator(assigner, "hashmap")
+    _run(heap, rows)
+    heap.process_watermark(MAX_WATERMARK)
+    assert not heap.distinct.filtered and fired(heap_main) == reference(rows, assigner)
+    heap.close()
+
+
+def test_a_filter_that_forgot_values_would_count_them_twice(tmp_path, monkeypatch):
+    """The check above can fail: a filter answering "not seen" for values it was given makes
+    the counts wrong."""
+    from streamsnap.runtime.operators.seen_filter import SeenFilter
+
+    monkeypatch.setattr(SeenFilter, "might_contain", lambda self, hashes: np.zeros(len(hashes), dtype=bool))
+    assigner = W.TumblingEventTimeWindows.of(10)
+    rows = random_rows(12, 1_500)
+    op, main = operator(assigner, backends(tmp_path)["rocksdb"])
+    _run(op, rows)
+    op.process_watermark(MAX_WATERMARK)
+    assert fired(main) != reference(rows, assigner)
+    op.close()
+
+
 def test_build_time_checks_of_count_distinct():
     env = ss.StreamEnvironment()
     strategy = ss.WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts")

@@ -366,7 +366,7 @@ class VectorizedWindowOperator(WindowOperator):
             row_groups = np.empty(len(rows), dtype=np.int64)
             row_groups[order] = np.repeat(np.arange(len(bounds)), np.diff(np.r_[bounds, len(rows)]))
             for d, new in enumerate(self.distinct.add(batch, rows, row_groups, state_keys.unique,
-                                                      state_keys.key_groups)):
+                                                      state_keys.key_groups, group_starts.tolist(), ~existed)):
                 if old is not None:
                     new[existed] += np.asarray(old[1 + numeric + d], dtype=np.int64)
                 merged.append(new)

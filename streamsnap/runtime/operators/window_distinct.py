@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamsnap.graph.keys import BatchKeys
+from streamsnap.runtime.operators.seen_filter import SeenFilter, mix
 from streamsnap.state.descriptors import MapStateDescriptor
 
 DISTINCT = "_window.distinct"
@@ -46,23 +47,49 @@ def row_mask(batch: pa.RecordBatch, spec: DistinctSpec) -> np.ndarray:
     return mask
 
 
+def seen_pairs(values: pa.Array, bits: np.ndarray, groups: np.ndarray, num_groups: int):
+    """The distinct (group, value) pairs among `values` (row i in group `groups[i]`; rows already
+    filtered: no nulls, bits > 0), sorted by group: (their groups, their value codes into
+    `dictionary`, the OR of their rows' `bits`, `dictionary` as Arrow, as Python values)."""
+    encoded = pc.dictionary_encode(values)
+    dictionary = encoded.dictionary
+    size = max(1, len(dictionary))
+    codes = groups.astype(np.int64) * size + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    order = np.argsort(codes, kind="stable")
+    codes = codes[order]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if len(codes) else _NO_ROWS
+    pair_bits = np.bitwise_or.reduceat(bits[order], starts) if len(codes) else _NO_ROWS
+    pair_groups, pair_codes = np.divmod(codes[starts], size)
+    return pair_groups, pair_codes, pair_bits, dictionary, dictionary.to_pylist()
+
+
 def seen_per_group(values: pa.Array, bits: np.ndarray, groups: np.ndarray, num_groups: int) -> list[dict]:
     """Per group (0..num_groups-1), {distinct value: OR of the `bits` of its rows} among `values`,
     where `groups[i]` is row i's group. Rows must already be filtered (no nulls, bits > 0)."""
     out: list[dict] = [{} for _ in range(num_groups)]
     if not len(values):
         return out
-    encoded = pc.dictionary_encode(values)
-    dictionary = encoded.dictionary.to_pylist()
-    codes = groups.astype(np.int64) * len(dictionary) + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    order = np.argsort(codes, kind="stable")
-    codes = codes[order]
-    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
-    pair_bits = np.bitwise_or.reduceat(bits[order], starts).tolist()
-    pair_groups, pair_values = np.divmod(codes[starts], len(dictionary))
-    for g, v, b in zip(pair_groups.tolist(), pair_values.tolist(), pair_bits):
+    pair_groups, pair_codes, pair_bits, _, dictionary = seen_pairs(values, bits, groups, num_groups)
+    for g, v, b in zip(pair_groups.tolist(), pair_codes.tolist(), pair_bits.tolist()):
         out[g][dictionary[v]] = b
     return out
+
+
+def value_hashes(dictionary: pa.Array, values: list) -> np.ndarray:
+    """A uint64 hash per dictionary value: integers as they are, others by Python's hash (the
+    filters live in one process, so its per-process string seed does not matter)."""
+    if pa.types.is_integer(dictionary.type):
+        return dictionary.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
+    return np.fromiter((hash(v) for v in values), dtype=np.int64, count=len(values)).view(np.uint64)
+
+
+def _slices(sorted_groups: np.ndarray):
+    """(group, start, stop) of each run of equal values in `sorted_groups`."""
+    if not len(sorted_groups):
+        return []
+    cut = np.flatnonzero(sorted_groups[1:] != sorted_groups[:-1]) + 1
+    bounds = np.r_[0, cut, len(sorted_groups)].tolist()
+    return list(zip(sorted_groups[bounds[:-1]].tolist(), bounds[:-1], bounds[1:]))
 
 
 class DistinctSets:
@@ -70,7 +97,14 @@ class DistinctSets:
     start), mapping ``value -> bits``: bit s set when spec s (of that column) has seen the
     value, so the filtered and unfiltered counts of one column share one entry, and a batch
     reads one entry per (window, column, distinct value). (Plain map keys, not tuples: their
-    writes skip the encodability check.)"""
+    writes skip the encodability check.)
+
+    Lookups skipped: a window created in this process (its sets empty then) is *tracked*: every
+    value its sets store is also added to a `SeenFilter` per (column, window start), and a value
+    the filter has certainly not seen is known absent without a state lookup; so are all values
+    of a window new in this batch. Windows restored from a checkpoint are not tracked and look
+    every value up. Untracked again when cleared; a filter goes with the last tracked window of
+    its start."""
 
     def __init__(self, backend, specs: tuple[DistinctSpec, ...]):
         self.backend = backend
@@ -80,44 +114,109 @@ class DistinctSets:
         self.bits = [[(i, 1 << j) for j, i in enumerate(i for i, s in enumerate(specs) if s.column == c)]
                      for c in self.columns]
         self.states = [backend.get_state(MapStateDescriptor(f"{DISTINCT}.{i}")) for i in range(len(self.columns))]
+        # Filters only where a lookup costs more than a filter's probe (not on the heap).
+        self.filtered = not getattr(backend, "LOOKUPS_ARE_CHEAP", False)
+        self.tracked: dict = {}                     # (key, window start) -> None, windows tracked
+        self.tracked_per_start: dict[int, int] = {}
+        self.filters: dict[tuple[int, int], SeenFilter] = {}   # (column, window start) -> filter
+        self.lookups = 0                            # values looked up in state
+        self.skipped = 0                            # values known absent without a lookup
+
+    def _track(self, names: list, starts: list, fresh: np.ndarray) -> np.ndarray:
+        """Track the `fresh` groups (windows new in this batch); per group, whether tracked."""
+        tracked = self.tracked
+        for g in np.flatnonzero(fresh).tolist():
+            name = names[g]
+            if name not in tracked:
+                tracked[name] = None
+                start = starts[g]
+                self.tracked_per_start[start] = self.tracked_per_start.get(start, 0) + 1
+        return np.fromiter((n in tracked for n in names), dtype=bool, count=len(names))
 
     def add(self, batch: pa.RecordBatch, rows: np.ndarray, row_groups: np.ndarray, names: list,
-            key_groups: list) -> list[np.ndarray]:
+            key_groups: list, starts: list | None = None, fresh: np.ndarray | None = None) -> list[np.ndarray]:
         """Add the batch's (row, window) pairs (`rows`: batch row per pair; `row_groups`: its
-        (key, window) group, named `names[g]` in `key_groups[g]`) to the sets; returns per spec
-        the number of values new to each group's set."""
+        (key, window) group, named `names[g]` in `key_groups[g]`, of window start `starts[g]`,
+        `fresh[g]` when the window is new in this batch) to the sets; returns per spec the
+        number of values new to each group's set. Without `starts`/`fresh` every value is
+        looked up."""
         num = len(names)
-        per_column = []
-        for column, specs in zip(self.columns, self.bits):
+        new = [np.zeros(num, dtype=np.int64) for _ in self.specs]
+        if starts is None or fresh is None:
+            tracked = fresh = np.zeros(num, dtype=bool)
+            group_hash = None
+        elif not self.filtered:
+            tracked, group_hash = np.zeros(num, dtype=bool), None
+        else:
+            tracked = self._track(names, starts, fresh)
+            group_hash = mix(np.fromiter((hash(n) for n in names), dtype=np.int64, count=num).view(np.uint64))
+        for c, (column, specs, state) in enumerate(zip(self.columns, self.bits, self.states)):
             bits = np.zeros(len(rows), dtype=np.int64)
             for i, bit in specs:
                 bits |= np.where(row_mask(batch, self.specs[i])[rows], bit, 0)
             some = bits > 0
-            values = batch.column(batch.schema.get_field_index(column)).take(pa.array(rows[some], pa.int64()))
-            per_column.append(seen_per_group(values, bits[some], row_groups[some], num))
-        new = [np.zeros(num, dtype=np.int64) for _ in self.specs]
-        for state, specs, seen in zip(self.states, self.bits, per_column):
-            groups = [g for g in range(num) if seen[g]]
-            if not groups:
+            if not some.any():
                 continue
-            keys = BatchKeys([names[g] for g in groups], _NO_ROWS, [key_groups[g] for g in groups])
-            stored = state.get_all_many(keys, [list(seen[g]) for g in groups], 0)
-            grew, fresh = [], []         # only the groups that saw new values are written
-            for p, (g, before) in enumerate(zip(groups, stored)):
-                added_values = {}
-                for (value, bits), had in zip(seen[g].items(), before):
-                    added = bits & ~had
-                    if added:
-                        added_values[value] = had | bits
-                        for i, bit in specs:
-                            if added & bit:
-                                new[i][g] += 1
-                if added_values:
-                    grew.append(p)
-                    fresh.append(added_values)
-            if grew:
-                state.put_all_many(keys.subset(grew), fresh)
+            values = batch.column(batch.schema.get_field_index(column)).take(pa.array(rows[some], pa.int64()))
+            groups, codes, pair_bits, dictionary, python_values = seen_pairs(values, bits[some], row_groups[some], num)
+            look = ~fresh[groups]           # a new window's sets are empty: nothing to look up
+            hashes = None
+            if group_hash is not None and tracked.any():
+                hashes = mix(group_hash[groups] ^ mix(value_hashes(dictionary, python_values))[codes])
+                check = np.flatnonzero(tracked[groups] & look)
+                if len(check):
+                    look[check] = self._might_contain(c, [starts[g] for g in groups[check].tolist()], hashes[check])
+            had = np.zeros(len(groups), dtype=np.int64)
+            where = np.flatnonzero(look)
+            self.lookups += len(where)
+            self.skipped += len(groups) - len(where)
+            if len(where):
+                runs = _slices(groups[where])
+                keys = BatchKeys([names[g] for g, _, _ in runs], _NO_ROWS, [key_groups[g] for g, _, _ in runs])
+                wanted = codes[where].tolist()
+                stored = state.get_all_many(keys, [[python_values[v] for v in wanted[a:b]] for _, a, b in runs], 0)
+                had[where] = [h for found in stored for h in found]
+            added = pair_bits & ~had
+            grown = added != 0
+            if not grown.any():
+                continue
+            for i, bit in specs:
+                counted = (added & bit) != 0
+                if counted.any():
+                    new[i] += np.bincount(groups[counted], minlength=num)
+            at = np.flatnonzero(grown)
+            runs = _slices(groups[at])
+            wanted, merged = codes[at].tolist(), (had[at] | pair_bits[at]).tolist()
+            state.put_all_many(
+                BatchKeys([names[g] for g, _, _ in runs], _NO_ROWS, [key_groups[g] for g, _, _ in runs]),
+                [{python_values[v]: b for v, b in zip(wanted[a:b], merged[a:b])} for _, a, b in runs])
+            if hashes is not None:
+                stored_now = np.flatnonzero(grown & (had == 0) & tracked[groups])   # values new to a tracked set
+                if len(stored_now):
+                    self._remember(c, [starts[g] for g in groups[stored_now].tolist()], hashes[stored_now])
         return new
+
+    def _by_start(self, starts: list):
+        """Positions of `starts` per distinct start."""
+        per: dict = {}
+        for p, start in enumerate(starts):
+            per.setdefault(start, []).append(p)
+        return per.items()
+
+    def _might_contain(self, column: int, starts: list, hashes: np.ndarray) -> np.ndarray:
+        out = np.ones(len(hashes), dtype=bool)
+        for start, positions in self._by_start(starts):
+            seen = self.filters.get((column, start))
+            if seen is not None:
+                out[positions] = seen.might_contain(hashes[positions])
+        return out
+
+    def _remember(self, column: int, starts: list, hashes: np.ndarray) -> None:
+        for start, positions in self._by_start(starts):
+            seen = self.filters.get((column, start))
+            if seen is None:
+                seen = self.filters[(column, start)] = SeenFilter()
+            seen.add(hashes[positions])
 
     def clear(self, names: list, key_groups: list) -> None:
         """Drop the sets of these (key, window start) state keys (their windows were cleaned up)."""
@@ -125,6 +224,16 @@ class DistinctSets:
             self.backend.set_current_key(name, key_group)
             for state in self.states:
                 state.clear()
+            if name in self.tracked:
+                del self.tracked[name]
+                start = name[1]
+                left = self.tracked_per_start[start] - 1
+                if left:
+                    self.tracked_per_start[start] = left
+                else:
+                    del self.tracked_per_start[start]
+                    for c in range(len(self.columns)):
+                        self.filters.pop((c, start), None)
 
 
-__all__ = ["DISTINCT", "DistinctSets", "DistinctSpec", "row_mask", "seen_per_group"]
+__all__ = ["DISTINCT", "DistinctSets", "DistinctSpec", "row_mask", "seen_pairs", "seen_per_group", "value_hashes"]

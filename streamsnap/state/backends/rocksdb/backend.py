@@ -82,6 +82,9 @@ def _process_exists(pid: int) -> bool:
 class RocksDBKeyedStateBackend:
     """Keyed state of one operator subtask in an embedded RocksDB, for the key groups it owns."""
 
+    # A lookup the write cache misses probes memtables and files (~1-3 µs from Python).
+    LOOKUPS_ARE_CHEAP = False
+
     def __init__(self, operator_uid: str, max_parallelism: int, key_group_range: KeyGroupRange,
                  config: RocksDBConfig | str | None = None, *, clock: Clock | None = None,
                  local_store: LocalRecoveryStore | None = None):
