@@ -149,6 +149,7 @@ class DistinctSets:
             tracked, group_hash = np.zeros(num, dtype=bool), None
         else:
             tracked = self._track(names, starts, fresh)
+            group_starts = np.asarray(starts, dtype=np.int64)
             group_hash = mix(np.fromiter((hash(n) for n in names), dtype=np.int64, count=num).view(np.uint64))
         for c, (column, specs, state) in enumerate(zip(self.columns, self.bits, self.states)):
             bits = np.zeros(len(rows), dtype=np.int64)
@@ -165,7 +166,7 @@ class DistinctSets:
                 hashes = mix(group_hash[groups] ^ mix(value_hashes(dictionary, python_values))[codes])
                 check = np.flatnonzero(tracked[groups] & look)
                 if len(check):
-                    look[check] = self._might_contain(c, [starts[g] for g in groups[check].tolist()], hashes[check])
+                    look[check] = self._might_contain(c, group_starts[groups[check]], hashes[check])
             had = np.zeros(len(groups), dtype=np.int64)
             where = np.flatnonzero(look)
             self.lookups += len(where)
@@ -193,17 +194,18 @@ class DistinctSets:
             if hashes is not None:
                 stored_now = np.flatnonzero(grown & (had == 0) & tracked[groups])   # values new to a tracked set
                 if len(stored_now):
-                    self._remember(c, [starts[g] for g in groups[stored_now].tolist()], hashes[stored_now])
+                    self._remember(c, group_starts[groups[stored_now]], hashes[stored_now])
         return new
 
-    def _by_start(self, starts: list):
-        """Positions of `starts` per distinct start."""
-        per: dict = {}
-        for p, start in enumerate(starts):
-            per.setdefault(start, []).append(p)
-        return per.items()
+    @staticmethod
+    def _by_start(starts: np.ndarray):
+        """(start, positions of `starts` equal to it) per distinct start."""
+        distinct, inverse = np.unique(starts, return_inverse=True)
+        if len(distinct) == 1:
+            return [(distinct[0].item(), slice(None))]
+        return [(start, np.flatnonzero(inverse == i)) for i, start in enumerate(distinct.tolist())]
 
-    def _might_contain(self, column: int, starts: list, hashes: np.ndarray) -> np.ndarray:
+    def _might_contain(self, column: int, starts: np.ndarray, hashes: np.ndarray) -> np.ndarray:
         out = np.ones(len(hashes), dtype=bool)
         for start, positions in self._by_start(starts):
             seen = self.filters.get((column, start))
@@ -211,7 +213,7 @@ class DistinctSets:
                 out[positions] = seen.might_contain(hashes[positions])
         return out
 
-    def _remember(self, column: int, starts: list, hashes: np.ndarray) -> None:
+    def _remember(self, column: int, starts: np.ndarray, hashes: np.ndarray) -> None:
         for start, positions in self._by_start(starts):
             seen = self.filters.get((column, start))
             if seen is None:
