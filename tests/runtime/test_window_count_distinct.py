@@ -198,9 +198,10 @@ def test_on_rocksdb_values_a_window_has_not_seen_skip_their_lookups(tmp_path):
 def test_a_filter_that_forgot_values_would_count_them_twice(tmp_path, monkeypatch):
     """The check above can fail: a filter answering "not seen" for values it was given makes
     the counts wrong."""
-    from streamsnap.runtime.operators.seen_filter import SeenFilter
+    from streamsnap.runtime.operators.window_distinct import DistinctSets
 
-    monkeypatch.setattr(SeenFilter, "might_contain", lambda self, hashes: np.zeros(len(hashes), dtype=bool))
+    monkeypatch.setattr(DistinctSets, "_might_contain",
+                        lambda self, column, starts, hashes: np.zeros(len(hashes), dtype=bool))
     assigner = W.TumblingEventTimeWindows.of(10)
     rows = random_rows(12, 1_500)
     op, main = operator(assigner, backends(tmp_path)["rocksdb"])
@@ -228,3 +229,53 @@ def test_build_time_checks_of_count_distinct():
     with pytest.raises(ss.ConfigurationError, match="'count_distinct', column name, filter column name"):
         tumbling.aggregate_columns({"u": ("sum", "user", "key")})
     assert tumbling.aggregate_columns({"u": ("count_distinct", "user", "key")}) is not None
+
+
+def test_on_rocksdb_windows_the_index_never_held_are_new_without_a_lookup(tmp_path, monkeypatch):
+    """The vectorized window operator looks up only windows its filter of known windows may
+    hold (every window with state is in its index, restored ones included): new windows cost
+    no lookup, results stay exact; a filter that forgot windows would make them fire twice."""
+    assigner = W.SlidingEventTimeWindows.of(2, 0.5)
+    rows = random_rows(21, 2_000)
+    op, main = operator(assigner, backends(tmp_path)["rocksdb"], 800)
+    asked, groups = [], []
+
+    class Counted:             # the windows' state, counting the windows each batch looks up
+        def __init__(self, state):
+            self.state = state
+
+        def get_many(self, keys):
+            asked.append(len(keys.unique))
+            return self.state.get_many(keys)
+
+        def __getattr__(self, name):
+            return getattr(self.state, name)
+
+    op.windows = Counted(op.windows)
+    stored = op._stored
+    looked = []
+
+    def counted_stored(keys, starts):
+        before = sum(asked)
+        out = stored(keys, starts)
+        groups.append(len(keys.unique))
+        looked.append(sum(asked) - before)
+        return out
+
+    monkeypatch.setattr(op, "_stored", counted_stored)
+    _run(op, rows)
+    op.process_watermark(MAX_WATERMARK)
+    assert fired(main) == reference(rows, assigner)
+    assert 0 < sum(looked) < 0.8 * sum(groups)       # the windows new to a batch were not looked up
+    assert not op._known                                                        # filters went with their windows
+    op.close()
+
+    from streamsnap.runtime.operators.seen_filter import SeenFilter
+
+    monkeypatch.setattr(SeenFilter, "might_contain", lambda self, hashes: np.zeros(len(hashes), dtype=bool))
+    broken, broken_main = operator(assigner, backends(tmp_path / "broken")["rocksdb"], 800)
+    _run(broken, rows)
+    broken.process_watermark(MAX_WATERMARK)
+    with pytest.raises(AssertionError, match="fired twice"):
+        fired(broken_main)
+    broken.close()

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamsnap.graph.keys import BatchKeys
-from streamsnap.runtime.operators.seen_filter import SeenFilter, mix
+from streamsnap.runtime.operators.seen_filter import SeenFilter, by_start, mix, name_hashes
 from streamsnap.state.descriptors import MapStateDescriptor
 
 DISTINCT = "_window.distinct"
@@ -150,7 +150,7 @@ class DistinctSets:
         else:
             tracked = self._track(names, starts, fresh)
             group_starts = np.asarray(starts, dtype=np.int64)
-            group_hash = mix(np.fromiter((hash(n) for n in names), dtype=np.int64, count=num).view(np.uint64))
+            group_hash = name_hashes(names)
         for c, (column, specs, state) in enumerate(zip(self.columns, self.bits, self.states)):
             bits = np.zeros(len(rows), dtype=np.int64)
             for i, bit in specs:
@@ -197,24 +197,16 @@ class DistinctSets:
                     self._remember(c, group_starts[groups[stored_now]], hashes[stored_now])
         return new
 
-    @staticmethod
-    def _by_start(starts: np.ndarray):
-        """(start, positions of `starts` equal to it) per distinct start."""
-        distinct, inverse = np.unique(starts, return_inverse=True)
-        if len(distinct) == 1:
-            return [(distinct[0].item(), slice(None))]
-        return [(start, np.flatnonzero(inverse == i)) for i, start in enumerate(distinct.tolist())]
-
     def _might_contain(self, column: int, starts: np.ndarray, hashes: np.ndarray) -> np.ndarray:
         out = np.ones(len(hashes), dtype=bool)
-        for start, positions in self._by_start(starts):
+        for start, positions in by_start(starts):
             seen = self.filters.get((column, start))
             if seen is not None:
                 out[positions] = seen.might_contain(hashes[positions])
         return out
 
     def _remember(self, column: int, starts: np.ndarray, hashes: np.ndarray) -> None:
-        for start, positions in self._by_start(starts):
+        for start, positions in by_start(starts):
             seen = self.filters.get((column, start))
             if seen is None:
                 seen = self.filters[(column, start)] = SeenFilter()
