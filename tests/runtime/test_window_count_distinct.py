@@ -17,7 +17,7 @@ from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.runtime.operators.vectorized_windows import ColumnAggregate, VectorizedWindowOperator
-from streamsnap.runtime.operators.window_distinct import DISTINCT, DistinctSpec, row_mask, seen_per_group
+from streamsnap.runtime.operators.window_distinct import DISTINCT, DistinctSpec, row_mask, seen_pairs
 from streamsnap.state.assignment import assign_operator_state
 from streamsnap.state.backends.rocksdb.config import RocksDBConfig
 from streamsnap.state.key_groups import assign_key_groups
@@ -83,7 +83,17 @@ def backends(tmp_path):
     return {"hashmap": "hashmap", "rocksdb": RocksDBConfig(local_dir=str(tmp_path / "db"))}
 
 
-def test_seen_per_group_ors_the_bits_of_each_value_and_the_row_mask():
+def seen_per_group(values, bits, groups, num):
+    """`seen_pairs` as one {value: bits} dict per group."""
+    out = [{} for _ in range(num)]
+    pair_groups, codes, pair_bits, _, dictionary = seen_pairs(values, bits, groups, num)
+    assert pair_groups.tolist() == sorted(pair_groups.tolist())         # sorted by group
+    for g, v, b in zip(pair_groups.tolist(), codes.tolist(), pair_bits.tolist()):
+        out[g][dictionary[v]] = b
+    return out
+
+
+def test_seen_pairs_ors_the_bits_of_each_value_and_the_row_mask():
     values = pa.array(["x", "y", "x", "z", "y", "x"])
     bits = np.array([1, 2, 2, 1, 3, 1])
     groups = np.array([0, 0, 0, 2, 2, 2])

@@ -63,18 +63,6 @@ def seen_pairs(values: pa.Array, bits: np.ndarray, groups: np.ndarray, num_group
     return pair_groups, pair_codes, pair_bits, dictionary, dictionary.to_pylist()
 
 
-def seen_per_group(values: pa.Array, bits: np.ndarray, groups: np.ndarray, num_groups: int) -> list[dict]:
-    """Per group (0..num_groups-1), {distinct value: OR of the `bits` of its rows} among `values`,
-    where `groups[i]` is row i's group. Rows must already be filtered (no nulls, bits > 0)."""
-    out: list[dict] = [{} for _ in range(num_groups)]
-    if not len(values):
-        return out
-    pair_groups, pair_codes, pair_bits, _, dictionary = seen_pairs(values, bits, groups, num_groups)
-    for g, v, b in zip(pair_groups.tolist(), pair_codes.tolist(), pair_bits.tolist()):
-        out[g][dictionary[v]] = b
-    return out
-
-
 def value_hashes(dictionary: pa.Array, values: list) -> np.ndarray:
     """A uint64 hash per dictionary value: integers as they are, others by Python's hash (the
     filters live in one process, so its per-process string seed does not matter)."""
@@ -134,18 +122,14 @@ class DistinctSets:
         return np.fromiter((n in tracked for n in names), dtype=bool, count=len(names))
 
     def add(self, batch: pa.RecordBatch, rows: np.ndarray, row_groups: np.ndarray, names: list,
-            key_groups: list, starts: list | None = None, fresh: np.ndarray | None = None) -> list[np.ndarray]:
+            key_groups: list, starts: list, fresh: np.ndarray) -> list[np.ndarray]:
         """Add the batch's (row, window) pairs (`rows`: batch row per pair; `row_groups`: its
         (key, window) group, named `names[g]` in `key_groups[g]`, of window start `starts[g]`,
         `fresh[g]` when the window is new in this batch) to the sets; returns per spec the
-        number of values new to each group's set. Without `starts`/`fresh` every value is
-        looked up."""
+        number of values new to each group's set."""
         num = len(names)
         new = [np.zeros(num, dtype=np.int64) for _ in self.specs]
-        if starts is None or fresh is None:
-            tracked = fresh = np.zeros(num, dtype=bool)
-            group_hash = None
-        elif not self.filtered:
+        if not self.filtered:
             tracked, group_hash = np.zeros(num, dtype=bool), None
         else:
             tracked = self._track(names, starts, fresh)
@@ -230,4 +214,4 @@ class DistinctSets:
                         self.filters.pop((c, start), None)
 
 
-__all__ = ["DISTINCT", "DistinctSets", "DistinctSpec", "row_mask", "seen_pairs", "seen_per_group", "value_hashes"]
+__all__ = ["DISTINCT", "DistinctSets", "DistinctSpec", "row_mask", "seen_pairs", "value_hashes"]
