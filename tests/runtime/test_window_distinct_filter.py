@@ -13,6 +13,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamsnap.runtime.operators.seen_filter import name_hashes
 from streamsnap.runtime.operators.window_distinct import DistinctSets, DistinctSpec
 from streamsnap.state import KeyGroupRange, assign_to_key_group
 from streamsnap.state.backends.rocksdb.backend import RocksDBKeyedStateBackend
@@ -57,7 +58,7 @@ def test_counts_of_new_values_match_the_model_through_clears_and_restarts(ops):
                     fresh = np.array([n not in model for n in names])
                     new = sets.add(batch, np.arange(len(arg)), np.array([position[g] for g, _, _ in arg]),
                                    names, [assign_to_key_group(n, MAX_P) for n in names],
-                                   [n[1] for n in names], fresh)
+                                   [n[1] for n in names], fresh, name_hashes(names))
                     expected = [np.zeros(len(names), dtype=np.int64) for _ in SPECS]
                     for g, v, p in arg:
                         held = model.setdefault(NAMES[g], {})

@@ -76,7 +76,7 @@ def name_hashes(names: list) -> np.ndarray:
     return mix(np.fromiter((hash(n) for n in names), dtype=np.int64, count=len(names)).view(np.uint64))
 
 
-def by_start(starts: np.ndarray) -> list:
+def _by_start(starts: np.ndarray) -> list:
     """(start, positions of `starts` equal to it) per distinct value of `starts` (ints)."""
     distinct, inverse = np.unique(starts, return_inverse=True)
     if len(distinct) == 1:
@@ -131,4 +131,37 @@ class SeenFilter:
         return sum(layer.count for layer in self.layers)
 
 
-__all__ = ["SeenFilter", "by_start", "mix", "name_hashes"]
+class FiltersByStart:
+    """A `SeenFilter` per window start: what is kept about a start's windows goes with them
+    (`drop` when the start is cleaned up)."""
+
+    __slots__ = ("filters",)
+
+    def __init__(self):
+        self.filters: dict[int, SeenFilter] = {}
+
+    def add(self, starts: np.ndarray, hashes: np.ndarray) -> None:
+        """Remember `hashes[i]` under window start `starts[i]`."""
+        for start, positions in _by_start(starts):
+            seen = self.filters.get(start)
+            if seen is None:
+                seen = self.filters[start] = SeenFilter()
+            seen.add(hashes[positions])
+
+    def might_contain(self, starts: np.ndarray, hashes: np.ndarray, unknown: bool) -> np.ndarray:
+        """Per hash, whether its start's filter may hold it; `unknown` for a start with none."""
+        out = np.full(len(hashes), unknown, dtype=bool)
+        for start, positions in _by_start(starts):
+            seen = self.filters.get(start)
+            if seen is not None:
+                out[positions] = seen.might_contain(hashes[positions])
+        return out
+
+    def drop(self, start: int) -> None:
+        self.filters.pop(start, None)
+
+    def __len__(self) -> int:
+        return len(self.filters)
+
+
+__all__ = ["FiltersByStart", "SeenFilter", "mix", "name_hashes"]

@@ -46,7 +46,7 @@ from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, 
 from streamsnap.runtime.operators.keyed import current_millis
 from streamsnap.runtime.operators.process import ProcessOperator
 from streamsnap.runtime.operators.timestamps_and_watermarks import batch_timestamps
-from streamsnap.runtime.operators.seen_filter import SeenFilter, by_start, name_hashes
+from streamsnap.runtime.operators.seen_filter import FiltersByStart, name_hashes
 from streamsnap.runtime.operators.window_distinct import DistinctSets, DistinctSpec
 from streamsnap.runtime.operators.windows import WindowOperator
 from streamsnap.state.descriptors import ValueStateDescriptor
@@ -248,7 +248,7 @@ class VectorizedWindowOperator(WindowOperator):
         self.object_fields = frozenset(j for i, c in enumerate(self.columns) if c in self.extreme_only
                                        for j in (1 + 4 * i + 2, 1 + 4 * i + 3))
         self.windows = None
-        self._known: dict | None = None      # window start -> SeenFilter of its windows (RocksDB)
+        self._known: FiltersByStart | None = None     # the windows with state, per start (RocksDB)
         self._init_windows(assigner)
         self._watermark = MIN_WATERMARK
         self._processing_time = MIN_WATERMARK
@@ -278,9 +278,10 @@ class VectorizedWindowOperator(WindowOperator):
         # On RocksDB a lookup of a window that does not exist still probes the database: the
         # windows the index holds (all that have state) go into a filter per start, and a
         # window it has certainly not seen is new without a lookup (`_stored`).
-        self._known = None if getattr(backend, "LOOKUPS_ARE_CHEAP", False) else {}
+        self._known = None if backend.LOOKUPS_ARE_CHEAP else FiltersByStart()
         for start in sorted(by_start):
-            self._register(start, *by_start[start])
+            names, groups = by_start[start]
+            self._register(start, names, groups, None if self._known is None else name_hashes(names))
         self.index.mark_pending(pending)
         self.timer_service = _TimerView(self)
         if not self.event_time:
@@ -362,7 +363,9 @@ class VectorizedWindowOperator(WindowOperator):
         # Fold in what the windows held before.
         ends = group_starts + (self.size - 1)
         pending = ends > self._watermark if self.event_time else np.ones(len(ends), dtype=bool)
-        stored = self._stored(state_keys, group_starts)
+        # Each window's name hashed once per batch, for the filters (RocksDB only).
+        hashes = None if self._known is None else name_hashes(state_keys.unique)
+        stored = self._stored(state_keys, group_starts, hashes)
         existed = np.fromiter((v is not None for v in stored), dtype=bool, count=len(stored))
         old = list(zip(*(v for v in stored if v is not None))) if existed.any() else None
         if old is not None:
@@ -372,7 +375,8 @@ class VectorizedWindowOperator(WindowOperator):
             row_groups = np.empty(len(rows), dtype=np.int64)
             row_groups[order] = np.repeat(np.arange(len(bounds)), np.diff(np.r_[bounds, len(rows)]))
             for d, new in enumerate(self.distinct.add(batch, rows, row_groups, state_keys.unique,
-                                                      state_keys.key_groups, group_starts.tolist(), ~existed)):
+                                                      state_keys.key_groups, group_starts.tolist(), ~existed,
+                                                      hashes)):
                 if old is not None:
                     new[existed] += np.asarray(old[1 + numeric + d], dtype=np.int64)
                 merged.append(new)
@@ -394,37 +398,28 @@ class VectorizedWindowOperator(WindowOperator):
             for a, b in zip(cut[:-1], cut[1:]):
                 chunk = positions[a:b]
                 self._register(int(fresh_starts[a]), [names[g] for g in chunk],
-                               [key_groups[g] for g in chunk])
+                               [key_groups[g] for g in chunk], None if hashes is None else hashes[chunk])
         if pending.any():
             self.index.mark_pending(np.unique(group_starts[pending]).tolist())
 
-    def _register(self, start: int, names: list, key_groups: list) -> None:
-        """Windows `names` (key, start) now have state: into the index (their timers) and the
-        filter of known windows."""
+    def _register(self, start: int, names: list, key_groups: list, hashes: np.ndarray | None) -> None:
+        """Windows `names` (key, start) now have state: into the index (their timers) and, with
+        their `hashes` (`name_hashes`), the filter of known windows."""
         self.index.add(start, names, key_groups)
         if self._known is not None and names:
-            known = self._known.get(start)
-            if known is None:
-                known = self._known[start] = SeenFilter()
-            known.add(name_hashes(names))
+            self._known.add(np.full(len(names), start, dtype=np.int64), hashes)
 
-    def _stored(self, state_keys: _Keys, starts: np.ndarray) -> list:
+    def _stored(self, state_keys: _Keys, starts: np.ndarray, hashes: np.ndarray | None) -> list:
         """The windows' stored values (None: no window), looking up only the windows the filter
-        of known windows may hold; the index holds every window with state (restored ones
-        included), so the others are certainly new."""
+        of known windows may hold (`hashes`: their names' hashes); the index holds every window
+        with state (restored ones included), so the others are certainly new."""
         if self._known is None:
             return self.windows.get_many(state_keys)
         names = state_keys.unique
-        maybe = np.zeros(len(names), dtype=bool)
-        hashes = name_hashes(names)
-        for start, positions in by_start(starts):
-            known = self._known.get(start)
-            if known is not None:
-                maybe[positions] = known.might_contain(hashes[positions])
-        out: list = [None] * len(names)
-        look = np.flatnonzero(maybe).tolist()
+        look = np.flatnonzero(self._known.might_contain(starts, hashes, unknown=False)).tolist()
         if len(look) == len(names):
             return self.windows.get_many(state_keys)
+        out: list = [None] * len(names)
         if look:
             groups = state_keys.key_groups
             for i, value in zip(look, self.windows.get_many(_Keys([names[i] for i in look],
@@ -481,7 +476,7 @@ class VectorizedWindowOperator(WindowOperator):
         self.index.retire(due)
         if self._known is not None:
             for start in due.clean:
-                self._known.pop(start, None)
+                self._known.drop(start)
         self._flush([])
 
     def process_watermark(self, timestamp: int) -> None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamsnap.graph.keys import BatchKeys
-from streamsnap.runtime.operators.seen_filter import SeenFilter, by_start, mix, name_hashes
+from streamsnap.runtime.operators.seen_filter import FiltersByStart, mix
 from streamsnap.state.descriptors import MapStateDescriptor
 
 DISTINCT = "_window.distinct"
@@ -47,7 +47,7 @@ def row_mask(batch: pa.RecordBatch, spec: DistinctSpec) -> np.ndarray:
     return mask
 
 
-def seen_pairs(values: pa.Array, bits: np.ndarray, groups: np.ndarray, num_groups: int):
+def seen_pairs(values: pa.Array, bits: np.ndarray, groups: np.ndarray):
     """The distinct (group, value) pairs among `values` (row i in group `groups[i]`; rows already
     filtered: no nulls, bits > 0), sorted by group: (their groups, their value codes into
     `dictionary`, the OR of their rows' `bits`, `dictionary` as Arrow, as Python values)."""
@@ -88,7 +88,7 @@ class DistinctSets:
     writes skip the encodability check.)
 
     Lookups skipped: a window created in this process (its sets empty then) is *tracked*: every
-    value its sets store is also added to a `SeenFilter` per (column, window start), and a value
+    value its sets store is also added to a filter per (column, window start), and a value
     the filter has certainly not seen is known absent without a state lookup; so are all values
     of a window new in this batch. Windows restored from a checkpoint are not tracked and look
     every value up. Untracked again when cleared; a filter goes with the last tracked window of
@@ -103,10 +103,10 @@ class DistinctSets:
                      for c in self.columns]
         self.states = [backend.get_state(MapStateDescriptor(f"{DISTINCT}.{i}")) for i in range(len(self.columns))]
         # Filters only where a lookup costs more than a filter's probe (not on the heap).
-        self.filtered = not getattr(backend, "LOOKUPS_ARE_CHEAP", False)
+        self.filtered = not backend.LOOKUPS_ARE_CHEAP
         self.tracked: dict = {}                     # (key, window start) -> None, windows tracked
         self.tracked_per_start: dict[int, int] = {}
-        self.filters: dict[tuple[int, int], SeenFilter] = {}   # (column, window start) -> filter
+        self.filters = [FiltersByStart() for _ in self.columns]   # per column, per window start
         self.lookups = 0                            # values looked up in state
         self.skipped = 0                            # values known absent without a lookup
 
@@ -122,10 +122,11 @@ class DistinctSets:
         return np.fromiter((n in tracked for n in names), dtype=bool, count=len(names))
 
     def add(self, batch: pa.RecordBatch, rows: np.ndarray, row_groups: np.ndarray, names: list,
-            key_groups: list, starts: list, fresh: np.ndarray) -> list[np.ndarray]:
+            key_groups: list, starts: list, fresh: np.ndarray, name_hashes: np.ndarray | None) -> list[np.ndarray]:
         """Add the batch's (row, window) pairs (`rows`: batch row per pair; `row_groups`: its
         (key, window) group, named `names[g]` in `key_groups[g]`, of window start `starts[g]`,
-        `fresh[g]` when the window is new in this batch) to the sets; returns per spec the
+        `fresh[g]` when the window is new in this batch, `name_hashes[g]` its name's
+        `seen_filter.name_hashes`, needed when `filtered`) to the sets; returns per spec the
         number of values new to each group's set."""
         num = len(names)
         new = [np.zeros(num, dtype=np.int64) for _ in self.specs]
@@ -134,7 +135,7 @@ class DistinctSets:
         else:
             tracked = self._track(names, starts, fresh)
             group_starts = np.asarray(starts, dtype=np.int64)
-            group_hash = name_hashes(names)
+            group_hash = name_hashes
         for c, (column, specs, state) in enumerate(zip(self.columns, self.bits, self.states)):
             bits = np.zeros(len(rows), dtype=np.int64)
             for i, bit in specs:
@@ -143,14 +144,14 @@ class DistinctSets:
             if not some.any():
                 continue
             values = batch.column(batch.schema.get_field_index(column)).take(pa.array(rows[some], pa.int64()))
-            groups, codes, pair_bits, dictionary, python_values = seen_pairs(values, bits[some], row_groups[some], num)
+            groups, codes, pair_bits, dictionary, python_values = seen_pairs(values, bits[some], row_groups[some])
             look = ~fresh[groups]           # a new window's sets are empty: nothing to look up
             hashes = None
             if group_hash is not None and tracked.any():
                 hashes = mix(group_hash[groups] ^ mix(value_hashes(dictionary, python_values))[codes])
                 check = np.flatnonzero(tracked[groups] & look)
                 if len(check):
-                    look[check] = self._might_contain(c, group_starts[groups[check]], hashes[check])
+                    look[check] = self.filters[c].might_contain(group_starts[groups[check]], hashes[check], unknown=True)
             had = np.zeros(len(groups), dtype=np.int64)
             where = np.flatnonzero(look)
             self.lookups += len(where)
@@ -178,23 +179,8 @@ class DistinctSets:
             if hashes is not None:
                 stored_now = np.flatnonzero(grown & (had == 0) & tracked[groups])   # values new to a tracked set
                 if len(stored_now):
-                    self._remember(c, group_starts[groups[stored_now]], hashes[stored_now])
+                    self.filters[c].add(group_starts[groups[stored_now]], hashes[stored_now])
         return new
-
-    def _might_contain(self, column: int, starts: np.ndarray, hashes: np.ndarray) -> np.ndarray:
-        out = np.ones(len(hashes), dtype=bool)
-        for start, positions in by_start(starts):
-            seen = self.filters.get((column, start))
-            if seen is not None:
-                out[positions] = seen.might_contain(hashes[positions])
-        return out
-
-    def _remember(self, column: int, starts: np.ndarray, hashes: np.ndarray) -> None:
-        for start, positions in by_start(starts):
-            seen = self.filters.get((column, start))
-            if seen is None:
-                seen = self.filters[(column, start)] = SeenFilter()
-            seen.add(hashes[positions])
 
     def clear(self, names: list, key_groups: list) -> None:
         """Drop the sets of these (key, window start) state keys (their windows were cleaned up)."""
@@ -210,8 +196,8 @@ class DistinctSets:
                     self.tracked_per_start[start] = left
                 else:
                     del self.tracked_per_start[start]
-                    for c in range(len(self.columns)):
-                        self.filters.pop((c, start), None)
+                    for filters in self.filters:
+                        filters.drop(start)
 
 
 __all__ = ["DISTINCT", "DistinctSets", "DistinctSpec", "row_mask", "seen_pairs", "value_hashes"]
