@@ -204,7 +204,12 @@ class WindowedStream:
         keyed = self._keyed
         name = options.pop("name", None) or f"Window({type(assigner).__name__}).aggregate_columns"
         key = keyed.key.for_operator(name)
-        factory = (factory_type if sessions else VectorizedWindowOperatorFactory)(
+        if not sessions:
+            from streamsnap.runtime.operators.sliced_windows import SlicedWindowOperatorFactory, sliceable
+
+            factory_type = SlicedWindowOperatorFactory if sliceable(assigner, spec.allowed_lateness, parsed) \
+                else VectorizedWindowOperatorFactory
+        factory = factory_type(
             key, assigner, spec.allowed_lateness, tuple(parsed),
             spec.late_tag.name if spec.late_tag is not None else None, keyed.timestamp_assigner)
         if options.get("schema") is None:

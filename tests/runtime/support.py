@@ -22,3 +22,19 @@ class Sink:
 
     def rows(self):
         return [r for r in self.items if isinstance(r, dict)]
+
+
+class RecordingState:
+    """Wraps a ValueState: `calls` gets ("get", keys) per get_many and ("put", keys, deletes)
+    per put_many, so a test sees how often an operator goes to its state, and for how many keys."""
+
+    def __init__(self, state, calls: list):
+        self.state, self.calls = state, calls
+
+    def get_many(self, keys):
+        self.calls.append(("get", len(keys.unique)))
+        return self.state.get_many(keys)
+
+    def put_many(self, keys, values):
+        self.calls.append(("put", len(keys.unique), sum(v is None for v in values)))
+        return self.state.put_many(keys, values)

@@ -19,6 +19,7 @@ from streamsnap.runtime.operators.windows import AggregateContents
 from streamsnap.state.assignment import assign_operator_state
 from streamsnap.state.key_groups import assign_key_groups
 from streamsnap.time.watermarks import MAX_WATERMARK
+from tests.runtime.support import RecordingState
 from tests.runtime.test_window_operator import Sink, window_operator
 
 W = ss.windows
@@ -177,24 +178,12 @@ def test_each_batch_reads_and_writes_state_once_per_key_and_window():
     op, main, _ = vectorized(W.SlidingEventTimeWindows.of(2, 1))
     calls = []
 
-    class Recording:
-        def __init__(self, state):
-            self.state = state
-
-        def get_many(self, keys):
-            calls.append(("get", len(keys.unique)))
-            return self.state.get_many(keys)
-
-        def put_many(self, keys, values):
-            calls.append(("put", len(keys.unique)))
-            return self.state.put_many(keys, values)
-
-    op.windows = Recording(op.windows)
+    op.windows = RecordingState(op.windows, calls)
     rows = [{"key": i % 3, "ts": 500 + i % 500, "value": i} for i in range(3_000)]
     op.process(pa.RecordBatch.from_pylist(rows, schema=SCHEMA))
-    assert calls == [("get", 6), ("put", 6)]        # 3 keys x windows [-1 s, 1 s), [0, 2 s)
+    assert calls == [("get", 6), ("put", 6, 0)]        # 3 keys x windows [-1 s, 1 s), [0, 2 s)
     op.process_watermark(MAX_WATERMARK)
-    assert calls[2:] == [("get", 6), ("put", 6)]
+    assert calls[2:] == [("get", 6), ("put", 6, 6)]
     assert sorted((r["key"], r["window_start"], r["n"]) for r in main.rows()) == \
         [(k, s, 1_000) for k in range(3) for s in (-1_000, 0)]
 

@@ -16,6 +16,8 @@ so checkpoints, restore and rescaling move it with its key group. Its value is t
 partial aggregate ``[pending, rows, (valid, sum, min, max) per input column]``, so windows of
 any size cost the same. A batch reads and writes these entries once per (key, window) group in
 bulk (`get_many` / `put_many`), with numpy folding the batch's partials into the stored ones.
+Sliding windows without allowed lateness or count_distinct keep one entry per (key, slice)
+instead (sliced_windows.py, a subclass sharing the batch reduction).
 
 Timers: with the default trigger every window's timers are implied by its state: the cleanup
 timer (end - 1 + allowed lateness) exists while the window has state, and the trigger's (end -
@@ -40,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamsnap.errors import ConfigurationError
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.batches import Batch, to_record_batch
 from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, user_error
@@ -58,6 +61,7 @@ from streamsnap.time.windows import WindowAssigner
 
 AGGREGATES = ("sum", "count", "min", "max", "mean", "count_distinct")
 WINDOWS = "_window.columns"
+SLICES = "_window.slices"       # sliced_windows.py
 
 
 @dataclass(frozen=True)
@@ -218,6 +222,22 @@ def _group_bounds(sorted_codes: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
 
 
+@dataclass
+class _Groups:
+    """A batch reduced per (key, start) group: their state keys, starts and partials, whether
+    each existed in the state (and the stored values `old`, field by field, of those that did),
+    the names' filter hashes, and the rows' sort order and group bounds."""
+
+    state_keys: _Keys
+    starts: np.ndarray
+    merged: list
+    existed: np.ndarray
+    old: list | None
+    hashes: np.ndarray | None
+    order: np.ndarray
+    bounds: np.ndarray
+
+
 class VectorizedWindowOperator(WindowOperator):
     """Column aggregates per key and tumbling/sliding window, computed batch at a time.
 
@@ -262,13 +282,37 @@ class VectorizedWindowOperator(WindowOperator):
     def initialize_state(self) -> None:
         ProcessOperator.initialize_state(self)
         backend = self.keyed_backend
+        self._refuse_restored(SLICES, "as slices (a sliding window without allowed lateness or "
+                                      "count_distinct)", "one entry per window")
         self.windows = backend.get_state(ValueStateDescriptor(WINDOWS, serializer=_Unchecked()))
         if self.distinct_specs:
             self.distinct = DistinctSets(backend, self.distinct_specs)
         # The restored windows imply their timers: index them (by start, then by key).
+        pending = self._index_restored(WINDOWS)
+        self.index.mark_pending(pending)
+        self.timer_service = _TimerView(self)
+        if not self.event_time:
+            self._schedule_wakeup(self.index.next_time())
+
+    def _refuse_restored(self, state: str, layout: str, ours: str) -> None:
+        """Restored entries of the other state layout (`state`) fail the restore: this operator
+        would never read them, and their windows would be lost."""
+        backend = self.keyed_backend
+        if state in backend.state_names():
+            backend.get_state(ValueStateDescriptor(state, serializer=_Unchecked()))
+            if next(backend.iter_entries(state), None) is not None:
+                raise ConfigurationError(
+                    f"{self.ctx.name}: the restored state holds this window's contents {layout}, "
+                    f"but the operator now keeps {ours}; restore it into the job it was taken "
+                    f"from, or start this job without that state")
+
+    def _index_restored(self, state: str) -> set[int]:
+        """Register the restored entries of `state` (names ``(key, start)``) by start, and
+        return the starts whose first field (a window's pending flag) is set."""
+        backend = self.keyed_backend
         by_start: dict[int, tuple[list, list]] = {}
         pending = set()
-        for key_group, name, value in backend.iter_entries(WINDOWS):
+        for key_group, name, value in backend.iter_entries(state):
             start = name[1]
             chunk = by_start.setdefault(start, ([], []))
             chunk[0].append(name)
@@ -282,10 +326,7 @@ class VectorizedWindowOperator(WindowOperator):
         for start in sorted(by_start):
             names, groups = by_start[start]
             self._register(start, names, groups, None if self._known is None else name_hashes(names))
-        self.index.mark_pending(pending)
-        self.timer_service = _TimerView(self)
-        if not self.event_time:
-            self._schedule_wakeup(self.index.next_time())
+        return pending
 
     # ------------------------------------------------------------------ elements
     def _keyed_batch(self, batch: Batch):
@@ -304,25 +345,31 @@ class VectorizedWindowOperator(WindowOperator):
         if keyed is None:
             return
         record_batch, keys = keyed
-        n = record_batch.num_rows
-        if self.event_time:
-            times = batch_timestamps(record_batch, self.timestamps, self.ctx.name)
-        else:
-            times = np.full(n, current_millis(self.ctx.clock), dtype=np.int64)
-        rows, starts = self.assigner.assign_window_starts(times)
-        if self.event_time:
-            self._split_late(record_batch, times, rows, starts)
-            on_time = ~late_windows(starts + self.size, self.allowed_lateness, self._watermark)
-            rows, starts = rows[on_time], starts[on_time]
+        rows, starts = self._assign(record_batch, self._times(record_batch))
         if len(rows):
             try:
                 self._fold(record_batch, keys, rows, starts)
             except Exception as exc:
-                raise user_error(self, f"<RecordBatch of {n} rows, first row "
+                raise user_error(self, f"<RecordBatch of {record_batch.num_rows} rows, first row "
                                        f"{record_batch.slice(0, 1).to_pylist()}>", exc) from None
         self._flush([])
         if not self.event_time:
             self._schedule_wakeup(self.index.next_time())
+
+    def _times(self, batch: pa.RecordBatch) -> np.ndarray:
+        """The rows' times: their event timestamps, or the operator's processing time."""
+        if self.event_time:
+            return batch_timestamps(batch, self.timestamps, self.ctx.name)
+        return np.full(batch.num_rows, current_millis(self.ctx.clock), dtype=np.int64)
+
+    def _assign(self, batch: pa.RecordBatch, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The on-time (row, window start) pairs to fold; late rows go to the side output."""
+        rows, starts = self.assigner.assign_window_starts(times)
+        if self.event_time:
+            self._split_late(batch, times, rows, starts)
+            on_time = ~late_windows(starts + self.size, self.allowed_lateness, self._watermark)
+            rows, starts = rows[on_time], starts[on_time]
+        return rows, starts
 
     def _split_late(self, batch: pa.RecordBatch, times: np.ndarray, rows: np.ndarray,
                     starts: np.ndarray) -> None:
@@ -345,32 +392,16 @@ class VectorizedWindowOperator(WindowOperator):
     def _fold(self, batch: pa.RecordBatch, keys, rows: np.ndarray, starts: np.ndarray) -> None:
         """Add the (row, window) pairs to their windows: numpy per row, then one state read
         and one write per (key, window) of the batch."""
-        # The batch's partial aggregate per (key, window): sort + reduceat.
-        key_index = keys.index[rows]
-        window_starts, window_index = np.unique(starts, return_inverse=True)
-        codes = key_index * len(window_starts) + window_index.reshape(-1)
-        order = np.argsort(codes, kind="stable")
-        sorted_codes = codes[order]
-        bounds = _group_bounds(sorted_codes)
-        merged = _reduce(self._row_parts(batch, rows, order, bounds), bounds)
+        g = self._batch_groups(batch, keys, rows, starts)
+        state_keys, group_starts, merged, existed, old, hashes = \
+            g.state_keys, g.starts, g.merged, g.existed, g.old, g.hashes
         numeric = len(merged)
-        first = sorted_codes[bounds]
-        group_keys = (first // len(window_starts)).tolist()
-        group_starts = window_starts[first % len(window_starts)]
-        unique, groups = keys.unique, keys.key_groups
-        state_keys = _Keys(list(zip([unique[k] for k in group_keys], group_starts.tolist())),
-                           [groups[k] for k in group_keys])
-        # Fold in what the windows held before.
         ends = group_starts + (self.size - 1)
         pending = ends > self._watermark if self.event_time else np.ones(len(ends), dtype=bool)
-        # Each window's name hashed once per batch, for the filters (RocksDB only).
-        hashes = None if self._known is None else name_hashes(state_keys.unique)
-        stored = self._stored(state_keys, group_starts, hashes)
-        existed = np.fromiter((v is not None for v in stored), dtype=bool, count=len(stored))
-        old = list(zip(*(v for v in stored if v is not None))) if existed.any() else None
         if old is not None:
             pending[existed] |= np.asarray(old[0], dtype=bool)
             merged = _fold_stored(merged, existed, old[1:1 + numeric])
+        order, bounds = g.order, g.bounds
         if self.distinct is not None:
             row_groups = np.empty(len(rows), dtype=np.int64)
             row_groups[order] = np.repeat(np.arange(len(bounds)), np.diff(np.r_[bounds, len(rows)]))
@@ -388,19 +419,48 @@ class VectorizedWindowOperator(WindowOperator):
         self.windows.put_many(state_keys, list(map(list, zip(
             pending.tolist(), *(m.tolist() for m in merged)))))
         # Index the new windows (their cleanup timer) and the pending ones (trigger timer).
-        fresh = np.flatnonzero(~existed)
-        if len(fresh):
-            by_start = fresh[np.argsort(group_starts[fresh], kind="stable")]
-            fresh_starts = group_starts[by_start]
-            cut = _group_bounds(fresh_starts).tolist() + [len(by_start)]
-            positions = by_start.tolist()
-            names, key_groups = state_keys.unique, state_keys.key_groups
-            for a, b in zip(cut[:-1], cut[1:]):
-                chunk = positions[a:b]
-                self._register(int(fresh_starts[a]), [names[g] for g in chunk],
-                               [key_groups[g] for g in chunk], None if hashes is None else hashes[chunk])
+        self._register_fresh(state_keys, group_starts, existed, hashes)
         if pending.any():
             self.index.mark_pending(np.unique(group_starts[pending]).tolist())
+
+    def _batch_groups(self, batch: pa.RecordBatch, keys, rows: np.ndarray, starts: np.ndarray) -> "_Groups":
+        """The batch's (row, start) pairs reduced per (key, start) group (sort + reduceat), and
+        what the state held for those groups (read in bulk)."""
+        key_index = keys.index[rows]
+        window_starts, window_index = np.unique(starts, return_inverse=True)
+        codes = key_index * len(window_starts) + window_index.reshape(-1)
+        order = np.argsort(codes, kind="stable")
+        sorted_codes = codes[order]
+        bounds = _group_bounds(sorted_codes)
+        merged = _reduce(self._row_parts(batch, rows, order, bounds), bounds)
+        first = sorted_codes[bounds]
+        group_keys = (first // len(window_starts)).tolist()
+        group_starts = window_starts[first % len(window_starts)]
+        unique, groups = keys.unique, keys.key_groups
+        state_keys = _Keys(list(zip([unique[k] for k in group_keys], group_starts.tolist())),
+                           [groups[k] for k in group_keys])
+        # Each group's name hashed once per batch, for the filters (RocksDB only).
+        hashes = None if self._known is None else name_hashes(state_keys.unique)
+        stored = self._stored(state_keys, group_starts, hashes)
+        existed = np.fromiter((v is not None for v in stored), dtype=bool, count=len(stored))
+        old = list(zip(*(v for v in stored if v is not None))) if existed.any() else None
+        return _Groups(state_keys, group_starts, merged, existed, old, hashes, order, bounds)
+
+    def _register_fresh(self, state_keys: _Keys, starts: np.ndarray, existed: np.ndarray,
+                        hashes: np.ndarray | None) -> None:
+        """Register the groups that did not exist before, a chunk per start."""
+        fresh = np.flatnonzero(~existed)
+        if not len(fresh):
+            return
+        by_start = fresh[np.argsort(starts[fresh], kind="stable")]
+        fresh_starts = starts[by_start]
+        cut = _group_bounds(fresh_starts).tolist() + [len(by_start)]
+        positions = by_start.tolist()
+        names, key_groups = state_keys.unique, state_keys.key_groups
+        for a, b in zip(cut[:-1], cut[1:]):
+            chunk = positions[a:b]
+            self._register(int(fresh_starts[a]), [names[g] for g in chunk],
+                           [key_groups[g] for g in chunk], None if hashes is None else hashes[chunk])
 
     def _register(self, start: int, names: list, key_groups: list, hashes: np.ndarray | None) -> None:
         """Windows `names` (key, start) now have state: into the index (their timers) and, with
