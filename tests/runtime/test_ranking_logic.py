@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.properties import examples
 
-from streamsnap.errors import ConfigurationError, DataError
+from streamsnap.errors import ConfigurationError, DataError, UserFunctionError
 from streamsnap.runtime.operators.deduplicate import KEEP, check_keep, decide_batch, replaces, ttl_config
 from streamsnap.runtime.operators.row_order import RowOrder
 from streamsnap.runtime.operators.top_n import check_n, insert, ranked
@@ -183,25 +183,26 @@ def test_deduplicate_keeps_only_the_kept_rows_order_values_in_its_state(batches)
     assert h.state("deduplicate", key=2) == {"ts": 1, "tie": "b"}
 
 
-def test_top_n_output_built_column_by_column_equals_one_dict_per_ranked_row():
-    """`columnar` (values read per row in one call, transposed) gives the batch `ranked` rows
-    make with from_pylist, types and nulls included, also for a stored row missing a column."""
+def test_top_n_output_built_from_value_lists_equals_one_dict_per_ranked_row():
+    """`emitted` with none of the rows the batch's own: transposed value lists give the batch
+    `ranked` dicts make with from_pylist, types and nulls included."""
     import datetime
 
-    from streamsnap.runtime.operators.top_n import columnar, ranked
+    from streamsnap.runtime.operators.top_n import emitted, ranked
 
     schema = pa.schema([("auction", pa.int64()), ("price", pa.float64()), ("who", pa.string()),
                         ("at", pa.timestamp("ms")), ("rank", pa.int64())])
+    data = pa.schema(list(schema)[:-1])
     at = datetime.datetime(2026, 11, 29, 8, 0)
     rows = [{"auction": 1, "price": 2.5, "who": "a", "at": at}, {"auction": 1, "price": None, "who": "b", "at": at},
             {"auction": 2, "price": 1.0, "who": None, "at": None}]
     expected = pa.RecordBatch.from_pylist(ranked(rows, 0, "rank"), schema=schema)
-    assert columnar(rows, [1, 2, 3], schema, "rank").equals(expected)
-    older = rows + [{"auction": 3, "price": 4.0, "at": at}]          # written before "who" existed
-    assert columnar(older, [1, 2, 3, 4], schema, "rank").equals(
-        pa.RecordBatch.from_pylist(ranked(older, 0, "rank"), schema=schema))
+    lists = [list(r.values()) for r in rows]
+    empty = pa.RecordBatch.from_pylist([], schema=data)
+    assert emitted(lists, [1, 2, 3], {}, empty, data, schema, "rank").equals(expected)
     single = pa.schema([("auction", pa.int64()), ("rank", pa.int64())])
-    assert columnar([{"auction": 7}], [1], single, "rank").to_pylist() == [{"auction": 7, "rank": 1}]
+    assert emitted([[7]], [1], {}, empty, pa.schema(list(single)[:1]), single, "rank").to_pylist() == \
+        [{"auction": 7, "rank": 1}]
 
 
 @given(data=st.data())
@@ -242,14 +243,43 @@ def test_emitted_rows_taken_from_the_batch_and_made_from_state_keep_their_order(
     data = pa.schema([("auction", pa.int64()), ("who", pa.string())])
     schema = data.append(pa.field("rank", pa.int64()))
     batch = pa.RecordBatch.from_pylist([{"auction": 1, "who": "a"}, {"auction": 2, "who": "b"}], schema=data)
-    own = batch.to_pylist()
-    stored = [{"auction": 1, "who": "old"}, {"auction": 2, "who": "older"}]
+    own = [[1, "a"], [2, "b"]]
+    stored = [[1, "old"], [2, "older"]]
     rows = [stored[0], own[1], stored[1], own[0], own[1]]
     origin = {id(own[0]): 0, id(own[1]): 1}
-    expected = pa.RecordBatch.from_pylist(ranked(rows, 0, "rank"), schema=schema)
-    assert emitted(rows, [1, 2, 3, 4, 5], origin, batch, schema, "rank").equals(expected)
+    expected = pa.RecordBatch.from_pylist(ranked([dict(zip(data.names, r)) for r in rows], 0, "rank"), schema=schema)
+    assert emitted(rows, [1, 2, 3, 4, 5], origin, batch, data, schema, "rank").equals(expected)
     other = batch.cast(pa.schema([("auction", pa.int32()), ("who", pa.string())]))
-    assert emitted(rows, [1, 2, 3, 4, 5], origin, other, schema, "rank").equals(expected)
+    assert emitted(rows, [1, 2, 3, 4, 5], origin, other, data, schema, "rank").equals(expected)
+
+
+def test_rankings_of_dicts_restored_into_the_batch_form_rank_on_and_the_reverse_is_refused():
+    """The per-row form's rankings (dicts; also what savepoints before value lists hold) are
+    read by the batch form by the schema's names, a missing column as null; the per-row form
+    cannot name a value-list ranking and fails saying what to declare."""
+    from streamsnap.runtime.operators.top_n import TopN, TopNBatches
+    from streamsnap.testing import harness
+
+    o = order(["price"], True)
+    schema = pa.schema([("k", pa.int64()), ("price", pa.int64()), ("ts", pa.int64()), ("name", pa.string()),
+                        ("rank", pa.int64())])
+    def pipeline(function, batches):
+        def build(stream):
+            keyed = stream.key_by("k")
+            return (keyed.process_batches if batches else keyed.process)(function, uid="top")
+        return build
+
+    per_row = harness(pipeline(TopN(2, o), False))
+    per_row.process({"k": 1, "price": 5, "ts": 1, "name": "a"})
+    per_row.process({"k": 1, "price": 3, "ts": 2})                       # no "name": an older row
+    batched = harness(pipeline(TopNBatches(2, o, "rank", schema), True), restore=per_row.snapshot())
+    batched.process({"k": 1, "price": 4, "ts": 3, "name": "c"})
+    assert batched.output == [{"k": 1, "price": 4, "ts": 3, "name": "c", "rank": 2}]
+    batched.process({"k": 1, "price": 9, "ts": 4, "name": "d"})
+    assert [(r["price"], r["name"], r["rank"]) for r in batched.output[1:]] == [(9, "d", 1), (5, "a", 2)]
+    again = harness(pipeline(TopN(2, o), False), restore=batched.snapshot())
+    with pytest.raises(UserFunctionError, match="value lists.*declare the stream's schema"):
+        again.process({"k": 1, "price": 10, "ts": 5, "name": "e"})
 
 
 @pytest.mark.parametrize("by", [["price"], ["price", "ts"]])

@@ -15,11 +15,16 @@ stream's schema is known, a KeyedBatchFunction that reads each key's ranking onc
 writes back only the rankings that changed (`get_many`/`put_many`: one multi-get and one write
 batch on RocksDB), then ranks the batch's rows in order in Python; `TopN`, a
 KeyedProcessFunction, per row, for rows of unknown schema.
+
+The batch form keeps each ranked row as the list of its values in the schema's column order,
+not as a dict: a ranking is encoded and decoded whole at every change (msgpack of ten lists is
+~40 % cheaper to write and ~70 % to read than of ten dicts, and ~30 % smaller), and candidate
+rows are made from the batch's columns without a dict each. Rankings of dicts (the per-row
+form's, or an older savepoint's) are read as lists by the schema's names; the per-row form
+cannot name the values of a list ranking and says so.
 """
 
 from __future__ import annotations
-
-from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
@@ -56,53 +61,12 @@ def ranked(top: list, start: int, rank_column: str) -> list[dict]:
     return [{**row, rank_column: rank} for rank, row in enumerate(top[start:], start=start + 1)]
 
 
-def columnar(rows: list[dict], ranks: list[int], schema: pa.Schema, rank_column: str) -> pa.RecordBatch:
-    """`rows` with their `ranks` as a batch of `schema`: each row's values read in one C call
-    and transposed, instead of a dict copy per row with its rank (`ranked`) and a column
-    read per dict (`from_pylist`)."""
-    data = pa.schema([field for field in schema if field.name != rank_column])
-    return with_ranks(_columns(rows, data), ranks, schema, rank_column)
-
-
-def _columns(rows: list[dict], schema: pa.Schema) -> list[pa.Array]:
-    names = schema.names
-    try:
-        values = map(itemgetter(*names), rows) if len(names) > 1 else ((row[names[0]],) for row in rows)
-        columns = list(zip(*values)) if names else []
-    except KeyError:         # a stored row without a newer column: null there, as from_pylist does
-        columns = [[row.get(name) for row in rows] for name in names]
-    return [pa.array(column, type=field.type) for column, field in zip(columns, schema)]
-
-
 def with_ranks(columns: list, ranks: list[int], schema: pa.Schema, rank_column: str) -> pa.RecordBatch:
     """The batch of `schema` from its other columns (in order) and the ranks."""
     columns = iter(columns)
     return pa.RecordBatch.from_arrays(
         [pa.array(ranks, type=field.type) if field.name == rank_column else next(columns) for field in schema],
         schema=schema)
-
-
-def emitted(rows: list[dict], ranks: list[int], origin: dict, batch: pa.RecordBatch, schema: pa.Schema,
-            rank_column: str) -> pa.RecordBatch:
-    """The emitted `rows` (in order, with their `ranks`) as a batch of `schema`. A row that is
-    this batch's own (`origin`: id of its dict -> its row in `batch`) is taken from `batch`;
-    only the rows that came from state are made from their Python values (`columnar`)."""
-    data = pa.schema([field for field in schema if field.name != rank_column])
-    source = np.fromiter((origin.get(id(row), -1) for row in rows), dtype=np.int64, count=len(rows))
-    own = source >= 0
-    if not own.any() or not batch.schema.equals(data):
-        return columnar(rows, ranks, schema, rank_column)
-    parts = [batch.take(pa.array(source[own]))]
-    if not own.all():
-        parts.append(pa.RecordBatch.from_arrays(_columns([r for r, o in zip(rows, own.tolist()) if not o], data),
-                                                schema=data))
-    # Back into emission order: the taken rows first in `combined`, the stored ones after them.
-    order = np.empty(len(rows), dtype=np.int64)
-    taken = int(own.sum())
-    order[own] = np.arange(taken)
-    order[~own] = taken + np.arange(len(rows) - taken)
-    combined = pa.concat_batches(parts).take(pa.array(order))
-    return with_ranks(combined.columns, ranks, schema, rank_column)
 
 
 class TopN(KeyedProcessFunction):
@@ -122,6 +86,12 @@ class TopN(KeyedProcessFunction):
         order = self.order
         order.check(row, self._name)
         held = self._top.value()
+        if held and held[0].__class__ is list:
+            raise ConfigurationError(
+                f"top_n '{self._name}': the restored ranking holds rows as value lists, written by "
+                f"top_n on a stream of known schema, but this stream's schema is not known, so "
+                f"their columns cannot be named; declare the stream's schema (output_schema=... "
+                f"on the step before) as when the state was written")
         if held and len(held) >= self.n and not order.before(row, held[-1]):
             return None   # the common case once a key's ranking is full: no write
         # Changed in place, then written back: the heap backend hands out a list a pending
@@ -136,24 +106,32 @@ class TopN(KeyedProcessFunction):
 
 class TopNBatches(TopN, KeyedBatchFunction):
     """TopN a batch at a time: rows in batch order, as TopN emits them, rankings read once per
-    key and batch and written back once when they changed; `schema`: the output's."""
+    key and batch and written back once when they changed; `schema`: the output's. Ranked rows
+    are value lists in the order of `schema`'s columns other than the rank (module docstring)."""
 
     def __init__(self, n: int, order: RowOrder, rank_column: str, schema: pa.Schema,
                  ttl: StateTtlConfig | None = None):
         super().__init__(n, order, rank_column, ttl)
         self.schema = schema
+        self.data = pa.schema([field for field in schema if field.name != rank_column])
+        # The same order over value lists: columns as positions (itemgetter and [] take both).
+        names = self.data.names
+        self.positions = RowOrder(tuple(names.index(c) for c in order.columns), order.descending)
 
     def process_batch(self, batch, keys):
         n, order, name, rank_column = self.n, self.order, self._name, self.rank_column
-        before = order.before
         tops = self._top.get_many(keys)
+        names = self.data.names
+        for u, top in enumerate(tops):
+            if top and top[0].__class__ is dict:    # the per-row form's rows: by the schema's names
+                tops[u] = [[row.get(c) for c in names] for row in top]
         index = keys.index.tolist()
         # First by the order columns alone: a row not better than its key's last ranked row
         # as the batch starts cannot enter later in it either (the ranking only improves), so
         # only the other rows (candidates) are made into full rows.
-        # Compared as value tuples (one per row, from the order columns' lists), not dicts.
+        # Compared as value tuples (one per row, from the order columns' lists), not rows.
         candidates = []
-        values, ahead, columns = order.values, order.before_values, order.columns
+        values, ahead, columns = self.positions.values, order.before_values, order.columns
         lists = [batch.column(batch.schema.get_field_index(c)).to_pylist() for c in columns]
         for i, (value, u) in enumerate(zip(zip(*lists) if len(lists) > 1 else lists[0], index)):
             if value is None or (len(lists) > 1 and None in value):
@@ -163,12 +141,18 @@ class TopNBatches(TopN, KeyedBatchFunction):
                 candidates.append(i)
         if not candidates:
             return None
-        rows = (batch if len(candidates) == batch.num_rows
-                else batch.take(pa.array(candidates, pa.int64()))).to_pylist()
+        taken = batch if len(candidates) == batch.num_rows else batch.take(pa.array(candidates, pa.int64()))
+        try:
+            rows = list(map(list, zip(*(taken.column(c).to_pylist() for c in names))))
+        except KeyError:
+            raise ConfigurationError(
+                f"top_n '{name}': a batch lacks the columns {sorted(set(names) - set(batch.schema.names))} "
+                f"of the stream's declared schema; declare the schema its batches have") from None
         origin = {id(row): i for row, i in zip(rows, candidates)}
         changed: dict[int, None] = {}
-        out: list[dict] = []       # the rows emitted, in order, each with its rank in `ranks`
+        out: list[list] = []       # the rows emitted, in order, each with its rank in `ranks`
         ranks: list[int] = []
+        before, positions = self.positions.before, self.positions
         for row, i in zip(rows, candidates):
             u = index[i]
             top = tops[u]
@@ -176,13 +160,45 @@ class TopNBatches(TopN, KeyedBatchFunction):
                 continue      # pushed out by a row earlier in this batch
             if not top:
                 top = tops[u] = []
-            at = insert(top, row, n, order)
+            at = insert(top, row, n, positions)
             changed[u] = None
             out.extend(top[at:])
             ranks.extend(range(at + 1, len(top) + 1))
         if changed:
             self._top.put_many(keys.subset(list(changed)), [tops[u] for u in changed])
-        return emitted(out, ranks, origin, batch, self.schema, rank_column) if out else None
+        return emitted(out, ranks, origin, batch, self.data, self.schema, rank_column) if out else None
 
 
-__all__ = ["TopN", "TopNBatches", "check_n", "columnar", "emitted", "insert", "ranked", "with_ranks"]
+def emitted(rows: list[list], ranks: list[int], origin: dict, batch: pa.RecordBatch, data: pa.Schema,
+            schema: pa.Schema, rank_column: str) -> pa.RecordBatch:
+    """The emitted `rows` (value lists in the order of `data`, the schema without the rank; in
+    emission order, with their `ranks`) as a batch of `schema`. A row that is this batch's own
+    (`origin`: id of its list -> its row in `batch`) is taken from `batch`; only the rows that
+    came from state are made from their values, transposed."""
+    source = np.fromiter((origin.get(id(row), -1) for row in rows), dtype=np.int64, count=len(rows))
+    own = source >= 0
+    if not own.any() or not batch.schema.equals(data):
+        return with_ranks(_list_columns(rows, data), ranks, schema, rank_column)
+    parts = [batch.take(pa.array(source[own]))]
+    if not own.all():
+        parts.append(pa.RecordBatch.from_arrays(
+            _list_columns([r for r, o in zip(rows, own.tolist()) if not o], data), schema=data))
+    return with_ranks(_in_emission_order(parts, own).columns, ranks, schema, rank_column)
+
+
+def _list_columns(rows: list[list], schema: pa.Schema) -> list[pa.Array]:
+    columns = list(zip(*rows)) if rows else [[] for _ in schema]
+    return [pa.array(column, type=field.type) for column, field in zip(columns, schema)]
+
+
+def _in_emission_order(parts: list[pa.RecordBatch], own: np.ndarray) -> pa.RecordBatch:
+    """The rows taken from the batch (`parts[0]`) and the others (`parts[1]`, if any) back in
+    the order `own` gives (True: the next taken row)."""
+    order = np.empty(len(own), dtype=np.int64)
+    taken = int(own.sum())
+    order[own] = np.arange(taken)
+    order[~own] = taken + np.arange(len(own) - taken)
+    return pa.concat_batches(parts).take(pa.array(order))
+
+
+__all__ = ["TopN", "TopNBatches", "check_n", "emitted", "insert", "ranked", "with_ranks"]
