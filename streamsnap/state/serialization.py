@@ -36,6 +36,7 @@ import dataclasses
 import datetime as dt
 import importlib
 import pickle
+import threading
 import zoneinfo
 from abc import ABC, abstractmethod
 from decimal import Decimal
@@ -231,9 +232,26 @@ def value_default(obj: Any) -> Any:
     raise TypeError(f"can not serialize {cls.__qualname__!r} object")
 
 
+_pools = threading.local()     # per thread: idle value Packers (`pack_value`)
+
+
 def pack_value(obj: Any, default: Callable[[Any], Any] = value_default) -> bytes:
-    """msgpack of a state value, keeping tuples tuples (an extension type) on the way back."""
-    return msgpack.packb(obj, use_bin_type=True, strict_types=True, default=default)
+    """msgpack of a state value, keeping tuples tuples (an extension type) on the way back.
+
+    With the default hook it packs with one of this thread's idle Packers: making a Packer
+    costs several times what packing a small value does, and an extension type's payload (a
+    tuple's elements, a datetime's fields) is packed by a nested call, once per such value.
+    A Packer is busy while it packs, so a nested call takes another one from the pool."""
+    if default is not value_default:
+        return msgpack.packb(obj, use_bin_type=True, strict_types=True, default=default)
+    try:
+        idle = _pools.idle
+    except AttributeError:
+        idle = _pools.idle = []
+    packer = idle.pop() if idle else msgpack.Packer(use_bin_type=True, strict_types=True, default=value_default)
+    data = packer.pack(obj)      # (a failed pack drops the packer: it is not put back)
+    idle.append(packer)
+    return data
 
 
 def _restore_dataclass(path: str, fields: dict) -> Any:

@@ -153,3 +153,32 @@ def test_state_values_round_trip_through_a_checkpoint_of_each_backend(location, 
     assert [type(v) for v in again.get_state(ListStateDescriptor("seen")).get()] == [dt.date, Decimal, set]
     restored = again.get_state(MapStateDescriptor("by_day")).get("2024-05-01")
     assert type(restored) is tuple and restored == (dt.timedelta(hours=1), Money(Decimal("1.50")))
+
+
+def test_pooled_packers_survive_a_failed_pack_and_pack_from_many_threads_at_once():
+    """`pack_value` reuses this thread's Packers (a nested value takes another one): a value
+    that fails midway leaves no partial bytes in what is packed next, and threads packing at
+    the same time each get their own values back."""
+    import threading
+
+    nested = {"a": (1, (2, frozenset({3})), [dt.date(2026, 11, 29)]), "b": Reading("s", dt.datetime(2026, 1, 1))}
+    with pytest.raises(TypeError, match="can not serialize"):
+        pack_value([(1, 2), {"x": (3, object())}])         # fails inside a nested tuple
+    assert same(unpack_value(pack_value(nested)), nested)
+    assert pack_value(nested) == pack_value(nested)
+
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            values = [(i, j, (str(i), j)) for j in range(2_000)]
+            results[i] = all(same(unpack_value(pack_value(v)), v) for v in values)
+        except Exception as exc:       # reported below: a thread's exception is otherwise lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and results == {i: True for i in range(6)}
