@@ -52,7 +52,8 @@ class BatchTimerService:
     def current_processing_time(self) -> int:
         return int(time.time() * 1000)
 
-    def _each(self, keys: BatchKeys, timestamps, what: str):
+    def _times(self, keys: BatchKeys, timestamps, what: str) -> list[int]:
+        """One checked time per distinct key of `keys` (a scalar stands for all of them)."""
         if not isinstance(keys, BatchKeys):
             raise UsageError(f"operator '{self._operator}': {what} takes the BatchKeys process_batch got "
                             f"(or a FiredTimers' .keys), not {type(keys).__name__}")
@@ -64,28 +65,31 @@ class BatchTimerService:
                 f"operator '{self._operator}': {what} needs one integer time (epoch ms) per distinct key "
                 f"({len(keys.unique)} keys, aligned with keys.unique), got {times.dtype} of shape {times.shape}; "
                 f"e.g. reduce a timestamp column per key with np.maximum.at, or pass one int for all keys")
+        return times.tolist()
+
+    def _each(self, keys: BatchKeys, timestamps, what: str):
+        """Each key's time, with that key current in the backend while it is handled."""
         backend = self._backend
         previous = (backend.current_key, backend.current_key_group)
         try:
-            for key, key_group, ts in zip(keys.unique, keys.key_groups, times.tolist()):
+            for key, key_group, ts in zip(keys.unique, keys.key_groups, self._times(keys, timestamps, what)):
                 backend.set_current_key(key, key_group)
                 yield ts
         finally:
             backend.set_current_key(*previous)
 
     def register_event_time_timers(self, keys: BatchKeys, timestamps) -> None:
-        """For each distinct key, `on_timers` once the watermark reaches its time."""
-        for ts in self._each(keys, timestamps, "register_event_time_timers"):
-            self._internal.register_event_time_timer(ts)
+        """For each distinct key, `on_timers` once the watermark reaches its time (registered
+        in bulk: one state write for the batch's new timers)."""
+        times = self._times(keys, timestamps, "register_event_time_timers")
+        self._internal.register_event_time_timers(keys, times)
 
     def register_processing_time_timers(self, keys: BatchKeys, timestamps) -> None:
         """For each distinct key, `on_timers` once the wall clock reaches its time."""
-        earliest = None
-        for ts in self._each(keys, timestamps, "register_processing_time_timers"):
-            self._internal.register_processing_time_timer(ts)
-            earliest = ts if earliest is None else min(earliest, ts)
-        if earliest is not None:
-            self._on_processing_timer(earliest)
+        times = self._times(keys, timestamps, "register_processing_time_timers")
+        self._internal.register_processing_time_timers(keys, times)
+        if times:
+            self._on_processing_timer(min(times))
 
     def delete_event_time_timers(self, keys: BatchKeys, timestamps) -> None:
         for ts in self._each(keys, timestamps, "delete_event_time_timers"):

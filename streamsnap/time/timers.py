@@ -102,6 +102,20 @@ class _TimerQueue:
         self._state.put((timestamp, ns_key), True)    # fails clearly without a current key
         heapq.heappush(self._heap, self._index(timestamp, key, backend.current_key_group, ns_key))
 
+    def register_many(self, keys, timestamps: list[int], namespace: Any) -> None:
+        """`register` for the distinct keys of a batch (`BatchKeys`), one time each: the new
+        timers are stored with one bulk write (`put_all_many`), no current key set per timer."""
+        ns_key = self._codec.encode(namespace)
+        live = self._live
+        fresh = [i for i, (key, timestamp) in enumerate(zip(keys.unique, timestamps))
+                 if (key, ns_key, timestamp) not in live]
+        if not fresh:
+            return
+        self._state.put_all_many(keys.subset(fresh), [{(timestamps[i], ns_key): True} for i in fresh])
+        heap, unique, groups = self._heap, keys.unique, keys.key_groups
+        for i in fresh:
+            heapq.heappush(heap, self._index(timestamps[i], unique[i], groups[i], ns_key))
+
     def delete(self, timestamp: int, namespace: Any) -> None:
         ns_key = self._codec.encode(namespace)
         if self._live.pop((self._backend.current_key, ns_key, timestamp), None) is None:
@@ -181,6 +195,16 @@ class InternalTimerService:
     def register_processing_time_timer(self, timestamp: int, namespace: Any = None) -> None:
         self._processing.register(_check_time(timestamp, "register_processing_time_timer"),
                                   namespace)
+
+    def register_event_time_timers(self, keys, timestamps: list, namespace: Any = None) -> None:
+        """One event-time timer per distinct key of `keys` (a BatchKeys), in bulk."""
+        self._event.register_many(keys, [_check_time(t, "register_event_time_timers") for t in timestamps],
+                                  namespace)
+
+    def register_processing_time_timers(self, keys, timestamps: list, namespace: Any = None) -> None:
+        """One processing-time timer per distinct key of `keys` (a BatchKeys), in bulk."""
+        self._processing.register_many(
+            keys, [_check_time(t, "register_processing_time_timers") for t in timestamps], namespace)
 
     def delete_event_time_timer(self, timestamp: int, namespace: Any = None) -> None:
         self._event.delete(_check_time(timestamp, "delete_event_time_timer"), namespace)

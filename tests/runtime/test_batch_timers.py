@@ -159,3 +159,34 @@ def test_rounds_keep_each_timers_key_group_across_many_keys_and_buckets():
     fired = [(r["key"], r["bucket"]) for r in rows(sink) if isinstance(r, dict)]
     assert len(fired) == len(set(fired))
     assert {(r["key"], r["bucket"]): r["sum"] for r in rows(sink) if isinstance(r, dict)} == reference_buckets(4000)
+
+
+def test_a_batch_registers_its_new_timers_in_one_state_write_and_keeps_one_per_key_and_time():
+    """Registration is in bulk (`put_all_many` of the batch's new timers, no current key set
+    per timer); a timer registered again is not written again; the current key is untouched."""
+    op, sink = operator(SessionTotals())
+    timers = op.timer_service._event
+    writes = []
+
+    class Counting:
+        def __init__(self, state):
+            self.state = state
+
+        def __getattr__(self, name):
+            return getattr(self.state, name)
+
+        def put_all_many(self, keys, mappings):
+            writes.append(sorted(keys.unique))
+            return self.state.put_all_many(keys, mappings)
+
+    timers._state = Counting(timers._state)
+    op.keyed_backend.set_current_key("z", 7)
+    op.process(batch(k=["a", "b", "c"], v=[1, 1, 1], ts=[10, 10, 10]))
+    op.process(batch(k=["a", "b"], v=[1, 1], ts=[10, 20]))          # a: the same timer again
+    assert writes == [["a", "b", "c"], ["b"]]
+    assert (op.keyed_backend.current_key, op.keyed_backend.current_key_group) == ("z", 7)
+    assert op.timer_service.num_event_time_timers() == 4
+    op.process_watermark(100)
+    assert sorted((r["key"], r["at"]) for r in rows(sink) if isinstance(r, dict)) == \
+        [("a", 20), ("b", 20), ("b", 30), ("c", 20)]
+    assert op.timer_service.num_event_time_timers() == 0
