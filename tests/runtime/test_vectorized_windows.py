@@ -184,3 +184,44 @@ def test_strings_take_min_and_max_only():
                                                              ColumnAggregate("s", "sum", "value")))
     with pytest.raises(ss.UserFunctionError, match="type string cannot be aggregated"):
         op.process([{"key": 1, "ts": 1, "value": "x"}])
+
+
+def test_fired_windows_leave_as_one_arrow_batch_typed_as_their_rows_would_infer():
+    """No dict per row: a firing is one RecordBatch — int64 counts and sums, float64 means,
+    nulls where a window had no value — and keys Arrow cannot type (a key function giving ints
+    and strs) leave as rows, for the stream's schema check to name."""
+    class Batches(Sink):
+        def __init__(self):
+            super().__init__()
+            self.parts = []
+
+        def process(self, batch):
+            self.parts.append(batch)
+            super().process(batch)
+
+    op, _, _ = operator(W.TumblingEventTimeWindows.of(1), ALL)
+    op.output = Output([sink := Batches()], {"late": [Sink()]})
+    op.process(pa.RecordBatch.from_pylist([{"key": 1, "ts": 5, "value": None, "x": 1.5},
+                                           {"key": 2, "ts": 6, "value": 3, "x": 2.5}]))
+    op.process_watermark(MAX_WATERMARK)
+    (part,) = sink.parts
+    assert isinstance(part, pa.RecordBatch)
+    assert part.schema == pa.schema([("key", pa.int64()), ("window_start", pa.int64()), ("window_end", pa.int64()),
+                                     ("n", pa.int64()), ("total", pa.int64()), ("low", pa.int64()),
+                                     ("high", pa.int64()), ("avg", pa.float64())])
+    assert part.to_pylist() == pa.RecordBatch.from_pylist(part.to_pylist()).to_pylist()
+    assert [(r["key"], r["total"], r["avg"]) for r in sink.rows()] == [(1, None, 1.5), (2, 3, 2.5)]
+
+    clock = ManualScheduler()
+    ctx = OperatorContext(name="vwindow", uid="vwindow", subtask_index=0, parallelism=1, max_parallelism=128,
+                          attempt=0, job_id="job", task_name="vwindow (1/1)", timers=clock, clock=clock)
+    mixed = VectorizedWindowOperator(ctx, KeySelector.of(lambda r: r["key"] if r["key"] else "zero"),
+                                     W.TumblingEventTimeWindows.of(1), 0, (ColumnAggregate("n", "count", None),),
+                                     None, "ts")
+    mixed.output = Output([rows := Batches()])
+    mixed.initialize_state()
+    mixed.process(pa.RecordBatch.from_pylist([{"key": 0, "ts": 1}, {"key": 7, "ts": 2}]))
+    mixed.process_watermark(MAX_WATERMARK)
+    assert [type(p) for p in rows.parts] == [list]
+    assert sorted(map(str, rows.rows())) == sorted(map(str, [{"key": "zero", "window_start": 0, "window_end": 1_000, "n": 1},
+                                                             {"key": 7, "window_start": 0, "window_end": 1_000, "n": 1}]))

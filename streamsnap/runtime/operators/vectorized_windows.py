@@ -564,39 +564,65 @@ class VectorizedWindowOperator(WindowOperator):
     # ------------------------------------------------------------------ output
     def _output(self, keys: list, starts: np.ndarray, merged: list[np.ndarray],
                 ends: np.ndarray | None = None) -> None:
-        """Rows of fired windows: `merged` is ``[rows, (valid, sum, min, max) per column]``;
-        `ends` default to the starts plus the window size."""
-        columns: list[list] = []
-        if self.key.function is None and len(self.key.columns) > 1:
-            columns += [list(c) for c in zip(*keys)] if keys else \
-                [[] for _ in self.key.columns]
-        else:
-            columns.append(keys)
+        """Rows of fired windows, as one Arrow batch built from the numpy results (no dict per
+        row): `merged` is ``[rows, (valid, sum, min, max) per column]``; `ends` default to the
+        starts plus the window size. Types are what the rows' values would infer (int64,
+        float64, string; keys as Arrow infers them); keys Arrow cannot type go out as rows,
+        for the stream's schema check to name."""
+        if not len(starts):
+            return
         names = list(self.key.columns) if self.key.function is None else ["key"]
-        names += ["window_start", "window_end"]
-        columns += [starts.tolist(), (starts + self.size if ends is None else ends).tolist()]
+        names += ["window_start", "window_end"] + [a.output for a in self.aggregates]
+        aggregates = self._aggregate_arrays(merged)
+        ends = starts + self.size if ends is None else ends
+        try:
+            if self.key.function is None and len(self.key.columns) > 1:
+                key_arrays = [pa.array(list(c)) for c in zip(*keys)]
+            else:
+                key_arrays = [pa.array(keys)]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            columns = [list(c) for c in zip(*keys)] if len(names) - 2 - len(aggregates) > 1 else [keys]
+            columns += [starts.tolist(), ends.tolist()] + [a.to_pylist() for a in aggregates]
+            self._out.append([dict(zip(names, row)) for row in zip(*columns)])
+            return
+        arrays = key_arrays + [pa.array(np.asarray(starts, dtype=np.int64)), pa.array(np.asarray(ends, dtype=np.int64))]
+        self._out.append(pa.RecordBatch.from_arrays(arrays + aggregates, names=names))
+
+    def _aggregate_arrays(self, merged: list[np.ndarray]) -> list[pa.Array]:
+        """Each aggregate's output column: null where a window had no valid value."""
         position = {c: 1 + 4 * i for i, c in enumerate(self.columns)}
         distinct = {s: 1 + 4 * len(self.columns) + d for d, s in enumerate(self.distinct_specs)}
+        out = []
         for aggregate in self.aggregates:
-            names.append(aggregate.output)
             if aggregate.function == "count":
-                columns.append(merged[0].tolist())
+                out.append(pa.array(np.asarray(merged[0], dtype=np.int64)))
                 continue
             if aggregate.function == "count_distinct":
-                columns.append(merged[distinct[DistinctSpec(aggregate.column, aggregate.where)]].tolist())
+                out.append(pa.array(np.asarray(merged[distinct[DistinctSpec(aggregate.column, aggregate.where)]],
+                                               dtype=np.int64)))
                 continue
             i = position[aggregate.column]
-            valid = merged[i]
+            valid = np.asarray(merged[i])
             some = valid > 0
             if aggregate.function == "mean":
                 values = np.divide(merged[i + 1], valid, out=np.zeros(len(valid)), where=some)
             else:
-                values = merged[i + {"sum": 1, "min": 2, "max": 3}[aggregate.function]]
-            values = values.tolist()
-            if not some.all():
-                values = [v if s else None for v, s in zip(values, some.tolist())]
-            columns.append(values)
-        self._out.extend(dict(zip(names, row)) for row in zip(*columns))
+                values = np.asarray(merged[i + {"sum": 1, "min": 2, "max": 3}[aggregate.function]])
+            if values.dtype == object:     # min/max of a column that may be strings: as inferred
+                out.append(pa.array([v if s else None for v, s in zip(values.tolist(), some.tolist())]))
+                continue
+            values = values.astype(np.float64 if values.dtype.kind == "f" else np.int64, copy=False)
+            out.append(pa.array(values, mask=None if some.all() else ~some))
+        return out
+
+    def _flush(self, late: list) -> None:
+        """Emit the fired windows' batches in order (and late rows to their side output)."""
+        out, self._out = self._out, []
+        for part in out:
+            self.output.emit(part)
+        if late:
+            self.output.emit_side(self.late_tag, late)
+        self._flush_side()
 
 
 def _clamp(value: int) -> int:

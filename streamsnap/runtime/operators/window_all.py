@@ -222,8 +222,7 @@ class GlobalWindowAggregateOperator(VectorizedWindowOperator):
     def _output(self, keys: list, starts: np.ndarray, merged: list[np.ndarray]) -> None:
         first = len(self._out)
         super()._output(keys, starts, merged)
-        for row in self._out[first:]:
-            del row["key"]
+        self._out[first:] = [part.drop_columns(["key"]) for part in self._out[first:]]   # (the constant key)
 
 
 @dataclass(frozen=True)
