@@ -189,7 +189,8 @@ class AllWindowedStream:
         key = self._windowed._keyed.key.for_operator(name)
         factory = GlobalWindowAggregateOperatorFactory(
             key, assigner, spec.allowed_lateness, parsed,
-            spec.late_tag.name if spec.late_tag is not None else None, self._stream.timestamp_assigner)
+            spec.late_tag.name if spec.late_tag is not None else None, self._stream.timestamp_assigner,
+            schema if isinstance(schema, pa.Schema) else None)
         if schema is None:
             schema = result_schema((), parsed, self._stream.schema)
         return window_results(self._on(local)._add(factory, name, key, uid=uid, parallelism=parallelism,

@@ -209,9 +209,10 @@ class WindowedStream:
 
             factory_type = SlicedWindowOperatorFactory if sliceable(assigner, spec.allowed_lateness, parsed) \
                 else VectorizedWindowOperatorFactory
+        declared = options.get("schema") if isinstance(options.get("schema"), pa.Schema) else None
         factory = factory_type(
             key, assigner, spec.allowed_lateness, tuple(parsed),
-            spec.late_tag.name if spec.late_tag is not None else None, keyed.timestamp_assigner)
+            spec.late_tag.name if spec.late_tag is not None else None, keyed.timestamp_assigner, declared)
         if options.get("schema") is None:
             options["schema"] = result_schema(None if keyed.key.function is not None else keyed.key.columns,
                                               tuple(parsed), schema)

@@ -225,3 +225,28 @@ def test_fired_windows_leave_as_one_arrow_batch_typed_as_their_rows_would_infer(
     assert [type(p) for p in rows.parts] == [list]
     assert sorted(map(str, rows.rows())) == sorted(map(str, [{"key": "zero", "window_start": 0, "window_end": 1_000, "n": 1},
                                                              {"key": 7, "window_start": 0, "window_end": 1_000, "n": 1}]))
+
+
+def test_results_are_checked_against_a_schema_the_user_declared():
+    """A declared results schema is enforced per batch, as it was per row: lossless casts
+    (int64 counts into int32, int sums into float64) pass, a misfit fails naming the field."""
+    from streamsnap.runtime.schemas import SchemaError
+
+    clock = ManualScheduler()
+    ctx = OperatorContext(name="vwindow", uid="vwindow", subtask_index=0, parallelism=1, max_parallelism=128,
+                          attempt=0, job_id="job", task_name="vwindow (1/1)", timers=clock, clock=clock)
+    aggregates = (ColumnAggregate("n", "count", None), ColumnAggregate("total", "sum", "value"))
+    declared = pa.schema([("key", pa.int64()), ("window_start", pa.int64()), ("window_end", pa.int64()),
+                          ("n", pa.int32()), ("total", pa.float64())])
+    for schema, ok in ((declared, True), (declared.set(4, pa.field("total", pa.string())), False)):
+        op = VectorizedWindowOperator(ctx, KeySelector.of("key"), W.TumblingEventTimeWindows.of(1), 0, aggregates,
+                                      None, "ts", declared=schema)
+        op.output = Output([sink := Sink()])
+        op.initialize_state()
+        op.process(pa.RecordBatch.from_pylist([{"key": 1, "ts": 5, "value": 2}, {"key": 1, "ts": 6, "value": 3}]))
+        if ok:
+            op.process_watermark(MAX_WATERMARK)
+            assert sink.rows() == [{"key": 1, "window_start": 0, "window_end": 1_000, "n": 2, "total": 5.0}]
+        else:
+            with pytest.raises(SchemaError, match="total"):
+                op.process_watermark(MAX_WATERMARK)

@@ -200,7 +200,7 @@ class SlicedWindowOperator(VectorizedWindowOperator):
 class SlicedWindowOperatorFactory(VectorizedWindowOperatorFactory):
     def create(self, ctx) -> SlicedWindowOperator:
         return SlicedWindowOperator(ctx, self.key, self.assigner, self.allowed_lateness,
-                                    self.aggregates, self.late_tag, self.timestamps)
+                                    self.aggregates, self.late_tag, self.timestamps, self.declared)
 
     def describe(self) -> str:
         return f"window({type(self.assigner).__name__}).aggregate_columns (sliced)"

@@ -221,7 +221,7 @@ class VectorizedSessionOperatorFactory(VectorizedWindowOperatorFactory):
 
     def create(self, ctx: OperatorContext) -> VectorizedSessionOperator:
         return VectorizedSessionOperator(ctx, self.key, self.assigner, self.allowed_lateness,
-                                         self.aggregates, self.late_tag, self.timestamps)
+                                         self.aggregates, self.late_tag, self.timestamps, self.declared)
 
 
 

@@ -49,6 +49,7 @@ from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, 
 from streamsnap.runtime.operators.keyed import current_millis
 from streamsnap.runtime.operators.process import ProcessOperator
 from streamsnap.runtime.operators.timestamps_and_watermarks import batch_timestamps
+from streamsnap.runtime.schemas import RowSchema, StreamSchema
 from streamsnap.runtime.operators.seen_filter import FiltersByStart, name_hashes
 from streamsnap.runtime.operators.window_distinct import DistinctSets, DistinctSpec
 from streamsnap.runtime.operators.windows import WindowOperator
@@ -250,9 +251,13 @@ class VectorizedWindowOperator(WindowOperator):
 
     def __init__(self, ctx: OperatorContext, key: KeySelector, assigner: WindowAssigner,
                  allowed_lateness: int, aggregates: tuple[ColumnAggregate, ...],
-                 late_tag: str | None = None, timestamps=None):
+                 late_tag: str | None = None, timestamps=None, declared: pa.Schema | None = None):
         super().__init__(ctx, key, assigner, assigner.default_trigger(), allowed_lateness,
                          contents=None, late_tag=late_tag, timestamps=timestamps)
+        # A schema the user declared for the results: each batch is checked (and losslessly
+        # cast) against it, as rows would be; the results' own types need no check.
+        self._conform = None if declared is None else \
+            RowSchema(StreamSchema(declared, "declared"), ctx.name, ctx.task_name).conform
         self.aggregates = aggregates
         self.columns = tuple(dict.fromkeys(a.column for a in aggregates
                                            if a.column is not None and a.function != "count_distinct"))
@@ -619,7 +624,7 @@ class VectorizedWindowOperator(WindowOperator):
         """Emit the fired windows' batches in order (and late rows to their side output)."""
         out, self._out = self._out, []
         for part in out:
-            self.output.emit(part)
+            self.output.emit(part if self._conform is None or type(part) is list else self._conform(part))
         if late:
             self.output.emit_side(self.late_tag, late)
         self._flush_side()
@@ -672,12 +677,13 @@ class VectorizedWindowOperatorFactory(OperatorFactory):
     aggregates: tuple[ColumnAggregate, ...]
     late_tag: str | None = None
     timestamps: object = None
+    declared: object = None          # the results' schema when the user declared one
     keyed = True
     input_format = "batch"
 
     def create(self, ctx: OperatorContext) -> VectorizedWindowOperator:
         return VectorizedWindowOperator(ctx, self.key, self.assigner, self.allowed_lateness,
-                                        self.aggregates, self.late_tag, self.timestamps)
+                                        self.aggregates, self.late_tag, self.timestamps, self.declared)
 
     def describe(self) -> str:
         return f"window({type(self.assigner).__name__}).aggregate_columns"

@@ -245,7 +245,7 @@ class LocalWindowAggregateOperatorFactory(OperatorFactory):
 class GlobalWindowAggregateOperatorFactory(VectorizedWindowOperatorFactory):
     def create(self, ctx: OperatorContext) -> GlobalWindowAggregateOperator:
         return GlobalWindowAggregateOperator(ctx, self.key, self.assigner, self.allowed_lateness,
-                                             self.aggregates, self.late_tag, self.timestamps)
+                                             self.aggregates, self.late_tag, self.timestamps, self.declared)
 
     def describe(self) -> str:
         return f"window_all({type(self.assigner).__name__}).aggregate_columns (global)"
