@@ -580,14 +580,12 @@ class VectorizedWindowOperator(WindowOperator):
         names += ["window_start", "window_end"] + [a.output for a in self.aggregates]
         aggregates = self._aggregate_arrays(merged)
         ends = starts + self.size if ends is None else ends
+        key_columns = [list(c) for c in zip(*keys)] if self.key.function is None and len(self.key.columns) > 1 \
+            else [keys]
         try:
-            if self.key.function is None and len(self.key.columns) > 1:
-                key_arrays = [pa.array(list(c)) for c in zip(*keys)]
-            else:
-                key_arrays = [pa.array(keys)]
+            key_arrays = [pa.array(c) for c in key_columns]
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            columns = [list(c) for c in zip(*keys)] if len(names) - 2 - len(aggregates) > 1 else [keys]
-            columns += [starts.tolist(), ends.tolist()] + [a.to_pylist() for a in aggregates]
+            columns = key_columns + [starts.tolist(), ends.tolist()] + [a.to_pylist() for a in aggregates]
             self._out.append([dict(zip(names, row)) for row in zip(*columns)])
             return
         arrays = key_arrays + [pa.array(np.asarray(starts, dtype=np.int64)), pa.array(np.asarray(ends, dtype=np.int64))]
