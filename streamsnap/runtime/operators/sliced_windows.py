@@ -169,6 +169,11 @@ class SlicedWindowOperator(VectorizedWindowOperator):
                 groups += chunk_groups
             at[start] = (first, len(names))
         values = self.windows.get_many(_Keys(names, groups))
+        # Every entry's key as a code, once (a slice is read by up to size/slide windows).
+        ids: dict = {}
+        all_codes = np.fromiter((ids.setdefault(name[0], len(ids)) for name in names), dtype=np.int64,
+                                count=len(names))
+        all_keys = list(ids)
         fields = list(zip(*values))
         columns = [np.array(f, dtype=object) if j in self._text_fields else np.asarray(f)
                    for j, f in enumerate(fields)]
@@ -179,9 +184,11 @@ class SlicedWindowOperator(VectorizedWindowOperator):
                                  if end - 1 > self._ahead.get(groups[i], MIN_WATERMARK)], dtype=np.int64)
                 if not len(take):
                     continue
-            ids: dict = {}
-            codes = np.fromiter((ids.setdefault(names[i][0], len(ids)) for i in take.tolist()),
-                                dtype=np.int64, count=len(take))
+            # This window's keys numbered in their order of first appearance in it.
+            present, first, codes = np.unique(all_codes[take], return_index=True, return_inverse=True)
+            rank = np.empty(len(present), dtype=np.int64)
+            rank[np.argsort(first, kind="stable")] = np.arange(len(present))
+            codes = rank[codes.reshape(-1)]
             order = np.argsort(codes, kind="stable")
             rows = take[order]
             bounds = _group_bounds(codes[order])
@@ -192,7 +199,7 @@ class SlicedWindowOperator(VectorizedWindowOperator):
                     parts[j:j + 4] = [np.add.reduceat(valid, bounds), np.zeros(len(bounds), dtype=np.int64),
                                       _text_extremes(valid, parts[j + 2], bounds, min),
                                       _text_extremes(valid, parts[j + 3], bounds, max)]
-            keys = list(ids)
+            keys = [all_keys[k] for k in present[np.argsort(first, kind="stable")].tolist()]
             self._output(keys, np.full(len(keys), end - self.size, dtype=np.int64), _reduce(parts, bounds))
 
 
