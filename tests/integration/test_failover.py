@@ -86,6 +86,19 @@ def diagnose(client) -> str:
     return "\n".join(lines)
 
 
+def sigkill_one_subtask_and_finish(env, name: str, seed: int, checkpoints: int = 3, timeout: float = 120):
+    """Run `env` as `name`, SIGKILL one subtask's process (picked by `seed`) once `checkpoints`
+    completed, and wait for the restart and the end: one restart, from a restored checkpoint."""
+    client = env.execute_async(name)
+    wait_status(client, "RUNNING")
+    wait_completed(client, checkpoints)
+    os.kill(random.Random(seed).choice(client.subtasks()).pid, signal.SIGKILL)
+    wait_restarted(client, 1)
+    result = client.wait(timeout)
+    assert result.restarts == 1 and result.checkpoints.latest_restored is not None, causes(client)
+    return result
+
+
 def wait_restarted(client, attempt, timeout=60):
     """Until every subtask of `attempt` runs (and no other failure happened meanwhile)."""
     deadline = time.monotonic() + timeout

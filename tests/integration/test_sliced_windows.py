@@ -5,9 +5,6 @@ none is lost)."""
 
 from __future__ import annotations
 
-import os
-import random
-import signal
 from collections import defaultdict
 
 import pyarrow.parquet as pq
@@ -15,7 +12,7 @@ import pytest
 
 import streamsnap as ss
 from tests.integration.support import wait_completed, wait_status
-from tests.integration.test_failover import causes, wait_restarted
+from tests.integration.test_failover import sigkill_one_subtask_and_finish
 
 pytestmark = pytest.mark.spark
 
@@ -75,11 +72,5 @@ def test_sliced_windows_stay_exact_through_a_savepoint_resumed_at_another_parall
 def test_on_rocksdb_sliced_windows_stay_exact_through_a_sigkill(spark, tmp_path):
     env = job(spark, tmp_path, 2, state_backend=ss.RocksDBConfig(),
               restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.1))
-    client = env.execute_async("sliced windows on rocksdb, killed")
-    wait_status(client, "RUNNING")
-    wait_completed(client, 3)
-    os.kill(random.Random(4).choice(client.subtasks()).pid, signal.SIGKILL)
-    wait_restarted(client, 1)
-    result = client.wait(120)
-    assert result.restarts == 1 and result.checkpoints.latest_restored is not None, causes(client)
+    sigkill_one_subtask_and_finish(env, "sliced windows on rocksdb, killed", seed=4)
     assert windows_of(tmp_path) == reference(N)
