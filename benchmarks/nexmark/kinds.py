@@ -13,9 +13,11 @@ from streamsnap.connectors import nexmark
 
 
 def _of_kind(batch: pa.RecordBatch, kind: int, schema: pa.Schema, prefix: str) -> pa.RecordBatch:
-    b = batch.filter(pc.equal(batch.column("event_type"), kind))
-    return pa.RecordBatch.from_arrays(
-        [b.column("date_time" if f.name == "date_time" else prefix + f.name) for f in schema], schema=schema)
+    # The kind's columns are picked before the filter, so it copies those and not the other
+    # kinds' (their long `extra` strings among them).
+    picked = pa.RecordBatch.from_arrays(
+        [batch.column("date_time" if f.name == "date_time" else prefix + f.name) for f in schema], schema=schema)
+    return picked.filter(pc.equal(batch.column("event_type"), kind))
 
 
 def bids(batch: pa.RecordBatch) -> pa.RecordBatch:

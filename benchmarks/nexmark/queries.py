@@ -59,8 +59,10 @@ def events(env: ss.StreamEnvironment, config: nexmark.NexmarkConfig, count: int,
 
 
 # ----------------------------------------------------------------------- vectorized front
-def _of_kind(batch: pa.RecordBatch, kind: int) -> pa.RecordBatch:
-    return batch.filter(pc.equal(batch.column("event_type"), kind))
+def _of_kind(batch: pa.RecordBatch, kind: int, *columns: str) -> pa.RecordBatch:
+    """The events of `kind`, with only `columns`: selected before the filter, which then copies
+    those columns and not the flat batch's other kinds' (long strings among them)."""
+    return batch.select(list(columns)).filter(pc.equal(batch.column("event_type"), kind))
 
 
 BID_SCHEMA = pa.schema([("auction", pa.int64()), ("bidder", pa.int64()), ("price", pa.int64()),
@@ -70,14 +72,14 @@ Q2_SCHEMA = pa.schema([("auction", pa.int64()), ("price", pa.int64()), ("date_ti
 
 
 def _bids(batch: pa.RecordBatch) -> pa.RecordBatch:
-    b = _of_kind(batch, nexmark.BID)
+    b = _of_kind(batch, nexmark.BID, "bid_auction", "bid_bidder", "bid_price", "date_time", "bid_extra")
     return pa.RecordBatch.from_arrays(
         [b.column("bid_auction"), b.column("bid_bidder"), b.column("bid_price"), b.column("date_time"),
          b.column("bid_extra")], schema=BID_SCHEMA)
 
 
 def _converted(batch: pa.RecordBatch) -> pa.RecordBatch:
-    b = _of_kind(batch, nexmark.BID)
+    b = _of_kind(batch, nexmark.BID, "bid_auction", "bid_bidder", "bid_price", "date_time", "bid_extra")
     euros = b.column("bid_price").to_numpy(zero_copy_only=False) * DOLLAR_TO_EURO
     return pa.RecordBatch.from_arrays(
         [b.column("bid_auction"), b.column("bid_bidder"), pa.array(euros), b.column("date_time"),
@@ -87,7 +89,7 @@ def _converted(batch: pa.RecordBatch) -> pa.RecordBatch:
 def _selected(batch: pa.RecordBatch) -> pa.RecordBatch:
     auction = batch.column("bid_auction").fill_null(1).to_numpy()
     mask = (batch.column("event_type").to_numpy() == nexmark.BID) & (auction % 123 == 0)
-    b = batch.filter(pa.array(mask))
+    b = batch.select(["bid_auction", "bid_price", "date_time"]).filter(pa.array(mask))
     return pa.RecordBatch.from_arrays([b.column("bid_auction"), b.column("bid_price"), b.column("date_time")],
                                       schema=Q2_SCHEMA)
 
@@ -121,7 +123,8 @@ def _q3_sides(batch: pa.RecordBatch) -> pa.RecordBatch:
     person = pc.and_kleene(pc.equal(kind, nexmark.PERSON), pc.is_in(batch.column("person_state"),
                                                               value_set=pa.array(LOCAL_STATES)))
     auction = pc.and_kleene(pc.equal(kind, nexmark.AUCTION), pc.equal(batch.column("auction_category"), 10))
-    b = batch.filter(pc.fill_null(pc.or_kleene(person, auction), False))
+    b = batch.select(["event_type", "person_id", "auction_seller", "auction_id", "person_name", "person_city",
+                      "person_state", "date_time"]).filter(pc.fill_null(pc.or_kleene(person, auction), False))
     is_person = pc.equal(b.column("event_type"), nexmark.PERSON)
     return pa.RecordBatch.from_arrays(
         [b.column("event_type"), pc.if_else(is_person, b.column("person_id"), b.column("auction_seller")),
@@ -164,14 +167,14 @@ CATEGORY_10 = pa.schema([("id", pa.int64()), ("seller", pa.int64()), ("date_time
 
 
 def _local_persons(batch: pa.RecordBatch) -> pa.RecordBatch:
-    b = _of_kind(batch, nexmark.PERSON)
+    b = _of_kind(batch, nexmark.PERSON, "person_id", "person_name", "person_city", "person_state", "date_time")
     b = b.filter(pc.is_in(b.column("person_state"), value_set=pa.array(LOCAL_STATES)))
     return pa.RecordBatch.from_arrays([b.column("person_id"), b.column("person_name"), b.column("person_city"),
                                        b.column("person_state"), b.column("date_time")], schema=LOCAL_PERSONS)
 
 
 def _category_10(batch: pa.RecordBatch) -> pa.RecordBatch:
-    b = _of_kind(batch, nexmark.AUCTION)
+    b = _of_kind(batch, nexmark.AUCTION, "auction_id", "auction_seller", "auction_category", "date_time")
     b = b.filter(pc.equal(b.column("auction_category"), 10))
     return pa.RecordBatch.from_arrays([b.column("auction_id"), b.column("auction_seller"), b.column("date_time")],
                                       schema=CATEGORY_10)
@@ -217,7 +220,8 @@ Q4_OUT = pa.schema([("category", pa.int64()), ("average", pa.float64()), ("aucti
 
 
 def _q4_sides(batch: pa.RecordBatch) -> pa.RecordBatch:
-    b = batch.filter(pc.not_equal(batch.column("event_type"), nexmark.PERSON))
+    b = batch.select(["event_type", "bid_auction", "auction_id", "date_time", "auction_expires", "auction_category",
+                      "bid_price"]).filter(pc.not_equal(batch.column("event_type"), nexmark.PERSON))
     is_bid = pc.equal(b.column("event_type"), nexmark.BID)
     return pa.RecordBatch.from_arrays(
         [b.column("event_type"), pc.if_else(is_bid, b.column("bid_auction"), b.column("auction_id")),
@@ -375,7 +379,7 @@ WINDOW_BIDS = pa.schema([("auction", pa.int64()), ("date_time", pa.int64())])
 
 
 def _bid_auctions(batch: pa.RecordBatch) -> pa.RecordBatch:
-    b = _of_kind(batch, nexmark.BID)
+    b = _of_kind(batch, nexmark.BID, "bid_auction", "date_time")
     return pa.RecordBatch.from_arrays([b.column("bid_auction"), b.column("date_time")], schema=WINDOW_BIDS)
 
 
@@ -395,7 +399,7 @@ Q7_BIDS = pa.schema([("auction", pa.int64()), ("bidder", pa.int64()), ("price", 
 
 
 def _q7_bids(batch: pa.RecordBatch) -> pa.RecordBatch:
-    b = _of_kind(batch, nexmark.BID)
+    b = _of_kind(batch, nexmark.BID, "bid_auction", "bid_bidder", "bid_price", "date_time")
     return pa.RecordBatch.from_arrays([b.column("bid_auction"), b.column("bid_bidder"), b.column("bid_price"),
                                        b.column("date_time")], schema=Q7_BIDS)
 
@@ -417,7 +421,8 @@ Q8_OUT = pa.schema([("id", pa.int64()), ("name", pa.string()), ("window_start", 
 def _q8_sides(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Persons as (id, name, sold=0), auctions as (seller, null, sold=1)."""
     kind = batch.column("event_type")
-    b = batch.filter(pc.not_equal(kind, nexmark.BID))
+    b = batch.select(["event_type", "person_id", "auction_seller", "person_name", "date_time"]).filter(
+        pc.not_equal(kind, nexmark.BID))
     is_person = pc.equal(b.column("event_type"), nexmark.PERSON)
     return pa.RecordBatch.from_arrays(
         [pc.if_else(is_person, b.column("person_id"), b.column("auction_seller")), b.column("person_name"),
