@@ -166,9 +166,17 @@ def _executed_batches(query) -> list[dict]:
 
 def _run_available_now(spark, stream_df, input_dir: str, checkpoint_dir: str,
                        shuffle_partitions: int, output_mode: str, sink: Sink | None,
-                       expected_rows: int, files: int, name: str) -> dict:
+                       expected_rows: int, files: int, name: str, files_out: dict | None = None) -> dict:
+    """`files_out` ({"path": ..., "partition_by": [...]}): Spark's own Parquet file sink instead of
+    `sink` (foreachBatch) or, with neither, the noop sink."""
     writer = stream_df.writeStream.outputMode(output_mode)
-    writer = writer.format("noop") if sink is None else writer.foreachBatch(sink)
+    if files_out is not None:
+        if sink is not None:
+            raise ValueError(f"{name}: give a foreachBatch sink or files_out, not both")
+        writer = writer.format("parquet").option("path", files_out["path"]).partitionBy(
+            *files_out.get("partition_by", ()))
+    else:
+        writer = writer.format("noop") if sink is None else writer.foreachBatch(sink)
     writer = writer.option("checkpointLocation", checkpoint_dir).trigger(availableNow=True)
     query = None
     with _session_conf(spark, _stateful_confs(spark, shuffle_partitions, files)):

@@ -61,6 +61,31 @@ class _StampedEvents:
         return self.events(index)
 
 
+class _StampedFiles(ss.sources.FileSource):
+    """The FileSource over write_events_parquet's files, each reader writing the wall-clock time
+    of its first poll to a file under `stamps` (as _StampedEvents: when the subtask started
+    reading, after the file listing and the job's start-up) and leaving out Spark's end-of-input
+    row (the last row of the last file), which is no event."""
+
+    def __init__(self, path: str, stamps: str, **options):
+        super().__init__(path, "parquet", **options)
+        self.stamps = stamps
+
+    def create_reader(self, ctx):
+        reader = super().create_reader(ctx)
+        polled, stamped = reader.poll, []
+
+        def poll_events():
+            if not stamped:
+                stamped.append(workloads.stamp_start(self.stamps))
+            batch = polled()
+            if batch is not None and batch.num_rows and batch.column("event_type")[-1].as_py() == spark_queries.END:
+                batch = batch.slice(0, batch.num_rows - 1)
+            return batch
+        reader.poll = poll_events
+        return reader
+
+
 EndSink = workloads.EndSink
 
 
@@ -81,18 +106,23 @@ def _environment(spark, batch_size: int, state: str, interval: float, directory:
 
 
 def run_streamsnap(spark, query: str, count: int, batch_size: int = BATCH_SIZE, state: str = "none",
-                   interval: float = 10.0, build=None) -> dict:
+                   interval: float = 10.0, build=None, input_dir: str | None = None) -> dict:
     """One run of `query` over `count` events: events/s from the generator's first batch to the
     end of input at the sink (q10 also writes its Parquet files, committed at the end).
-    `build`: the query's pipeline (stream -> stream) instead of catalog.QUERIES[query]'s."""
+    `build`: the query's pipeline (stream -> stream) instead of catalog.QUERIES[query]'s.
+    `input_dir`: read the events from the Parquet files there (write_events_parquet, `count`
+    events: Spark's input) instead of generating them, timed from the first reader's open."""
     work = tempfile.mkdtemp(prefix="ssbench-nexmark-")
     stamps = os.path.join(work, "stamps")
     os.makedirs(stamps)
     try:
         env = _environment(spark, batch_size, state, interval, work)
-        source = ss.sources.Generator(_StampedEvents(nexmark.events(CONFIG, vectorized=True), stamps),
-                                      count=count, vectorized=True, schema=nexmark.SCHEMA,
-                                      batch_size=batch_size)
+        if input_dir is None:
+            source = ss.sources.Generator(_StampedEvents(nexmark.events(CONFIG, vectorized=True), stamps),
+                                          count=count, vectorized=True, schema=nexmark.SCHEMA,
+                                          batch_size=batch_size)
+        else:
+            source = _StampedFiles(input_dir, stamps, schema=nexmark.SCHEMA, batch_size=batch_size)
         sink = EndSink()
         output = (build or catalog.QUERIES[query])(queries.events(env, CONFIG, count, source=source))
         output.sink_to(sink, name="out")
@@ -137,17 +167,23 @@ SPARK_INPUT_DIVISOR = {"q0": 4, "q1": 4, "q2": 4, "q3": 8, "q5": 40, "q7": 8, "q
                        "q14": 4, "q17": 8, "q20": 8, "q21": 4, "q22": 4}
 
 
-def run_spark(spark, query: str, input_dir: str, checkpoint_dir: str) -> dict:
+def run_spark(spark, query: str, input_dir: str, checkpoint_dir: str, output_dir: str | None = None) -> dict:
     """One run of `query` on Spark SS over the Parquet input: rate over micro-batches 2.. (for
-    the windowed queries the last is the no-data batch that emits the final windows)."""
+    the windowed queries the last is the no-data batch that emits the final windows). Output is
+    discarded (noop sink), except q10's, which Spark's file sink writes as Parquet partitioned
+    by dt and hm under `output_dir` (default: beside the checkpoint), as streamsnap's q10 does."""
     from benchmarks import spark_baselines as sb
 
     files, expected = sb._w1_input_rows(input_dir)
     scans = spark_queries.SCANS.get(query, 1)
+    files_out = None
+    if query in spark_queries.FILE_OUTPUT:
+        files_out = {"path": output_dir or checkpoint_dir.rstrip("/") + "-out",
+                     "partition_by": spark_queries.FILE_OUTPUT[query]}
     with sb._session_conf(spark, spark_queries.UTC):
         stream = spark_queries.queries(spark, input_dir, CONFIG)[query]()
         run = sb._run_available_now(spark, stream, input_dir, checkpoint_dir, 2, "append", None, expected * scans,
-                                    files, f"nexmark {query}")
+                                    files, f"nexmark {query}", files_out=files_out)
     return {"events_per_second": sb.steady_rate(run) / scans, "batch_seconds": run["batch_seconds"],
             "rows_per_batch": expected // files}
 
@@ -214,9 +250,12 @@ def run_streamsnap_all(spark, count: int, runs: int, results: dict, names=None, 
     return out
 
 
-def run_spark_all(spark, spark_count: int, runs: int, results: dict, names=None) -> None:
+def run_spark_all(spark, spark_count: int, runs: int, results: dict, names=None, interval: float = 10.0) -> None:
     """Each query of `names` Spark SS expresses (SPARK_QUERIES), median of `runs` after a warm-up,
-    into results["nexmark"]["spark"]."""
+    into results["nexmark"]["spark"]; and, on the very same Parquet files, streamsnap's run of
+    the query (state on RocksDB, checkpoints every `interval` s, as the main row; median of
+    `runs` after a warm-up) into its "streamsnap" entry: the like-for-like comparison, since the
+    main rows pay for generating the events and Spark only for reading them."""
     names, _ = check_choice(names, DEFAULT_STATES)
     chosen = [n for n in SPARK_QUERIES if n in names]
     if not chosen:
@@ -225,20 +264,32 @@ def run_spark_all(spark, spark_count: int, runs: int, results: dict, names=None)
     work = tempfile.mkdtemp(prefix="ssbench-nexmark-spark-")
     try:
         print(f"  writing {spark_count:,} Nexmark events as Parquet for Spark ...", flush=True)
-        write_events_parquet(os.path.join(work, "warm"), max(8, spark_count // 20))
+        warm_count = max(8, spark_count // 20)
+        write_events_parquet(os.path.join(work, "warm"), warm_count)
         for divisor in sorted({SPARK_INPUT_DIVISOR.get(n, 1) for n in chosen}):
             write_events_parquet(os.path.join(work, f"in-{divisor}"), max(8, spark_count // divisor))
         for name in chosen:
             divisor = SPARK_INPUT_DIVISOR.get(name, 1)
-            print(f"  nexmark {name} on Spark SS, {runs} runs of {max(8, spark_count // divisor):,} events ...",
-                  flush=True)
+            count, input_dir = max(8, spark_count // divisor), os.path.join(work, f"in-{divisor}")
+            print(f"  nexmark {name} on Spark SS, {runs} runs of {count:,} events ...", flush=True)
             run_spark(spark, name, os.path.join(work, "warm"), os.path.join(work, f"ckpt-{name}-warm"))
-            measured = [run_spark(spark, name, os.path.join(work, f"in-{divisor}"),
-                                  os.path.join(work, f"ckpt-{name}-{i}")) for i in range(runs)]
+            measured = [run_spark(spark, name, input_dir, os.path.join(work, f"ckpt-{name}-{i}")) for i in range(runs)]
             rates = [m["events_per_second"] for m in measured]
             out[name] = {"events_per_second": statistics.median(rates), "per_core": statistics.median(rates) / CORES,
                          "runs": rates, "rows_per_batch": measured[0]["rows_per_batch"],
-                         "events": max(8, spark_count // divisor), "spark": str(spark.version)}
+                         "events": count, "spark": str(spark.version)}
+            print(f"    {out[name]['per_core']:,.0f} events/s per core", flush=True)
+            print(f"  nexmark {name} on streamsnap over the same Parquet files, state rocksdb, "
+                  f"{runs} runs ...", flush=True)
+            run_streamsnap(spark, name, warm_count, state="rocksdb", interval=interval,
+                           input_dir=os.path.join(work, "warm"))
+            ours = [run_streamsnap(spark, name, count, state="rocksdb", interval=interval, input_dir=input_dir)
+                    for _ in range(runs)]
+            rates = [m["events_per_second"] for m in ours]
+            out[name]["streamsnap"] = {"per_core": statistics.median(rates) / CORES, "runs": rates, "state": "rocksdb",
+                                       "interval": interval, "checkpoints": [m["checkpoints"] for m in ours],
+                                       "output_rows": ours[0]["output_rows"]}
+            print(f"    {out[name]['streamsnap']['per_core']:,.0f} events/s per core", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -251,7 +302,7 @@ def run_all(spark, count: int, spark_count: int, runs: int, results: dict, names
     default `runs`): results["nexmark"], which report.nexmark_table turns into the table."""
     names, states = check_choice(names, states)
     run_streamsnap_all(spark, count, runs, results, names, states, interval, generator_seconds)
-    run_spark_all(spark, spark_count, spark_runs or runs, results, names)
+    run_spark_all(spark, spark_count, spark_runs or runs, results, names, interval)
 
 
 def main(argv=None) -> None:
@@ -280,7 +331,7 @@ def main(argv=None) -> None:
     states = args.state or list(DEFAULT_STATES)
     run_streamsnap_all(spark, args.events, args.runs, results, args.query, states, args.checkpoint_interval)
     if args.spark:
-        run_spark_all(spark, args.events, args.runs, results, args.query)
+        run_spark_all(spark, args.events, args.runs, results, args.query, args.checkpoint_interval)
     for name, per_state in results["nexmark"].get("queries", {}).items():
         for state, r in per_state.items():
             details = r["details"][-1]

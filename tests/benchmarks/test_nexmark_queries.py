@@ -53,6 +53,24 @@ def test_the_benchmark_measures_streamsnap_and_spark(spark, tmp_path):
     bench.write_events_parquet(str(tmp_path / "in"), 16_000)
     theirs = bench.run_spark(spark, "q1", str(tmp_path / "in"), str(tmp_path / "ckpt"))
     assert 0 < theirs["events_per_second"] < float("inf") and len(theirs["batch_seconds"]) == 8
+    # streamsnap over Spark's very files (the END row included) gives what the generator gives
+    same = bench.run_streamsnap(spark, "q2", 16_000, state="rocksdb", interval=0.2, input_dir=str(tmp_path / "in"))
+    assert same["output_rows"] == len(reference.q2([nexmark.events(bench.CONFIG)(i) for i in range(16_000)]))
+
+
+def test_spark_writes_q10_as_partitioned_parquet_files_as_streamsnap_does(spark, tmp_path):
+    import pyarrow.dataset as ds
+
+    from benchmarks.nexmark import bench
+
+    bench.write_events_parquet(str(tmp_path / "in"), 8_000, files=4)
+    bench.run_spark(spark, "q10", str(tmp_path / "in"), str(tmp_path / "ckpt"), output_dir=str(tmp_path / "out"))
+    written = ds.dataset(str(tmp_path / "out"), format="parquet", partitioning="hive").to_table()
+    generate = nexmark.events(bench.CONFIG)
+    bids = [e for e in (generate(i) for i in range(8_000)) if e["event_type"] == nexmark.BID]
+    assert written.num_rows == len(bids)
+    assert sorted(written.column("auction").to_pylist()) == sorted(e["bid_auction"] for e in bids)
+    assert {p.name.split("=")[0] for p in (tmp_path / "out").iterdir() if not p.name.startswith("_")} == {"dt"}
 
 
 def test_spark_queries_equal_the_reference(spark, tmp_path):
