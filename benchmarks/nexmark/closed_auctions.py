@@ -1,18 +1,25 @@
 """Queries on closed auctions — q9 (winning bids) and q6 (average selling price per seller over
-its last 10 closed auctions, the query Flink's SQL cannot run) — written as the joins page
-teaches: auctions keyed by id connected to bids keyed by auction, one KeyedCoBatchFunction
-(vectorized: a batch of either input per call) holding the auction and its best bid in keyed
-state, an event-time timer at `expires` closing it.
+its last 10 closed auctions, the query Flink's SQL cannot run).
+
+q9 is written as the joins page teaches: auctions keyed by id connected to bids keyed by auction,
+one KeyedCoBatchFunction (vectorized: a batch of either input per call) holding the auction and
+its best bid in keyed state, an event-time timer at `expires` closing it. q6 needs only each
+auction's final price, not the winning bid's row: q4's closing stage (queries.ClosingPrices, one
+keyed stream of both kinds, fixed-width records in state) with the seller in place of the
+category, then a KeyedBatchFunction per seller.
 """
 
 from __future__ import annotations
+
+import bisect
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 import streamsnap as ss
-from benchmarks.nexmark import kinds
+from benchmarks.nexmark import kinds, queries
 from benchmarks.nexmark.joins import last_rows, some
 from streamsnap.connectors import nexmark
 
@@ -123,30 +130,57 @@ def q9(stream):
 
 
 Q6_SCHEMA = pa.schema([("seller", pa.int64()), ("average", pa.float64()), ("auctions", pa.int64())])
+Q6_CLOSED = pa.schema([("seller", pa.int64()), ("expires", pa.int64()), ("auction", pa.int64()),
+                       ("price", pa.int64())])
+SOLD = 3   # int64s per sold auction kept per seller: expires, auction id, price
 
 
-class LastClosedAverage(ss.KeyedProcessFunction):
-    """Per seller: the final prices of its last `n` closed auctions (by expires, then id), and
-    an updated average at each close; `auctions` counts the closes so far (the last row per
-    seller has the most)."""
+class LastClosedAverages(ss.KeyedBatchFunction):
+    """Per seller, vectorized state access: the final prices of its last `n` closed auctions (by
+    expires, then id), and an updated average for each closed auction in the batch, in order;
+    `auctions` counts the closes so far (the last row per seller has the most). A seller's state
+    is one plain bytes value — the count, then up to `n` (expires, id, price) int64 triples — read
+    for the batch's sellers in one get_many and written in one put_many."""
 
     def __init__(self, n: int = 10):
         self.n = n
 
     def open(self, ctx):
         self.last = ctx.get_state(ss.ValueStateDescriptor("last", default=None))
-        self.closed = ctx.get_state(ss.ValueStateDescriptor("closed", default=0))
 
-    def process_element(self, row, ctx):
-        last = sorted((self.last.value() or []) + [(row["expires"], row["id"], row["price"])])[-self.n:]
-        closed = self.closed.value() + 1
-        self.last.update(last)
-        self.closed.update(closed)
-        prices = [p for _, _, p in last]
-        return {"seller": row["seller"], "average": sum(prices) / len(prices), "auctions": closed}
+    def process_batch(self, batch, keys):
+        stored = self.last.get_many(keys)
+        counts, kept = [], []
+        for value in stored:
+            values = np.frombuffer(value, dtype=np.int64).tolist() if value else [0]
+            counts.append(values[0])
+            kept.append([values[i:i + SOLD] for i in range(1, len(values), SOLD)])
+        expires, auction, price = (batch.column(c).to_numpy(zero_copy_only=False).tolist()
+                                   for c in ("expires", "auction", "price"))
+        averages, closes = [], []
+        n = self.n
+        for k, sold in zip(keys.index.tolist(), zip(expires, auction, price)):
+            last = kept[k]
+            bisect.insort(last, list(sold))
+            if len(last) > n:
+                del last[0]
+            counts[k] += 1
+            averages.append(sum(p for _, _, p in last) / len(last))
+            closes.append(counts[k])
+        self.last.put_many(keys, [np.array([c] + [v for t in last for v in t], dtype=np.int64).tobytes()
+                                  for c, last in zip(counts, kept)])
+        return pa.RecordBatch.from_arrays([batch.column("seller"), pa.array(averages, pa.float64()),
+                                           pa.array(closes, pa.int64())], schema=Q6_SCHEMA)
 
 
 def q6(stream):
-    """Average selling price by seller over its last 10 closed auctions (an updating result)."""
-    return q9(stream).key_by("seller").process(LastClosedAverage(), name="q6 seller average",
-                                               output_schema=Q6_SCHEMA)
+    """Average selling price by seller over its last 10 closed auctions (an updating result), as
+    Flink's q6 is defined: each auction's final price — the highest bid in [date_time, expires],
+    q4's first stage with the seller in place of the category — then per seller the average of
+    its last ten. Both stages vectorized KeyedBatchFunctions."""
+    sides = partial(queries.closing_sides, group="seller")
+    closed = (stream.map_batches(sides, name="q6 sides", output_schema=queries.closing_schema("seller"))
+              .key_by("auction").process_batches(queries.ClosingPrices("seller", Q6_CLOSED), name="q6 close",
+                                                 output_schema=Q6_CLOSED))
+    return closed.key_by("seller").process_batches(LastClosedAverages(), name="q6 seller average",
+                                                   output_schema=Q6_SCHEMA)

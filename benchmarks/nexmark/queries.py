@@ -219,14 +219,21 @@ Q4_CLOSED = pa.schema([("category", pa.int64()), ("price", pa.int64())])
 Q4_OUT = pa.schema([("category", pa.int64()), ("average", pa.float64()), ("auctions", pa.int64())])
 
 
-def _q4_sides(batch: pa.RecordBatch) -> pa.RecordBatch:
-    b = batch.select(["event_type", "bid_auction", "auction_id", "date_time", "auction_expires", "auction_category",
+def closing_sides(batch: pa.RecordBatch, group: str = "category") -> pa.RecordBatch:
+    """Auctions and bids as one stream keyed by the auction id, for ClosingPrices: Q4_IN, with
+    the auction's `group` column (category for q4, seller for q6) in place of category."""
+    b = batch.select(["event_type", "bid_auction", "auction_id", "date_time", "auction_expires", f"auction_{group}",
                       "bid_price"]).filter(pc.not_equal(batch.column("event_type"), nexmark.PERSON))
     is_bid = pc.equal(b.column("event_type"), nexmark.BID)
     return pa.RecordBatch.from_arrays(
         [b.column("event_type"), pc.if_else(is_bid, b.column("bid_auction"), b.column("auction_id")),
-         b.column("date_time"), b.column("auction_expires"), b.column("auction_category"),
-         b.column("bid_price")], schema=Q4_IN)
+         b.column("date_time"), b.column("auction_expires"), b.column(f"auction_{group}"),
+         b.column("bid_price")], schema=closing_schema(group))
+
+
+def closing_schema(group: str) -> pa.Schema:
+    """ClosingPrices' input with `group` as the auction's grouping column (Q4_IN for category)."""
+    return Q4_IN.set(Q4_IN.get_field_index("category"), pa.field(group, pa.int64()))
 
 
 NO_BID = np.iinfo(np.int64).min   # an auction's best price before any bid in its range
@@ -255,12 +262,17 @@ def _records(values: np.ndarray) -> list[bytes]:
 
 class ClosingPrices(ss.KeyedBatchFunction):
     """Per auction, vectorized: the highest bid in [date_time, expires], emitted when the
-    watermark passes `expires`. Per batch: the stored auctions of its distinct keys in one
+    watermark passes `expires` as a row of `schema`, whose columns are picked by name from the
+    auction's `group` column (category for q4, seller for q6), its closing `price`, `expires`
+    and `auction` id. Per batch: the stored auctions of its distinct keys in one
     `get_many`, numpy for the per-auction maximum of the in-range bids, one `put_many` of the
     auctions that changed, one timer per new auction. Bids before their auction (common when
     the sources run apart) wait in state (`early`) and are folded in, vectorized, when it
     arrives. Both states hold fixed-width int64 records as bytes (plain values: no encoding
     per write)."""
+
+    def __init__(self, group: str = "category", schema: pa.Schema | None = None):
+        self.group, self.schema = group, schema if schema is not None else Q4_CLOSED
 
     def open(self, ctx):
         self.auction = ctx.get_state(ss.ValueStateDescriptor("auction", default=None))  # RECORD bytes
@@ -272,7 +284,7 @@ class ClosingPrices(ss.KeyedBatchFunction):
         index = keys.index
         kind = batch.column("event_type").to_numpy(zero_copy_only=False)
         t = _int64s(batch.column("date_time"))
-        info = np.empty((u, 4), dtype=np.int64)          # start, expires, category, best per key
+        info = np.empty((u, 4), dtype=np.int64)          # start, expires, group, best per key
         info[:, 3] = NO_BID
         stored = self.auction.get_many(keys)
         known = np.fromiter((v is not None for v in stored), dtype=bool, count=u)
@@ -287,7 +299,7 @@ class ClosingPrices(ss.KeyedBatchFunction):
             at = index[auctions]
             info[at, 0] = t[auctions]
             info[at, 1] = _int64s(batch.column("expires"))[auctions]
-            info[at, 2] = _int64s(batch.column("category"))[auctions]
+            info[at, 2] = _int64s(batch.column(self.group))[auctions]
             new[at] = True
         # Bids on auctions known by now: the maximum in-range price per auction.
         bids = np.flatnonzero(kind == nexmark.BID)
@@ -342,9 +354,13 @@ class ClosingPrices(ss.KeyedBatchFunction):
         if not len(sold):
             return None
         closed = info[sold].copy()
-        out = pa.RecordBatch.from_arrays([pa.array(closed[:, 2]), pa.array(closed[:, 3])], schema=Q4_CLOSED)
+        positions = [present[i] for i in sold.tolist()]
+        columns = {self.group: closed[:, 2], "price": closed[:, 3], "expires": closed[:, 1]}
+        if "auction" in self.schema.names:
+            columns["auction"] = np.array([timers.keys.unique[i] for i in positions], dtype=np.int64)
+        out = pa.RecordBatch.from_arrays([pa.array(columns[f.name]) for f in self.schema], schema=self.schema)
         closed[:, 3] = NO_BID            # closed: later (late) bids are not emitted again
-        self.auction.put_many(_some(timers.keys, [present[i] for i in sold.tolist()]), _records(closed))
+        self.auction.put_many(_some(timers.keys, positions), _records(closed))
         return out
 
 
@@ -369,7 +385,7 @@ class RunningAverages(ss.KeyedBatchFunction):
 def q4(stream):
     """Average closing price per category: close each auction at `expires`, then average
     (both stages vectorized KeyedBatchFunctions)."""
-    closed = (stream.map_batches(_q4_sides, name="q4 sides", output_schema=Q4_IN)
+    closed = (stream.map_batches(closing_sides, name="q4 sides", output_schema=Q4_IN)
               .key_by("auction").process_batches(ClosingPrices(), name="q4 close", output_schema=Q4_CLOSED))
     return closed.key_by("category").process_batches(RunningAverages(), name="q4 average", output_schema=Q4_OUT)
 
