@@ -190,6 +190,9 @@ def run_nexmark(spark, p: dict, results: dict) -> None:
     Spark SS every query it can express; see benchmarks/nexmark/bench.py and spark_queries.py."""
     from benchmarks.nexmark import bench
 
+    if p.get("nexmark_spark_only"):
+        bench.run_spark_all(spark, p["nexmark_spark"], p["nexmark_spark_runs"], results, p.get("nexmark_queries"))
+        return
     bench.run_all(spark, p["nexmark"], p["nexmark_spark"], p["nexmark_runs"], results,
                   names=p.get("nexmark_queries"), states=p.get("nexmark_states", bench.DEFAULT_STATES),
                   spark_runs=p["nexmark_spark_runs"])
@@ -276,6 +279,9 @@ def main(argv=None) -> int:
     run.add_argument("--nexmark-states", default=None, metavar="rocksdb,heap",
                      help="nexmark: state backends, each a row (rocksdb, heap: checkpoints every 10 s; none: no "
                           "checkpoints); default rocksdb,heap")
+    run.add_argument("--nexmark-spark-only", action="store_true",
+                     help="nexmark: only the Spark SS comparison (Spark, and streamsnap over Spark's Parquet files), "
+                          "not the generator-fed rows")
     run.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = parser.parse_args(argv)
     profile = "full" if args.full else "quick"
@@ -285,7 +291,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
     p = dict(PROFILES[profile])
     try:
-        p.update(nexmark_options(args.only_queries, args.nexmark_states))
+        p.update(nexmark_options(args.only_queries, args.nexmark_states), nexmark_spark_only=args.nexmark_spark_only)
     except ValueError as exc:
         parser.error(str(exc))
     try:       # the report's plots: fail now, not after the hours the run takes

@@ -34,6 +34,7 @@ import tempfile
 import time
 
 import numpy as np
+import pyarrow as pa
 
 import streamsnap as ss
 from benchmarks import workloads
@@ -59,6 +60,33 @@ class _StampedEvents:
             self._stamped = True
             workloads.stamp_start(self.directory)
         return self.events(index)
+
+
+_BID_COLUMNS = tuple(f"bid_{f}" for f in nexmark.BID_SCHEMA.names if f != "date_time")
+_AUCTION_COLUMNS = tuple(f"auction_{f}" for f in nexmark.AUCTION_SCHEMA.names if f != "date_time")
+# The flat columns each query's code reads, besides event_type and date_time: over Parquet its
+# FileSource reads only these (a FileSource reads its schema's columns), as Spark's plan reads
+# only the columns it uses. The kinds.py fronts (kinds.bids, kinds.auctions) take a kind's every
+# column. Queries not listed read them all.
+PARQUET_COLUMNS = {
+    "q0": ("bid_auction", "bid_bidder", "bid_price", "bid_extra"),
+    "q1": ("bid_auction", "bid_bidder", "bid_price", "bid_extra"),
+    "q2": ("bid_auction", "bid_price"), "q5": ("bid_auction",), "q7": ("bid_auction", "bid_bidder", "bid_price"),
+    "q3": ("person_id", "person_name", "person_city", "person_state", "auction_id", "auction_seller",
+           "auction_category"),
+    "q8": ("person_id", "person_name", "auction_seller"),
+    **{q: _BID_COLUMNS for q in ("q10", "q11", "q13", "q14", "q17", "q21", "q22")},
+    "q20": _BID_COLUMNS + _AUCTION_COLUMNS,
+}
+
+
+def parquet_schema(query: str) -> pa.Schema:
+    """nexmark.SCHEMA with only the columns `query` reads (PARQUET_COLUMNS), in its order."""
+    columns = PARQUET_COLUMNS.get(query)
+    if columns is None:
+        return nexmark.SCHEMA
+    keep = {"event_type", "date_time", *columns}
+    return pa.schema([f for f in nexmark.SCHEMA if f.name in keep])
 
 
 class _StampedFiles(ss.sources.FileSource):
@@ -111,7 +139,8 @@ def run_streamsnap(spark, query: str, count: int, batch_size: int = BATCH_SIZE, 
     end of input at the sink (q10 also writes its Parquet files, committed at the end).
     `build`: the query's pipeline (stream -> stream) instead of catalog.QUERIES[query]'s.
     `input_dir`: read the events from the Parquet files there (write_events_parquet, `count`
-    events: Spark's input) instead of generating them, timed from the first reader's open."""
+    events: Spark's input) instead of generating them, only the columns the query reads
+    (parquet_schema), timed from the first reader's first poll."""
     work = tempfile.mkdtemp(prefix="ssbench-nexmark-")
     stamps = os.path.join(work, "stamps")
     os.makedirs(stamps)
@@ -122,7 +151,7 @@ def run_streamsnap(spark, query: str, count: int, batch_size: int = BATCH_SIZE, 
                                           count=count, vectorized=True, schema=nexmark.SCHEMA,
                                           batch_size=batch_size)
         else:
-            source = _StampedFiles(input_dir, stamps, schema=nexmark.SCHEMA, batch_size=batch_size)
+            source = _StampedFiles(input_dir, stamps, schema=parquet_schema(query), batch_size=batch_size)
         sink = EndSink()
         output = (build or catalog.QUERIES[query])(queries.events(env, CONFIG, count, source=source))
         output.sink_to(sink, name="out")
