@@ -14,10 +14,9 @@ from functools import partial
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 import streamsnap as ss
-from benchmarks.nexmark import kinds
+from benchmarks.nexmark import kinds, stateless
 
 DAY_S = 86_400
 RANK_LIMITS = (10_000, 1_000_000)   # rank 1: price < 10 000, rank 2: < 1 000 000, rank 3: the rest
@@ -44,8 +43,8 @@ def _ranked(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def _report(batch: pa.RecordBatch, group: tuple[str, ...], schema: pa.Schema) -> pa.RecordBatch:
-    day = pc.strftime(pc.cast(batch.column("window_start"), pa.timestamp("ms")), format="%Y-%m-%d")
-    minute = pc.strftime(pc.cast(batch.column("latest"), pa.timestamp("ms")), format="%H:%M")
+    day = stateless.utc_text(batch.column("window_start"), "%Y-%m-%d", stateless.DAY_MS)
+    minute = stateless.utc_text(batch.column("latest"), "%H:%M", stateless.MINUTE_MS)
     named = {"day": day, "minute": minute, **{g: batch.column(g) for g in group},
              **{c: batch.column(c) for c in COUNTS}}
     return pa.RecordBatch.from_arrays([named[f.name] for f in schema], schema=schema)
@@ -104,7 +103,7 @@ Q17_SCHEMA = pa.schema([Q17_WINDOWS.field("auction"), ("day", pa.string())] + li
 
 
 def _daily(batch: pa.RecordBatch) -> pa.RecordBatch:
-    day = pc.strftime(pc.cast(batch.column("window_start"), pa.timestamp("ms")), format="%Y-%m-%d")
+    day = stateless.utc_text(batch.column("window_start"), "%Y-%m-%d", stateless.DAY_MS)
     return pa.RecordBatch.from_arrays([batch.column("auction"), day]
                                       + [batch.column(f.name) for f in list(Q17_WINDOWS)[3:]], schema=Q17_SCHEMA)
 

@@ -14,8 +14,20 @@ from benchmarks.nexmark import kinds
 DOLLAR_TO_EURO = 0.908
 
 
-def _utc(batch: pa.RecordBatch, fmt: str) -> pa.Array:
-    return pc.strftime(pc.cast(batch.column("date_time"), pa.timestamp("ms")), format=fmt)
+DAY_MS, MINUTE_MS = 86_400_000, 60_000
+
+
+def utc_text(times: pa.Array, fmt: str, unit_ms: int) -> pa.Array:
+    """Epoch-ms `times` formatted in UTC with `fmt`, whose finest field is `unit_ms` long (a day
+    for "%Y-%m-%d", a minute for "%H:%M"): each distinct unit is formatted once and taken per
+    row — a batch spans a few minutes, and strftime per row was half of q10's cost."""
+    units, inverse = np.unique(times.to_numpy(zero_copy_only=False) // unit_ms, return_inverse=True)
+    text = pc.strftime(pa.array(units * unit_ms, pa.timestamp("ms")), format=fmt)
+    return text.take(pa.array(inverse.reshape(-1)))
+
+
+def _utc(batch: pa.RecordBatch, fmt: str, unit_ms: int) -> pa.Array:
+    return utc_text(batch.column("date_time"), fmt, unit_ms)
 
 
 Q10_SCHEMA = pa.schema([("auction", pa.int64()), ("bidder", pa.int64()), ("price", pa.int64()),
@@ -26,8 +38,8 @@ Q10_SCHEMA = pa.schema([("auction", pa.int64()), ("bidder", pa.int64()), ("price
 def _logged(batch: pa.RecordBatch) -> pa.RecordBatch:
     b = kinds.bids(batch)
     return pa.RecordBatch.from_arrays([b.column("auction"), b.column("bidder"), b.column("price"),
-                                       b.column("date_time"), b.column("extra"), _utc(b, "%Y-%m-%d"),
-                                       _utc(b, "%H:%M")], schema=Q10_SCHEMA)
+                                       b.column("date_time"), b.column("extra"), _utc(b, "%Y-%m-%d", DAY_MS),
+                                       _utc(b, "%H:%M", MINUTE_MS)], schema=Q10_SCHEMA)
 
 
 def q10(stream):
