@@ -13,7 +13,14 @@ first (not timed), read one file per micro-batch, the last file ending with the 
 that lets the final no-data batch emit the last windows; rate = input events / Spark's own
 trigger-to-commit time over micro-batches 2.. (that final batch included), as the W1 Spark
 baselines measure (benchmarks/spark_baselines.py). Reading and decoding Parquet counts,
-generating the events does not.
+generating the events does not. Output goes to the noop sink, q10's to Spark's Parquet file
+sink (partitioned by dt and hm, as streamsnap's q10 writes it).
+
+Like for like: over the very same Parquet files, streamsnap runs each such query too
+(`run_streamsnap(input_dir=...)`: a FileSource reading only the columns the query reads,
+PARQUET_COLUMNS, as Spark's plan reads only those; state on RocksDB, the same checkpoints),
+timed from the first reader's first poll to the end of input at the sink. The report's ratio to
+Spark SS is of that figure: the generator-fed rows pay for making the events, Spark does not.
 
 `run_all` (what `python -m benchmarks run --only nexmark` calls) runs each query as Flink's suite
 runs it: exactly-once checkpoints every 10 s with state on RocksDB (incremental) — the main row —
@@ -40,6 +47,7 @@ import streamsnap as ss
 from benchmarks import workloads
 from benchmarks.nexmark import catalog, queries, spark_queries, stateless
 from streamsnap.connectors import nexmark
+from streamsnap.connectors.files import FileSourceReader
 
 PARALLELISM = 2
 CORES = 2
@@ -90,28 +98,34 @@ def parquet_schema(query: str) -> pa.Schema:
 
 
 class _StampedFiles(ss.sources.FileSource):
-    """The FileSource over write_events_parquet's files, each reader writing the wall-clock time
-    of its first poll to a file under `stamps` (as _StampedEvents: when the subtask started
-    reading, after the file listing and the job's start-up) and leaving out Spark's end-of-input
-    row (the last row of the last file), which is no event."""
+    """The FileSource over write_events_parquet's files, read by _StampedFileReader."""
 
     def __init__(self, path: str, stamps: str, **options):
         super().__init__(path, "parquet", **options)
         self.stamps = stamps
 
     def create_reader(self, ctx):
-        reader = super().create_reader(ctx)
-        polled, stamped = reader.poll, []
+        return _StampedFileReader(self, ctx)
 
-        def poll_events():
-            if not stamped:
-                stamped.append(workloads.stamp_start(self.stamps))
-            batch = polled()
-            if batch is not None and batch.num_rows and batch.column("event_type")[-1].as_py() == spark_queries.END:
-                batch = batch.slice(0, batch.num_rows - 1)
-            return batch
-        reader.poll = poll_events
-        return reader
+
+class _StampedFileReader(FileSourceReader):
+    """A FileSource reader writing the wall-clock time of its first poll to a file under the
+    source's `stamps` (as _StampedEvents: when the subtask started reading, after the file
+    listing and the job's start-up) and leaving out Spark's end-of-input row (the last row of
+    the last file), which is no event."""
+
+    def __init__(self, source: _StampedFiles, ctx):
+        super().__init__(source, ctx)
+        self._stamps, self._stamped = source.stamps, False
+
+    def poll(self):
+        if not self._stamped:
+            self._stamped = True
+            workloads.stamp_start(self._stamps)
+        batch = super().poll()
+        if batch is not None and batch.num_rows and batch.column("event_type")[-1].as_py() == spark_queries.END:
+            batch = batch.slice(0, batch.num_rows - 1)
+        return batch
 
 
 EndSink = workloads.EndSink
