@@ -232,16 +232,24 @@ def run_spark(spark, query: str, input_dir: str, checkpoint_dir: str, output_dir
 
 
 def measure(spark, name: str, count: int, runs: int, state: str = "rocksdb", interval: float = 10.0,
-            warm: bool = True) -> dict:
+            warm: bool = True, input_dir: str | None = None, warm_input: tuple[str, int] | None = None) -> dict:
     """`runs` runs of query `name` (after a warm-up run of a tenth of `count`, at least 100 K
-    events, unless `warm` is False): the median events/s, per core, each run, and the checkpoints each completed."""
+    events, unless `warm` is False): the median events/s, per core, each run, the checkpoints
+    each completed and the first run's output rows. `input_dir`: over the Parquet files there
+    (run_streamsnap's), warmed up over `warm_input` (its directory and event count)."""
+    if input_dir is not None and warm and warm_input is None:
+        raise ValueError("measure: a run over input_dir warms up over warm_input=(directory, events)")
     if warm:
-        run_streamsnap(spark, name, min(count, max(100_000, count // 10)), state=state, interval=interval)
-    measured = [run_streamsnap(spark, name, count, state=state, interval=interval) for _ in range(runs)]
+        if input_dir is None:
+            run_streamsnap(spark, name, min(count, max(100_000, count // 10)), state=state, interval=interval)
+        else:
+            run_streamsnap(spark, name, warm_input[1], state=state, interval=interval, input_dir=warm_input[0])
+    measured = [run_streamsnap(spark, name, count, state=state, interval=interval, input_dir=input_dir)
+                for _ in range(runs)]
     rates = [m["events_per_second"] for m in measured]
     return {"events_per_second": statistics.median(rates), "per_core": statistics.median(rates) / CORES,
             "runs": rates, "details": measured, "events": count, "state": state, "interval": interval,
-            "checkpoints": [m["checkpoints"] for m in measured]}
+            "checkpoints": [m["checkpoints"] for m in measured], "output_rows": measured[0]["output_rows"]}
 
 
 DEFAULT_STATES = ("rocksdb", "heap")   # issue 34: RocksDB incremental the main row, the heap the second
@@ -324,14 +332,8 @@ def run_spark_all(spark, spark_count: int, runs: int, results: dict, names=None,
             print(f"    {out[name]['per_core']:,.0f} events/s per core", flush=True)
             print(f"  nexmark {name} on streamsnap over the same Parquet files, state rocksdb, "
                   f"{runs} runs ...", flush=True)
-            run_streamsnap(spark, name, warm_count, state="rocksdb", interval=interval,
-                           input_dir=os.path.join(work, "warm"))
-            ours = [run_streamsnap(spark, name, count, state="rocksdb", interval=interval, input_dir=input_dir)
-                    for _ in range(runs)]
-            rates = [m["events_per_second"] for m in ours]
-            out[name]["streamsnap"] = {"per_core": statistics.median(rates) / CORES, "runs": rates, "state": "rocksdb",
-                                       "interval": interval, "checkpoints": [m["checkpoints"] for m in ours],
-                                       "output_rows": ours[0]["output_rows"]}
+            out[name]["streamsnap"] = measure(spark, name, count, runs, "rocksdb", interval, input_dir=input_dir,
+                                              warm_input=(os.path.join(work, "warm"), warm_count))
             print(f"    {out[name]['streamsnap']['per_core']:,.0f} events/s per core", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

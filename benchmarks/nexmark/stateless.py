@@ -26,10 +26,6 @@ def utc_text(times: pa.Array, fmt: str, unit_ms: int) -> pa.Array:
     return text.take(pa.array(inverse.reshape(-1)))
 
 
-def _utc(batch: pa.RecordBatch, fmt: str, unit_ms: int) -> pa.Array:
-    return utc_text(batch.column("date_time"), fmt, unit_ms)
-
-
 Q10_SCHEMA = pa.schema([("auction", pa.int64()), ("bidder", pa.int64()), ("price", pa.int64()),
                         ("date_time", pa.int64()), ("extra", pa.string()), ("dt", pa.string()),
                         ("hm", pa.string())])
@@ -37,9 +33,10 @@ Q10_SCHEMA = pa.schema([("auction", pa.int64()), ("bidder", pa.int64()), ("price
 
 def _logged(batch: pa.RecordBatch) -> pa.RecordBatch:
     b = kinds.bids(batch)
-    return pa.RecordBatch.from_arrays([b.column("auction"), b.column("bidder"), b.column("price"),
-                                       b.column("date_time"), b.column("extra"), _utc(b, "%Y-%m-%d", DAY_MS),
-                                       _utc(b, "%H:%M", MINUTE_MS)], schema=Q10_SCHEMA)
+    times = b.column("date_time")
+    return pa.RecordBatch.from_arrays([b.column("auction"), b.column("bidder"), b.column("price"), times,
+                                       b.column("extra"), utc_text(times, "%Y-%m-%d", DAY_MS),
+                                       utc_text(times, "%H:%M", MINUTE_MS)], schema=Q10_SCHEMA)
 
 
 def q10(stream):

@@ -49,10 +49,10 @@ from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, 
 from streamsnap.runtime.operators.keyed import current_millis
 from streamsnap.runtime.operators.process import ProcessOperator
 from streamsnap.runtime.operators.timestamps_and_watermarks import batch_timestamps
-from streamsnap.runtime.schemas import RowSchema, StreamSchema
 from streamsnap.runtime.operators.seen_filter import FiltersByStart, name_hashes
 from streamsnap.runtime.operators.window_distinct import DistinctSets, DistinctSpec
 from streamsnap.runtime.operators.windows import WindowOperator
+from streamsnap.runtime.schemas import RowSchema, StreamSchema
 from streamsnap.state.descriptors import ValueStateDescriptor
 from streamsnap.state.serialization import Serializer, pack_value, unpack_value
 from streamsnap.time.lateness import late_windows
