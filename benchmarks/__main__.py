@@ -294,6 +294,13 @@ def main(argv=None) -> int:
         p.update(nexmark_options(args.only_queries, args.nexmark_states), nexmark_spark_only=args.nexmark_spark_only)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.nexmark_spark_only:
+        from benchmarks.nexmark import bench
+        if "nexmark" not in chosen:
+            parser.error("--nexmark-spark-only runs part of the nexmark benchmark: add nexmark to --only")
+        if not set(p["nexmark_queries"]) & set(bench.SPARK_QUERIES):
+            parser.error(f"--nexmark-spark-only: Spark SS expresses none of {', '.join(p['nexmark_queries'])}; "
+                         f"choose among {', '.join(bench.SPARK_QUERIES)}")
     try:       # the report's plots: fail now, not after the hours the run takes
         import matplotlib  # noqa: F401
     except ImportError:

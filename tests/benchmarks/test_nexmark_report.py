@@ -137,6 +137,12 @@ def test_unknown_queries_or_states_are_refused_before_anything_runs(capsys):
     with pytest.raises(SystemExit):    # parser.error, before the Spark session starts
         suite.main(["run", "--only", "nexmark", "--only-queries", "q0,q23"])
     assert "unknown Nexmark query q23" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        suite.main(["run", "--only", "nexmark", "--only-queries", "q4,q6", "--nexmark-spark-only"])
+    assert "Spark SS expresses none of q4, q6; choose among q0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        suite.main(["run", "--only", "recovery", "--nexmark-spark-only"])
+    assert "add nexmark to --only" in capsys.readouterr().err
 
 
 def test_the_generator_cost_is_measured_in_events_per_cpu_second():
