@@ -10,6 +10,8 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
@@ -172,6 +174,43 @@ def test_session_timers_pop_each_key_once_at_its_latest_scheduled_time():
     assert timers.next_time() == 200
     timers.schedule("a", 1, 0, 0, 0)          # no sessions left: forgotten
     assert (timers.pop_due(MAX_WATERMARK), len(timers), timers.next_time()) == (([], []), 0, None)
+
+
+_STEPS = st.lists(st.one_of(
+    st.tuples(st.just("schedule"), st.dictionaries(st.integers(0, 40), st.tuples(
+        st.integers(0, 60), st.integers(0, 3), st.integers(0, 3)), max_size=25)),
+    st.tuples(st.just("pop"), st.integers(0, 70)),
+    st.tuples(st.just("pop"), st.just(MAX_WATERMARK))), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_STEPS)
+def test_session_timers_agree_with_a_dict_of_each_keys_earliest_time(steps):
+    """Batches of keys rescheduled (sessions 0 forgets a key) and due keys popped, against a
+    plain dict: the same keys due (earliest first), counts, next time; a small capacity makes
+    the slots grow and be reused."""
+    timers, model = SessionTimers(capacity=2), {}
+    for step in steps:
+        if step[0] == "schedule":
+            keys = list(step[1])
+            times, sessions, pending = (np.array([step[1][k][i] for k in keys], dtype=np.int64) for i in range(3))
+            pending = np.minimum(pending, sessions)
+            timers.schedule_many([f"k{k}" for k in keys], [k % 7 for k in keys], times, sessions, pending)
+            for k, t, n, p in zip(keys, times.tolist(), sessions.tolist(), pending.tolist()):
+                model.pop(f"k{k}", None)
+                if n:
+                    model[f"k{k}"] = (t, n, p, int(k) % 7)
+        else:
+            keys, groups = timers.pop_due(step[1])
+            due = {k: v for k, v in model.items() if v[0] <= step[1]}
+            assert sorted(keys) == sorted(due) and len(keys) == len(set(keys))
+            assert [model[k][0] for k in keys] == sorted(model[k][0] for k in keys)
+            assert groups == [model[k][3] for k in keys]
+            for k in keys:
+                del model[k]
+        assert len(timers) == sum(v[1] for v in model.values())
+        assert timers.num_pending() == sum(v[2] for v in model.values())
+        assert timers.next_time() == min((v[0] for v in model.values()), default=None)
 
 
 # ---------------------------------------------------------------------------- the operator

@@ -182,15 +182,15 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
         cut = np.r_[0, np.cumsum(per_key)].tolist()
         self.windows.put_many(state_keys, [rows[a:b] or None for a, b in zip(cut[:-1], cut[1:])])
         due = _summary(sessions.end, sessions.pending, self.allowed_lateness)
-        has = per_key > 0
-        first = np.asarray(cut[:-1])[has]
-        earliest = np.minimum.reduceat(due, first).tolist() if len(first) else []
-        pending = np.add.reduceat(sessions.pending.astype(np.int64), first).tolist() if len(first) else []
-        schedule = self.index.schedule
-        for k, t, s, p in zip(np.flatnonzero(has).tolist(), earliest, per_key[has].tolist(), pending):
-            schedule(state_keys.unique[k], state_keys.key_groups[k], t, s, p)
-        for k in np.flatnonzero(~has).tolist():
-            schedule(state_keys.unique[k], state_keys.key_groups[k], 0, 0, 0)
+        earliest = np.zeros(count, dtype=np.int64)
+        pending = np.zeros(count, dtype=np.int64)
+        has = np.flatnonzero(per_key > 0)
+        if len(has):
+            first = np.asarray(cut[:-1])[has]
+            earliest[has] = np.minimum.reduceat(due, first)
+            pending[has] = np.add.reduceat(sessions.pending.astype(np.int64), first)
+        self.index.schedule_many(state_keys.unique, state_keys.key_groups, earliest, per_key.astype(np.int64),
+                                 pending)
 
     # ------------------------------------------------------------------ time
     def _advance(self, time: int) -> None:
