@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow as pa
 
 
@@ -38,3 +40,13 @@ class RecordingState:
     def put_many(self, keys, values):
         self.calls.append(("put", len(keys.unique), sum(v is None for v in values)))
         return self.state.put_many(keys, values)
+
+
+def older_layout_encode(columns, counts=None):
+    """`partial_rows.encode` as streamsnap stored window partials before it: msgpack lists (a
+    row per value, or per key a list of its rows, None for none), for restores of such state."""
+    rows = list(map(list, zip(*(c.tolist() for c in columns))))
+    if counts is None:
+        return rows
+    cut = [0, *itertools.accumulate(int(c) for c in counts)]
+    return [rows[a:b] or None for a, b in zip(cut[:-1], cut[1:])]

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
+from streamsnap.runtime.operators import partial_rows
 from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.runtime.operators.vectorized_sessions import SESSIONS, VectorizedSessionOperator
 from streamsnap.runtime.operators.vectorized_windows import ColumnAggregate
@@ -24,6 +25,7 @@ from streamsnap.state.key_groups import assign_key_groups
 from streamsnap.time.session_merge import merge_sessions
 from streamsnap.time.session_timers import SessionTimers
 from streamsnap.time.watermarks import MAX_WATERMARK
+from tests.runtime.support import older_layout_encode
 from tests.runtime.test_window_operator import Sink
 
 W = ss.windows
@@ -264,9 +266,13 @@ def test_a_late_row_within_the_allowed_lateness_refires_a_longer_session_at_once
     assert [(r["window_start"], r["n"]) for r in main.rows()][3:] == [(5_000, 1)]
 
 
-def test_a_restore_at_another_parallelism_fires_each_open_session_once(tmp_path):
+@pytest.mark.parametrize("older_layout", [False, True])
+def test_a_restore_at_another_parallelism_fires_each_open_session_once(tmp_path, monkeypatch, older_layout):
     """Sessions open at the snapshot (pending or fired and kept for the allowed lateness) move
-    with their key groups; the restored operators fire them once, with the rows that follow."""
+    with their key groups; the restored operators fire them once, with the rows that follow.
+    Also from state stored as msgpack lists (streamsnap before `partial_rows`)."""
+    if older_layout:
+        monkeypatch.setattr(partial_rows, "encode", older_layout_encode)
     rows = random_rows(3, count=1_200, keys=12)
     batches = [rows[i:i + 200] for i in range(0, len(rows), 200)]
     reference, ref_main, ref_side = sessions_operator(600)
@@ -279,6 +285,9 @@ def test_a_restore_at_another_parallelism_fires_each_open_session_once(tmp_path)
     timers = op.timer_service.num_event_time_timers()
     assert timers > 0
     state = op.snapshot_state(1, 0.0, str(tmp_path)).run()
+    if older_layout:
+        assert all(type(v) is list for _, _, v in op.keyed_backend.iter_entries(SESSIONS))
+        monkeypatch.undo()
     restored = assign_operator_state({0: state}, 128, 2)
     out, late, restored_timers = list(main.rows()), list(side.rows()), 0
     for subtask in range(2):

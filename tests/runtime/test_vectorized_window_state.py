@@ -12,6 +12,7 @@ import pytest
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
+from streamsnap.runtime.operators import partial_rows
 from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.runtime.operators.vectorized_windows import (WINDOWS, ColumnAggregate,
                                                    VectorizedWindowOperator)
@@ -19,7 +20,7 @@ from streamsnap.runtime.operators.windows import AggregateContents
 from streamsnap.state.assignment import assign_operator_state
 from streamsnap.state.key_groups import assign_key_groups
 from streamsnap.time.watermarks import MAX_WATERMARK
-from tests.runtime.support import RecordingState
+from tests.runtime.support import RecordingState, older_layout_encode
 from tests.runtime.test_window_operator import Sink, window_operator
 
 W = ss.windows
@@ -116,9 +117,12 @@ def test_out_of_order_batches_fire_like_the_per_row_window_operator(assigner, la
     assert vec.timer_service.num_event_time_timers() == 0 and len(vec.index) == 0
 
 
-def test_a_restore_at_another_parallelism_keeps_pending_windows_and_fires_each_once(tmp_path):
+@pytest.mark.parametrize("older_layout", [False, True])
+def test_a_restore_at_another_parallelism_keeps_pending_windows_and_fires_each_once(tmp_path, monkeypatch,
+                                                                                    older_layout):
     """Windows fired but kept for the allowed lateness must not fire again when the restored
-    operators see the watermark rise again; pending ones fire once; late rows re-fire."""
+    operators see the watermark rise again; pending ones fire once; late rows re-fire. Also
+    from state stored as msgpack lists (streamsnap before `partial_rows`)."""
     assigner = W.SlidingEventTimeWindows.of(10, 5)
     rows = [{"key": k, "ts": t, "value": k + t} for k in range(30) for t in (1_000, 8_000, 13_000)]
     late = [{"key": k, "ts": 9_000, "value": 1} for k in range(0, 30, 3)]
@@ -130,6 +134,8 @@ def test_a_restore_at_another_parallelism_keeps_pending_windows_and_fires_each_o
     reference.process(pa.RecordBatch.from_pylist(late, schema=SCHEMA))
     reference.process_watermark(MAX_WATERMARK)
 
+    if older_layout:
+        monkeypatch.setattr(partial_rows, "encode", older_layout_encode)
     op, main, _ = vectorized(assigner, 5_000)
     op.process(batch)
     op.process_watermark(10_000)            # [-5 s, 5 s) and [0, 10 s) fired, kept until 15 s
@@ -137,6 +143,9 @@ def test_a_restore_at_another_parallelism_keeps_pending_windows_and_fires_each_o
     assert fired == 60
     timers = op.timer_service.num_event_time_timers()
     state = op.snapshot_state(1, 0.0, str(tmp_path)).run()
+    if older_layout:
+        assert all(type(v) is list for _, _, v in op.keyed_backend.iter_entries(WINDOWS))
+        monkeypatch.undo()
     restored = assign_operator_state({0: state}, 128, 2)
     out, restored_timers = [], 0
     for i in range(2):

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from streamsnap.errors import ConfigurationError
+from streamsnap.runtime.operators import partial_rows
 from streamsnap.runtime.operators.process import ProcessOperator
 from streamsnap.runtime.operators.seen_filter import FiltersByStart, name_hashes
 from streamsnap.runtime.operators.vectorized_windows import (SLICES, WINDOWS, VectorizedWindowOperator,
@@ -72,6 +73,10 @@ class SlicedWindowOperator(VectorizedWindowOperator):
         # The stored min/max fields of string columns (`object_fields` counts them from rows,
         # the first field of a slice).
         self._text_fields = self.object_fields
+
+    def _fields(self) -> int:
+        """Fields of a stored slice: ``[rows, (valid, sum, min, max) per column]``."""
+        return 1 + 4 * len(self.columns)
 
     # ------------------------------------------------------------------ state
     def initialize_state(self) -> None:
@@ -129,7 +134,7 @@ class SlicedWindowOperator(VectorizedWindowOperator):
         """Add the rows to their (key, slice) entries: one bulk read and write per batch."""
         g = self._batch_groups(batch, keys, rows, starts)
         merged = g.merged if g.old is None else _fold_stored(g.merged, g.existed, g.old)
-        self.windows.put_many(g.state_keys, list(map(list, zip(*(m.tolist() for m in merged)))))
+        self.windows.put_many(g.state_keys, self._encode(merged))
         self._register_fresh(g.state_keys, g.starts, g.existed, g.hashes)
 
     # ------------------------------------------------------------------ time
@@ -174,7 +179,7 @@ class SlicedWindowOperator(VectorizedWindowOperator):
         all_codes = np.fromiter((ids.setdefault(name[0], len(ids)) for name in names), dtype=np.int64,
                                 count=len(names))
         all_keys = list(ids)
-        fields = list(zip(*values))
+        fields = partial_rows.decode(values, self._fields())[1]
         columns = [np.array(f, dtype=object) if j in self._text_fields else np.asarray(f)
                    for j, f in enumerate(fields)]
         for end, window in zip(due.ends, due.windows):

@@ -10,9 +10,9 @@ which of them form one session; each session's partials fold with ``ufunc.reduce
 
 State: per key one entry of the ValueState ``_window.session.columns`` (keyed state, so
 checkpoints, restore and rescaling move it with its key group): the key's open sessions, each
-``[start, end, pending, rows, (valid, sum, min, max) per input column]`` — the same partials
-as the aligned windows' (vectorized_windows.py). A batch reads and writes one entry per
-distinct key, in bulk.
+a row ``[start, end, pending, rows, (valid, sum, min, max) per input column]`` — the same
+partials as the aligned windows' (vectorized_windows.py), stored as `partial_rows` bytes. A
+batch reads and writes one entry per distinct key, in bulk.
 
 Time, as Flink's WindowOperator with the EventTimeTrigger: a session fires when the watermark
 passes its ``max_timestamp = end - 1`` and is dropped at ``end - 1 + allowed lateness``; rows
@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from streamsnap.runtime.batches import Batch
+from streamsnap.runtime.operators import partial_rows
 from streamsnap.runtime.operators.base import OperatorContext, user_error
 from streamsnap.runtime.operators.process import ProcessOperator
 from streamsnap.runtime.operators.timestamps_and_watermarks import batch_timestamps
@@ -71,14 +72,13 @@ class _Sessions:
 
 
 def _stored(values: list, fields: int) -> _Sessions:
-    """The sessions read from the state (one list of sessions, or None, per key) as columns."""
-    counts = [len(v) if v else 0 for v in values]
-    flat = [s for v in values if v for s in v]
+    """The sessions read from the state (a key's sessions as `partial_rows`, or None, per key)
+    as columns; `fields` counts the partials (``[rows, (valid, sum, min, max) per column]``)."""
+    counts, columns = partial_rows.decode(values, 3 + fields, nested=True)
     key = np.repeat(np.arange(len(values), dtype=np.int64), counts)
-    if not flat:
+    if not len(key):
         empty = np.empty(0, dtype=np.int64)
         return _Sessions(key, empty, empty, np.empty(0, dtype=bool), [empty] * fields)
-    columns = list(zip(*flat))
     return _Sessions(key, np.asarray(columns[0], dtype=np.int64), np.asarray(columns[1], dtype=np.int64),
                      np.asarray(columns[2], dtype=bool), [np.asarray(c) for c in columns[3:]])
 
@@ -106,7 +106,9 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
         self.windows = backend.get_state(ValueStateDescriptor(SESSIONS, serializer=_Unchecked()))
         # The restored sessions imply their timers: index each key's earliest.
         lateness = self.allowed_lateness
-        for key_group, key, sessions in backend.iter_entries(SESSIONS):
+        fields = 4 + 4 * len(self.columns)
+        for key_group, key, value in backend.iter_entries(SESSIONS):
+            sessions = partial_rows.rows(value, fields, nested=True)
             due = [s[1] - 1 if s[2] else min(s[1] - 1 + lateness, MAX_WATERMARK) for s in sessions]
             self.index.schedule(key, key_group, min(due), len(sessions), sum(1 for s in sessions if s[2]))
         self.timer_service = _TimerView(self)
@@ -177,16 +179,15 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
         schedule its earliest due time."""
         count = len(state_keys.unique)
         per_key = np.bincount(sessions.key, minlength=count)
-        rows = list(map(list, zip(sessions.start.tolist(), sessions.end.tolist(), sessions.pending.tolist(),
-                                  *(p.tolist() for p in sessions.parts))))
-        cut = np.r_[0, np.cumsum(per_key)].tolist()
-        self.windows.put_many(state_keys, [rows[a:b] or None for a, b in zip(cut[:-1], cut[1:])])
+        self.windows.put_many(state_keys, partial_rows.encode(
+            [sessions.start, sessions.end, sessions.pending, *sessions.parts], per_key))
+        cut = np.r_[0, np.cumsum(per_key)]
         due = _summary(sessions.end, sessions.pending, self.allowed_lateness)
         earliest = np.zeros(count, dtype=np.int64)
         pending = np.zeros(count, dtype=np.int64)
         has = np.flatnonzero(per_key > 0)
         if len(has):
-            first = np.asarray(cut[:-1])[has]
+            first = cut[:-1][has]
             earliest[has] = np.minimum.reduceat(due, first)
             pending[has] = np.add.reduceat(sessions.pending.astype(np.int64), first)
         self.index.schedule_many(state_keys.unique, state_keys.key_groups, earliest, per_key.astype(np.int64),

@@ -13,8 +13,9 @@ and reduced per (key, window) group with sort + `ufunc.reduceat`: no Python per 
 State: per (key, window) one entry of the ValueState ``_window.columns``, whose state key is
 ``(key, window start)`` in the *key's* key group (Flink's keyed state with a window namespace),
 so checkpoints, restore and rescaling move it with its key group. Its value is the window's
-partial aggregate ``[pending, rows, (valid, sum, min, max) per input column]``, so windows of
-any size cost the same. A batch reads and writes these entries once per (key, window) group in
+partial aggregate ``[pending, rows, (valid, sum, min, max) per input column]`` as one
+`partial_rows` row of bytes (a list when a min/max column holds strings), so windows of any
+size cost the same. A batch reads and writes these entries once per (key, window) group in
 bulk (`get_many` / `put_many`), with numpy folding the batch's partials into the stored ones.
 Sliding windows without allowed lateness or count_distinct keep one entry per (key, slice)
 instead (sliced_windows.py, a subclass sharing the batch reduction).
@@ -45,6 +46,7 @@ import pyarrow.compute as pc
 from streamsnap.errors import ConfigurationError
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.batches import Batch, to_record_batch
+from streamsnap.runtime.operators import partial_rows
 from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, user_error
 from streamsnap.runtime.operators.keyed import current_millis
 from streamsnap.runtime.operators.process import ProcessOperator
@@ -87,8 +89,9 @@ class _Keys:
 
 class _Unchecked(Serializer):
     """msgpack (the same encoding and tag as the default serializer), without the per-write
-    encodability check: the operator only stores lists of the Python ints, floats, bools, str
-    and None that numpy's / Arrow's `tolist()` made, which always encode."""
+    encodability check: the operator only stores `partial_rows` bytes, or lists of the Python
+    ints, floats, bools, str and None that numpy's / Arrow's `tolist()` made, which always
+    encode."""
 
     native = True
 
@@ -278,6 +281,17 @@ class VectorizedWindowOperator(WindowOperator):
         self._watermark = MIN_WATERMARK
         self._processing_time = MIN_WATERMARK
 
+    def _fields(self) -> int:
+        """Fields of a stored row: ``[pending, rows, (valid, sum, min, max) per column,
+        distinct counts]`` (`partial_rows`)."""
+        return 2 + 4 * len(self.columns) + len(self.distinct_specs)
+
+    def _encode(self, columns: list[np.ndarray]) -> list:
+        """The stored values of rows given as columns: `partial_rows` bytes, or lists when a
+        column holds strings."""
+        values = partial_rows.encode(columns)
+        return values if values is not None else list(map(list, zip(*(c.tolist() for c in columns))))
+
     def _init_windows(self, assigner: WindowAssigner) -> None:
         """The windows' size and the index of their timers (aligned windows share theirs)."""
         self.size = assigner.size_ms
@@ -317,12 +331,13 @@ class VectorizedWindowOperator(WindowOperator):
         backend = self.keyed_backend
         by_start: dict[int, tuple[list, list]] = {}
         pending = set()
+        fields = self._fields()
         for key_group, name, value in backend.iter_entries(state):
             start = name[1]
             chunk = by_start.setdefault(start, ([], []))
             chunk[0].append(name)
             chunk[1].append(key_group)
-            if value[0]:
+            if partial_rows.rows(value, fields)[0][0]:
                 pending.add(start)
         # On RocksDB a lookup of a window that does not exist still probes the database: the
         # windows the index holds (all that have state) go into a filter per start, and a
@@ -421,8 +436,7 @@ class VectorizedWindowOperator(WindowOperator):
             if fire_now.any():   # late elements within the allowed lateness re-fire
                 self._output([state_keys.unique[g][0] for g in np.flatnonzero(fire_now).tolist()],
                              group_starts[fire_now], [m[fire_now] for m in merged])
-        self.windows.put_many(state_keys, list(map(list, zip(
-            pending.tolist(), *(m.tolist() for m in merged)))))
+        self.windows.put_many(state_keys, self._encode([pending, *merged]))
         # Index the new windows (their cleanup timer) and the pending ones (trigger timer).
         self._register_fresh(state_keys, group_starts, existed, hashes)
         if pending.any():
@@ -448,7 +462,7 @@ class VectorizedWindowOperator(WindowOperator):
         hashes = None if self._known is None else name_hashes(state_keys.unique)
         stored = self._stored(state_keys, group_starts, hashes)
         existed = np.fromiter((v is not None for v in stored), dtype=bool, count=len(stored))
-        old = list(zip(*(v for v in stored if v is not None))) if existed.any() else None
+        old = partial_rows.decode([v for v in stored if v is not None], self._fields())[1] if existed.any() else None
         return _Groups(state_keys, group_starts, merged, existed, old, hashes, order, bounds)
 
     def _register_fresh(self, state_keys: _Keys, starts: np.ndarray, existed: np.ndarray,
@@ -517,7 +531,7 @@ class VectorizedWindowOperator(WindowOperator):
                 state_keys = _Keys([names[i] for i in present],
                                    [state_keys.key_groups[i] for i in present])
                 names = state_keys.unique
-            old = list(zip(*values))
+            old = partial_rows.decode(values, self._fields())[1]
             pending = np.asarray(old[0], dtype=bool)
             limit = _clamp(time - (self.size - 1))
             fire = pending & (starts <= limit)
@@ -533,11 +547,14 @@ class VectorizedWindowOperator(WindowOperator):
                 cleaned = np.flatnonzero(clean).tolist()
                 self.distinct.clear([names[i] for i in cleaned], [state_keys.key_groups[i] for i in cleaned])
             if clean.all():
-                updates = [None] * len(present)
-            else:
-                updates = [None if c else ([False] + v[1:] if f else v)
-                           for v, f, c in zip(values, fire.tolist(), clean.tolist())]
-            self.windows.put_many(state_keys, updates)
+                self.windows.put_many(state_keys, [None] * len(present))
+            else:      # only the windows that changed: dropped, or fired (no longer pending)
+                changed = np.flatnonzero(clean | fire).tolist()
+                fields = self._fields()
+                groups = state_keys.key_groups
+                self.windows.put_many(
+                    _Keys([names[i] for i in changed], [groups[i] for i in changed]),
+                    [None if clean[i] else partial_rows.with_first_cleared(values[i], fields) for i in changed])
         self.index.retire(due)
         if self._known is not None:
             for start in due.clean:
