@@ -97,8 +97,9 @@ class TtlValueState(_Ttl, ValueState):
         self._write_map()[self._backend._current_key] = self._stamp(value,
                                                                     self._backend._ttl_now())
 
-    def get_many(self, keys) -> list:
-        """Per distinct key as `value()` (expiry checked and cleaned up key by key)."""
+    def get_many(self, keys, *, hot: bool = False) -> list:
+        """Per distinct key as `value()` (expiry checked and cleaned up key by key); `hot` as
+        in ValueState.get_many (all in memory here)."""
         backend = self._backend
         saved = backend._current_key, backend._current_key_group
         try:

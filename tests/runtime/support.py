@@ -33,9 +33,9 @@ class RecordingState:
     def __init__(self, state, calls: list):
         self.state, self.calls = state, calls
 
-    def get_many(self, keys):
+    def get_many(self, keys, **hints):
         self.calls.append(("get", len(keys.unique)))
-        return self.state.get_many(keys)
+        return self.state.get_many(keys, **hints)
 
     def put_many(self, keys, values):
         self.calls.append(("put", len(keys.unique), sum(v is None for v in values)))

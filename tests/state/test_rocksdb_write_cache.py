@@ -152,10 +152,10 @@ class Harness:
             results.append(read(backend, states, name))
         assert results[0] == results[1], (op, name, key, arg)
 
-    def apply_many(self, name: str, keys: list, values: list) -> None:
+    def apply_many(self, name: str, keys: list, values: list, hot: bool) -> None:
         """Vectorized access (get_many, then put_many) to the distinct `keys` on both."""
         batch = BatchKeys(keys, np.arange(len(keys)), [assign_to_key_group(k, MAX_P) for k in keys])
-        got = [states[name].get_many(batch) for states in (self.rocks_states, self.model_states)]
+        got = [states[name].get_many(batch, hot=hot) for states in (self.rocks_states, self.model_states)]
         assert got[0] == got[1], (name, keys)
         for states in (self.rocks_states, self.model_states):
             states[name].put_many(batch, values)
@@ -165,7 +165,7 @@ class Harness:
         if rng.random() < 0.05:
             keys = rng.sample(KEYS, rng.randrange(1, 12))
             self.apply_many(rng.choice(["value", "ttl_value"]), keys,
-                            [rng.choice([None, rng.randrange(1000), "s"]) for _ in keys])
+                            [rng.choice([None, rng.randrange(1000), "s"]) for _ in keys], rng.random() < 0.5)
             return
         name = rng.choice(list(self.model_states))
         key = rng.choice(KEYS)
@@ -503,3 +503,31 @@ def test_a_batch_of_map_entries_is_written_through_not_cached(new_backend, tmp_p
     restored = new_backend(local_dir=str(tmp_path / "restored"))
     restored.restore([handle], "file://" + str(directory))
     assert restored.get_state(MapStateDescriptor("m")).get_all_many(keys, [["x", "y"], [("t", 1)]]) == [[2, 3], [4]]
+
+
+def test_hot_batch_reads_are_cached_and_their_writes_stay_there_until_a_flush(new_backend, tmp_path):
+    """ValueState.get_many(hot=True) caches the entries it reads from RocksDB; put_many then
+    writes cached keys in the cache (dirty, one write batch at the next flush) and the others
+    straight to RocksDB, uncached; a snapshot has both."""
+    backend = new_backend()
+    state = backend.get_state(ValueStateDescriptor("v"))
+    names = [f"k{i}" for i in range(6)]
+    keys = BatchKeys(names, np.zeros(0, dtype=np.int64), [assign_to_key_group(k, MAX_P) for k in names])
+    state.put_many(keys, list(range(6)))                       # nothing cached: all written through
+    assert not backend._cache.entries and stored(backend, "v", "k0") is not None
+    assert state.get_many(keys) == list(range(6)) and not backend._cache.entries
+    hot = BatchKeys(names[:3], np.zeros(0, dtype=np.int64), keys.key_groups[:3])
+    assert state.get_many(hot, hot=True) == [0, 1, 2]
+    assert len(backend._cache.entries) == 3 and not backend._cache.dirty
+    state.put_many(keys, [10, None, 12, 13, None, 15])
+    assert len(backend._cache.dirty) == 3                       # k0-k2: in the cache only
+    assert stored(backend, "v", "k0") == backend._pack_value(0) and stored(backend, "v", "k1") is not None
+    assert stored(backend, "v", "k3") == backend._pack_value(13) and stored(backend, "v", "k4") is None
+    assert state.get_many(keys) == [10, None, 12, 13, None, 15]
+    directory = tmp_path / "snap"
+    directory.mkdir()
+    handle = backend.snapshot(1, "file://" + str(directory)).run()
+    assert stored(backend, "v", "k0") == backend._pack_value(10) and stored(backend, "v", "k1") is None
+    restored = new_backend(local_dir=str(tmp_path / "restored"))
+    restored.restore([handle], "file://" + str(directory))
+    assert restored.get_state(ValueStateDescriptor("v")).get_many(keys) == [10, None, 12, 13, None, 15]

@@ -146,7 +146,7 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
         already passed; return which rows were late (in a session late as a whole)."""
         state_keys = _Keys(keys.unique, keys.key_groups)
         rows = self._row_parts(batch)
-        old = _stored(self.windows.get_many(state_keys), len(rows))
+        old = _stored(self.windows.get_many(state_keys, hot=True), len(rows))
         if len(old):
             key = np.r_[old.key, keys.index]
             parts = [np.r_[o, r] for o, r in zip(old.parts, rows)]

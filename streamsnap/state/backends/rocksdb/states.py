@@ -178,8 +178,9 @@ class RocksDBValueState(RocksDBState):
 
     # -- vectorized access: cache hits, one multi-get / one write batch for the rest ---------
 
-    def get_many(self, keys) -> list:
-        """Values of the batch's distinct keys (`BatchKeys.unique`), defaults where unset."""
+    def get_many(self, keys, *, hot: bool = False) -> list:
+        """Values of the batch's distinct keys (`BatchKeys.unique`), defaults where unset:
+        cache hits, one multi-get for the misses; with `hot` the entries read are cached."""
         backend = self._backend
         backend._check_open(self.name)
         rkeys = self._batch_keys(keys)
@@ -187,17 +188,18 @@ class RocksDBValueState(RocksDBState):
             return []
         decode = self._decode
         return [self._default_value() if raw is None else decode(raw)
-                for raw in backend._read_many(rkeys)]
+                for raw in backend._read_many(rkeys, load=hot)]
 
     def put_many(self, keys, values) -> None:
         """Set the values of the batch's distinct keys (aligned with `keys.unique`); None
-        clears a key. One RocksDB write batch (cached entries of these keys follow it)."""
+        clears a key. Cached keys are written in the cache (a hot key's entry), the others
+        to the database in one write batch."""
         values = put_many_values(self.name, keys, values)
         backend = self._backend
         backend._check_open(self.name)
         rkeys = self._batch_keys(keys)
         encode = self._encode
-        backend._cache.write_through(
+        backend._cache.put_many(
             [(rkey, None if value is None else encode(value)) for rkey, value in zip(rkeys, values)])
 
 

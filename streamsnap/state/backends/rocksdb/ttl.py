@@ -73,16 +73,17 @@ class RocksDBTtlValueState(_Ttl, RocksDBValueState):
         v = self._read_entry(rkey, self._backend._read(rkey))
         return self._default_value() if v is _MISSING else v
 
-    def get_many(self, keys) -> list:
-        """Values of the batch's distinct keys (cache hits, one multi-get for the misses),
-        expired entries deleted and refreshed ones re-stamped."""
+    def get_many(self, keys, *, hot: bool = False) -> list:
+        """Values of the batch's distinct keys (cache hits, one multi-get for the misses; with
+        `hot` the entries read are cached), expired entries deleted and refreshed ones
+        re-stamped."""
         backend = self._backend
         backend._check_open(self.name)
         rkeys = self._batch_keys(keys)
         if not rkeys:
             return []
         out = []
-        for rkey, raw in zip(rkeys, backend._read_many(rkeys)):
+        for rkey, raw in zip(rkeys, backend._read_many(rkeys, load=hot)):
             v = self._read_entry(rkey, raw)
             out.append(self._default_value() if v is _MISSING else v)
         return out

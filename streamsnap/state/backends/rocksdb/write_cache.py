@@ -11,8 +11,12 @@ An entry is *dirty* when the database does not have it yet. The invariant every 
 backend relies on: the cache's entry, when present, is the truth for its key; otherwise the
 database is.
 
-* `write_through(writes)` writes a batch to the database at once (vectorized state access,
+* `write_through(writes)` writes a batch to the database at once (a batch of map entries,
   already batched and mostly over cold keys) and refreshes the cached entries of its keys.
+* `put_many(writes)` (a batch of values) writes the keys already cached in the cache, dirty,
+  and the others to the database at once, uncached; `load_many` caches what a batch read from
+  the database, for batches whose keys recur (`ValueState.get_many(hot=True)`): so only keys
+  read or written before are held, and a batch of new keys does not evict the hot ones.
 * `flush()` writes every dirty entry (puts and deletes) in one write batch and leaves them
   cached, clean. Whatever reads the database directly — prefix scans, snapshots, key listings —
   flushes first; whatever writes it directly (restores) flushes, then `clear()`s the cache.
@@ -125,6 +129,42 @@ class WriteCache:
         entries[rkey] = (ABSENT, None)
         self.dirty.add(rkey)
         if self.size > self.bound:
+            self._shrink()
+
+    def put_many(self, writes: Writes) -> None:
+        """A batch's writes: those of cached keys stay in the cache (dirty), the others go to
+        the database now, in one write batch."""
+        entries = self.entries
+        dirty = self.dirty
+        size = self.size
+        through = []
+        for rkey, raw in writes:
+            old = entries.get(rkey)
+            if old is None:
+                through.append((rkey, raw))
+                continue
+            size += (0 if raw is None else len(raw)) - (0 if old[1] is None else len(old[1]))
+            entries[rkey] = (UNDECODED if raw is not None else ABSENT, raw)
+            dirty.add(rkey)
+        self.size = size
+        if through:
+            self._write(through)
+            if self._changes is not None:
+                self._changes.update(through)
+        if size > self.bound:
+            self._shrink()
+
+    def load_many(self, loads) -> None:
+        """Cache what the database holds for these keys (clean), as `load` one by one."""
+        entries = self.entries
+        size = self.size
+        for rkey, raw in loads:
+            if rkey in entries:
+                continue
+            entries[rkey] = (UNDECODED, raw)
+            size += ENTRY_OVERHEAD + len(rkey) + len(raw)
+        self.size = size
+        if size > self.bound:
             self._shrink()
 
     def write_through(self, writes: Writes) -> None:
