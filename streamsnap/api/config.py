@@ -215,6 +215,12 @@ class NetworkConfig:
     buffer_timeout: seconds a partly filled batch may wait before it is flushed (0 = flush
       after every emitted batch, lowest latency).
     batch_size: rows per network batch before it is flushed.
+    merge_rows: rows up to which a receiving task merges the data frames already queued for
+      it into one batch (None: 4 × batch_size). A vectorized operator that falls behind then
+      pays its per-batch costs (a state read and write per distinct key and window) once for
+      what piled up; one that keeps up sees frames as they arrive, so latency is unchanged.
+      Nexmark q11 over Parquet input, RocksDB: +6-11 % against merging up to batch_size.
+      Per-row operators take their input in chunks of 1024 rows regardless.
     credits: data frames a receiver lets each channel have in flight (credit-based flow
       control); together with `max_frame_bytes` this bounds memory per channel.
     output_queue_frames: frames a sender queues per channel before its task stops producing.
@@ -233,6 +239,7 @@ class NetworkConfig:
 
     buffer_timeout: float = 0.1
     batch_size: int = 4096
+    merge_rows: int | None = None
     credits: int = 4
     output_queue_frames: int = 4
     bind_host: str | None = None
@@ -243,6 +250,8 @@ class NetworkConfig:
         owner = "NetworkConfig"
         _positive_number(owner, "buffer_timeout", self.buffer_timeout, allow_zero=True)
         _int_at_least(owner, "batch_size", self.batch_size, 1)
+        if self.merge_rows is not None:
+            _int_at_least(owner, "merge_rows", self.merge_rows, 1)
         _int_at_least(owner, "credits", self.credits, 1)
         _int_at_least(owner, "output_queue_frames", self.output_queue_frames, 1)
         if _positive_number(owner, "debloat_target", self.debloat_target, allow_none=True) is not None \
@@ -256,6 +265,11 @@ class NetworkConfig:
                                      f"to notice closed connections only, got {self.peer_timeout!r}")
         if self.bind_host is not None and not isinstance(self.bind_host, str):
             raise ConfigurationError(f"NetworkConfig.bind_host must be a host name or None, got {self.bind_host!r}")
+
+    @property
+    def merge_limit(self) -> int:
+        """`merge_rows`, or its default of 4 × batch_size."""
+        return self.merge_rows if self.merge_rows is not None else 4 * self.batch_size
 
 
 STATE_BACKENDS = ("hashmap", "rocksdb")

@@ -12,11 +12,12 @@ operator. `poll_next` hands out what it decides — a new `Watermark` or a `Wate
 in order with the batches, only when it changes. A
 blocked channel's watermarks wait behind its data, like everything else on it.
 
-Data frames already queued behind the one read are merged with it (up to `max_rows` rows, from
-any unblocked channel of the same input whose next frame is data): an operator that falls
-behind then pays its per-batch cost once for what piled up, not once per small frame a
-buffer timeout flushed, so it catches up instead of staying behind. Only frames at the head of
-a channel are taken, so each channel's order against its own events is kept.
+Data frames already queued behind the one read are merged with it (up to `max_rows` rows,
+`NetworkConfig.merge_rows`, from any unblocked channel of the same input whose next frame is
+data): an operator that falls behind then pays its per-batch cost once for what piled up, not
+once per small frame a buffer timeout flushed, so it catches up instead of staying behind.
+Only frames at the head of a channel are taken, so each channel's order against its own
+events is kept.
 
 A per-row head (one that loops over rows in Python) gets its input in chunks of at most
 `chunk_rows` rows instead — merged up to that, larger frames sliced (zero-copy). Its cost is per

@@ -300,7 +300,7 @@ class StreamTask:
         if self._inputs:
             self._input = CheckpointedInput(self._inputs, self.network, self, self.deployment.exactly_once,
                                             self.clock, self.name, self.vertex.input_of,
-                                            max_rows=self.deployment.network.batch_size,
+                                            max_rows=self.deployment.network.merge_limit,
                                             unaligned=self.deployment.unaligned_checkpoints)
             network = self.deployment.network
             if network.debloat_target is not None:

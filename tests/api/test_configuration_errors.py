@@ -55,6 +55,8 @@ def test_checkpoint_config(kwargs, message):
 @pytest.mark.parametrize("kwargs, message", [
     ({"batch_size": 0}, "NetworkConfig.batch_size must be an integer >= 1"),
     ({"credits": 0}, "NetworkConfig.credits must be an integer >= 1"),
+    ({"merge_rows": 0}, "NetworkConfig.merge_rows must be an integer >= 1"),
+    ({"merge_rows": 2.5}, "NetworkConfig.merge_rows must be an integer >= 1"),
     ({"debloat_target": 0}, "NetworkConfig.debloat_target must be > 0, got 0"),
     ({"debloat_target": "1s"}, "NetworkConfig.debloat_target must be a number of seconds, got '1s'"),
     ({"debloat_target": float("inf")}, "NetworkConfig.debloat_target must be a finite number of seconds"),
@@ -68,6 +70,8 @@ def test_network_config(kwargs, message):
     assert message in str(info.value)
     assert ss.NetworkConfig(debloat_target=1.0).debloat_target == 1.0
     assert ss.NetworkConfig().peer_timeout == 5.0 and ss.NetworkConfig(peer_timeout=None).peer_timeout is None
+    assert ss.NetworkConfig(batch_size=100).merge_limit == 400
+    assert ss.NetworkConfig(batch_size=100, merge_rows=150).merge_limit == 150
 
 
 def test_buffer_timeout_keeps_every_other_network_option():
