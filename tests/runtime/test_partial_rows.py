@@ -60,7 +60,8 @@ def test_runs_of_rows_per_key_round_trip_with_empty_keys_as_none(columns, data):
     assert got_counts.tolist() == counts.tolist() + [0]
     if rows:
         _same(decoded, columns)
-        per_key = [partial_rows.rows(v, len(columns), nested=True) for v in values if v is not None]
+        per_key = [list(map(list, zip(*(c.tolist() for c in partial_rows.decode([v], len(columns), nested=True)[1]))))
+                   for v in values if v is not None]
         flat = list(map(list, zip(*(c.tolist() for c in decoded))))
         expected = [flat[a:b] for a, b in zip(np.r_[0, np.cumsum(counts)][:-1], np.cumsum(counts)) if b > a]
         assert repr(per_key) == repr(expected)          # (NaN != NaN: compared as text)
@@ -88,3 +89,5 @@ def test_strings_are_left_to_lists():
 def test_bytes_that_are_not_rows_of_these_fields_fail_naming_the_state(value):
     with pytest.raises(StateError, match="window partial"):
         partial_rows.decode([value], 2)
+    with pytest.raises(StateError, match="operator 'q17 window': a stored window partial"):
+        partial_rows.decode([value], 2, owner="q17 window")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.operators import partial_rows
+from streamsnap.runtime.operators import partial_rows, vectorized_windows
 from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.runtime.operators.vectorized_sessions import SESSIONS, VectorizedSessionOperator
 from streamsnap.runtime.operators.vectorized_windows import ColumnAggregate
@@ -271,6 +271,7 @@ def test_a_restore_at_another_parallelism_fires_each_open_session_once(tmp_path,
     """Sessions open at the snapshot (pending or fired and kept for the allowed lateness) move
     with their key groups; the restored operators fire them once, with the rows that follow.
     Also from state stored as msgpack lists (streamsnap before `partial_rows`)."""
+    encode = partial_rows.encode
     if older_layout:
         monkeypatch.setattr(partial_rows, "encode", older_layout_encode)
     rows = random_rows(3, count=1_200, keys=12)
@@ -287,7 +288,8 @@ def test_a_restore_at_another_parallelism_fires_each_open_session_once(tmp_path,
     state = op.snapshot_state(1, 0.0, str(tmp_path)).run()
     if older_layout:
         assert all(type(v) is list for _, _, v in op.keyed_backend.iter_entries(SESSIONS))
-        monkeypatch.undo()
+        monkeypatch.setattr(partial_rows, "encode", encode)
+    monkeypatch.setattr(vectorized_windows, "RESTORE_CHUNK", 7)    # restored in several chunks
     restored = assign_operator_state({0: state}, 128, 2)
     out, late, restored_timers = list(main.rows()), list(side.rows()), 0
     for subtask in range(2):

@@ -12,7 +12,7 @@ import pytest
 import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
-from streamsnap.runtime.operators import partial_rows
+from streamsnap.runtime.operators import partial_rows, vectorized_windows
 from streamsnap.runtime.operators.base import OperatorContext, Output
 from streamsnap.runtime.operators.vectorized_windows import (WINDOWS, ColumnAggregate,
                                                    VectorizedWindowOperator)
@@ -134,6 +134,7 @@ def test_a_restore_at_another_parallelism_keeps_pending_windows_and_fires_each_o
     reference.process(pa.RecordBatch.from_pylist(late, schema=SCHEMA))
     reference.process_watermark(MAX_WATERMARK)
 
+    encode = partial_rows.encode
     if older_layout:
         monkeypatch.setattr(partial_rows, "encode", older_layout_encode)
     op, main, _ = vectorized(assigner, 5_000)
@@ -145,7 +146,8 @@ def test_a_restore_at_another_parallelism_keeps_pending_windows_and_fires_each_o
     state = op.snapshot_state(1, 0.0, str(tmp_path)).run()
     if older_layout:
         assert all(type(v) is list for _, _, v in op.keyed_backend.iter_entries(WINDOWS))
-        monkeypatch.undo()
+        monkeypatch.setattr(partial_rows, "encode", encode)
+    monkeypatch.setattr(vectorized_windows, "RESTORE_CHUNK", 7)    # restored in several chunks
     restored = assign_operator_state({0: state}, 128, 2)
     out, restored_timers = [], 0
     for i in range(2):

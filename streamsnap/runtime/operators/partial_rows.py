@@ -55,14 +55,15 @@ def encode(columns: Sequence[np.ndarray], counts: np.ndarray | None = None) -> l
     return [header + raw[a * width:b * width] if b > a else None for a, b in zip(cut[:-1], cut[1:])]
 
 
-def decode(values: Sequence, fields: int, nested: bool = False) -> tuple[np.ndarray, list]:
+def decode(values: Sequence, fields: int, nested: bool = False, owner: str | None = None) -> tuple[np.ndarray, list]:
     """(rows per value, the rows' columns): `values` as `encode` wrote them (None: no rows),
     each column an array (int64 or float64) over the rows of every value in order. Values of
     the older layout are msgpack lists: a row, or with `nested` a list of rows; any of those
-    in `values` (or headers that differ) take the per-value path, with columns as tuples."""
+    in `values` (or headers that differ) take the per-value path, with columns as tuples.
+    `owner`: the operator named in errors."""
     present = [v for v in values if v is not None]
     if present and all(type(v) is bytes for v in present):
-        counts, columns = _decode_bytes(present, fields)
+        counts, columns = _decode_bytes(present, fields, owner)
         if len(present) == len(values):
             return counts, columns
         out = np.zeros(len(values), dtype=np.int64)
@@ -74,8 +75,7 @@ def decode(values: Sequence, fields: int, nested: bool = False) -> tuple[np.ndar
         if value is None:
             continue
         if type(value) is bytes:
-            _, columns = _decode_bytes([value], fields)
-            mine = list(zip(*(c.tolist() for c in columns)))
+            mine = _rows_list(value, fields, owner)
         else:
             mine = value if nested else [value]
         rows += mine
@@ -85,13 +85,14 @@ def decode(values: Sequence, fields: int, nested: bool = False) -> tuple[np.ndar
     return counts, list(zip(*rows))
 
 
-def _decode_bytes(values: Sequence[bytes], fields: int) -> tuple[np.ndarray, list]:
+def _decode_bytes(values: Sequence[bytes], fields: int, owner: str | None) -> tuple[np.ndarray, list]:
+    where = f"operator '{owner}': " if owner else ""
     width = 8 * fields
     lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
     counts, rest = np.divmod(lengths - fields, width)
     if rest.any() or (counts < 1).any():
         bad = int(np.flatnonzero(rest | (counts < 1))[0])
-        raise StateError(f"a stored window partial of {lengths[bad]} bytes is not rows of {fields} fields "
+        raise StateError(f"{where}a stored window partial of {lengths[bad]} bytes is not rows of {fields} fields "
                          f"({fields} + a multiple of {width} bytes): the state was written by a job with "
                          f"other aggregates; restore it into the job it was taken from")
     buffer = np.frombuffer(b"".join(values), dtype=np.uint8)
@@ -107,25 +108,18 @@ def _decode_bytes(values: Sequence[bytes], fields: int) -> tuple[np.ndarray, lis
         body = buffer[keep]
     header = headers[0]
     if not (headers == header).all():
-        return decode([_rows_list(v, fields) for v in values], fields, nested=True)
+        return decode([_rows_list(v, fields, owner) for v in values], fields, nested=True, owner=owner)
     if not np.isin(header, (_INT, _FLOAT)).all():
-        raise StateError(f"a stored window partial has the field kinds {bytes(header)!r}, not i/f: it was "
+        raise StateError(f"{where}a stored window partial has the field kinds {bytes(header)!r}, not i/f: it was "
                          f"not written by this operator")
     words = np.ascontiguousarray(body).view("<i8").reshape(-1, fields).T.copy()
     return counts, [words[j].view("<f8") if header[j] == _FLOAT else words[j] for j in range(fields)]
 
 
-def _rows_list(value: bytes, fields: int) -> list:
-    """One value's rows as lists of Python numbers (values whose headers differ)."""
-    _, columns = _decode_bytes([value], fields)
+def _rows_list(value: bytes, fields: int, owner: str | None) -> list:
+    """One value's rows as lists of Python numbers (values read one by one)."""
+    _, columns = _decode_bytes([value], fields, owner)
     return [list(row) for row in zip(*(c.tolist() for c in columns))]
-
-
-def rows(value, fields: int, nested: bool = False) -> list:
-    """One stored value's rows as lists of Python values (restores index them one by one)."""
-    if type(value) is bytes:
-        return _rows_list(value, fields)
-    return value if nested else [value]
 
 
 def with_first_cleared(value, fields: int):
@@ -135,4 +129,4 @@ def with_first_cleared(value, fields: int):
     return [False] + value[1:]
 
 
-__all__ = ["decode", "encode", "rows", "with_first_cleared"]
+__all__ = ["decode", "encode", "with_first_cleared"]

@@ -30,7 +30,6 @@ import numpy as np
 import pyarrow as pa
 
 from streamsnap.errors import ConfigurationError
-from streamsnap.runtime.operators import partial_rows
 from streamsnap.runtime.operators.process import ProcessOperator
 from streamsnap.runtime.operators.seen_filter import FiltersByStart, name_hashes
 from streamsnap.runtime.operators.vectorized_windows import (SLICES, WINDOWS, VectorizedWindowOperator,
@@ -179,7 +178,7 @@ class SlicedWindowOperator(VectorizedWindowOperator):
         all_codes = np.fromiter((ids.setdefault(name[0], len(ids)) for name in names), dtype=np.int64,
                                 count=len(names))
         all_keys = list(ids)
-        fields = partial_rows.decode(values, self._fields())[1]
+        fields = self._decode(values)[1]
         columns = [np.array(f, dtype=object) if j in self._text_fields else np.asarray(f)
                    for j, f in enumerate(fields)]
         for end, window in zip(due.ends, due.windows):

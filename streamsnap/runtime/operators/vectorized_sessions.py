@@ -71,18 +71,6 @@ class _Sessions:
         return len(self.key)
 
 
-def _stored(values: list, fields: int) -> _Sessions:
-    """The sessions read from the state (a key's sessions as `partial_rows`, or None, per key)
-    as columns; `fields` counts the partials (``[rows, (valid, sum, min, max) per column]``)."""
-    counts, columns = partial_rows.decode(values, 3 + fields, nested=True)
-    key = np.repeat(np.arange(len(values), dtype=np.int64), counts)
-    if not len(key):
-        empty = np.empty(0, dtype=np.int64)
-        return _Sessions(key, empty, empty, np.empty(0, dtype=bool), [empty] * fields)
-    return _Sessions(key, np.asarray(columns[0], dtype=np.int64), np.asarray(columns[1], dtype=np.int64),
-                     np.asarray(columns[2], dtype=bool), [np.asarray(c) for c in columns[3:]])
-
-
 def _summary(end: np.ndarray, pending: np.ndarray, allowed_lateness: int) -> np.ndarray:
     """Each session's next due time: its trigger's (end - 1) while pending, else its cleanup."""
     due = np.minimum(end - 1 + allowed_lateness, MAX_WATERMARK)
@@ -93,6 +81,11 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
     """Column aggregates per key and event-time session, computed batch at a time: a batch
     costs numpy over its rows plus one bulk read and write of its keys' sessions; advancing
     the watermark one of the due keys' (found by `SessionTimers`)."""
+
+    def _fields(self) -> int:
+        """Fields of a stored session: ``[start, end, pending, rows, (valid, sum, min, max) per
+        column]``."""
+        return 4 + 4 * len(self.columns)
 
     def _init_windows(self, assigner: WindowAssigner) -> None:
         self.gap = assigner.gap_ms
@@ -105,13 +98,21 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
         backend = self.keyed_backend
         self.windows = backend.get_state(ValueStateDescriptor(SESSIONS, serializer=_Unchecked()))
         # The restored sessions imply their timers: index each key's earliest.
-        lateness = self.allowed_lateness
-        fields = 4 + 4 * len(self.columns)
-        for key_group, key, value in backend.iter_entries(SESSIONS):
-            sessions = partial_rows.rows(value, fields, nested=True)
-            due = [s[1] - 1 if s[2] else min(s[1] - 1 + lateness, MAX_WATERMARK) for s in sessions]
-            self.index.schedule(key, key_group, min(due), len(sessions), sum(1 for s in sessions if s[2]))
+        for key_groups, keys, values in self._restored_chunks(SESSIONS):
+            sessions = self._read_sessions(values)
+            self._schedule(_Keys(keys, key_groups), sessions, np.bincount(sessions.key, minlength=len(keys)))
         self.timer_service = _TimerView(self)
+
+    def _read_sessions(self, values: list) -> _Sessions:
+        """The sessions read from the state (a key's sessions as `partial_rows`, or None, per
+        key) as columns."""
+        counts, columns = self._decode(values, nested=True)
+        key = np.repeat(np.arange(len(values), dtype=np.int64), counts)
+        if not len(key):
+            empty = np.empty(0, dtype=np.int64)
+            return _Sessions(key, empty, empty, np.empty(0, dtype=bool), [empty] * (self._fields() - 3))
+        return _Sessions(key, np.asarray(columns[0], dtype=np.int64), np.asarray(columns[1], dtype=np.int64),
+                         np.asarray(columns[2], dtype=bool), [np.asarray(c) for c in columns[3:]])
 
     def _row_parts(self, batch: pa.RecordBatch) -> list[np.ndarray]:
         """Single-row partials ``[rows, (valid, sum, min, max) per column]``."""
@@ -146,7 +147,7 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
         already passed; return which rows were late (in a session late as a whole)."""
         state_keys = _Keys(keys.unique, keys.key_groups)
         rows = self._row_parts(batch)
-        old = _stored(self.windows.get_many(state_keys, hot=True), len(rows))
+        old = self._read_sessions(self.windows.get_many(state_keys, hot=True))
         if len(old):
             key = np.r_[old.key, keys.index]
             parts = [np.r_[o, r] for o, r in zip(old.parts, rows)]
@@ -181,6 +182,12 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
         per_key = np.bincount(sessions.key, minlength=count)
         self.windows.put_many(state_keys, partial_rows.encode(
             [sessions.start, sessions.end, sessions.pending, *sessions.parts], per_key))
+        self._schedule(state_keys, sessions, per_key)
+
+    def _schedule(self, state_keys: _Keys, sessions: _Sessions, per_key: np.ndarray) -> None:
+        """Index each key's earliest due time (`per_key`: its sessions; a key without any is
+        forgotten)."""
+        count = len(state_keys.unique)
         cut = np.r_[0, np.cumsum(per_key)]
         due = _summary(sessions.end, sessions.pending, self.allowed_lateness)
         earliest = np.zeros(count, dtype=np.int64)
@@ -200,8 +207,7 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
         if not due_keys:
             return
         state_keys = _Keys(due_keys, due_groups)
-        fields = 1 + 4 * len(self.columns)
-        stored = _stored(self.windows.get_many(state_keys), fields)
+        stored = self._read_sessions(self.windows.get_many(state_keys))
         fire = stored.pending & (stored.end - 1 <= time)
         clean = np.minimum(stored.end - 1 + self.allowed_lateness, MAX_WATERMARK) <= time
         if fire.any():      # in time order (of the ends), then in key order

@@ -64,6 +64,7 @@ from streamsnap.time.windows import WindowAssigner
 
 AGGREGATES = ("sum", "count", "min", "max", "mean", "count_distinct")
 WINDOWS = "_window.columns"
+RESTORE_CHUNK = 65_536          # restored entries decoded at once (`partial_rows`), bounding memory
 SLICES = "_window.slices"       # sliced_windows.py
 
 
@@ -286,6 +287,10 @@ class VectorizedWindowOperator(WindowOperator):
         distinct counts]`` (`partial_rows`)."""
         return 2 + 4 * len(self.columns) + len(self.distinct_specs)
 
+    def _decode(self, values: list, nested: bool = False) -> tuple[np.ndarray, list]:
+        """`partial_rows.decode` of stored values of this operator's fields."""
+        return partial_rows.decode(values, self._fields(), nested, owner=self.ctx.name)
+
     def _encode(self, columns: list[np.ndarray]) -> list:
         """The stored values of rows given as columns: `partial_rows` bytes, or lists when a
         column holds strings."""
@@ -330,15 +335,14 @@ class VectorizedWindowOperator(WindowOperator):
         return the starts whose first field (a window's pending flag) is set."""
         backend = self.keyed_backend
         by_start: dict[int, tuple[list, list]] = {}
-        pending = set()
-        fields = self._fields()
-        for key_group, name, value in backend.iter_entries(state):
-            start = name[1]
-            chunk = by_start.setdefault(start, ([], []))
-            chunk[0].append(name)
-            chunk[1].append(key_group)
-            if partial_rows.rows(value, fields)[0][0]:
-                pending.add(start)
+        pending: set[int] = set()
+        for key_groups, names, values in self._restored_chunks(state):
+            for key_group, name in zip(key_groups, names):
+                chunk = by_start.setdefault(name[1], ([], []))
+                chunk[0].append(name)
+                chunk[1].append(key_group)
+            flags = np.asarray(self._decode(values)[1][0], dtype=bool).tolist()
+            pending.update(name[1] for name, flag in zip(names, flags) if flag)
         # On RocksDB a lookup of a window that does not exist still probes the database: the
         # windows the index holds (all that have state) go into a filter per start, and a
         # window it has certainly not seen is new without a lookup (`_stored`).
@@ -347,6 +351,19 @@ class VectorizedWindowOperator(WindowOperator):
             names, groups = by_start[start]
             self._register(start, names, groups, None if self._known is None else name_hashes(names))
         return pending
+
+    def _restored_chunks(self, state: str):
+        """The restored entries of `state` as (key groups, names, values) lists of at most
+        RESTORE_CHUNK entries: decoded a chunk at a time, so memory stays bounded."""
+        chunk: tuple[list, list, list] = ([], [], [])
+        for entry in self.keyed_backend.iter_entries(state):
+            for part, item in zip(chunk, entry):
+                part.append(item)
+            if len(chunk[0]) == RESTORE_CHUNK:
+                yield chunk
+                chunk = ([], [], [])
+        if chunk[0]:
+            yield chunk
 
     # ------------------------------------------------------------------ elements
     def _keyed_batch(self, batch: Batch):
@@ -462,7 +479,7 @@ class VectorizedWindowOperator(WindowOperator):
         hashes = None if self._known is None else name_hashes(state_keys.unique)
         stored = self._stored(state_keys, group_starts, hashes)
         existed = np.fromiter((v is not None for v in stored), dtype=bool, count=len(stored))
-        old = partial_rows.decode([v for v in stored if v is not None], self._fields())[1] if existed.any() else None
+        old = self._decode([v for v in stored if v is not None])[1] if existed.any() else None
         return _Groups(state_keys, group_starts, merged, existed, old, hashes, order, bounds)
 
     def _register_fresh(self, state_keys: _Keys, starts: np.ndarray, existed: np.ndarray,
@@ -531,7 +548,7 @@ class VectorizedWindowOperator(WindowOperator):
                 state_keys = _Keys([names[i] for i in present],
                                    [state_keys.key_groups[i] for i in present])
                 names = state_keys.unique
-            old = partial_rows.decode(values, self._fields())[1]
+            old = self._decode(values)[1]
             pending = np.asarray(old[0], dtype=bool)
             limit = _clamp(time - (self.size - 1))
             fire = pending & (starts <= limit)
@@ -548,7 +565,7 @@ class VectorizedWindowOperator(WindowOperator):
                 self.distinct.clear([names[i] for i in cleaned], [state_keys.key_groups[i] for i in cleaned])
             if clean.all():
                 self.windows.put_many(state_keys, [None] * len(present))
-            else:      # only the windows that changed: dropped, or fired (no longer pending)
+            elif (clean | fire).any():      # only the windows that changed: dropped, or fired
                 changed = np.flatnonzero(clean | fire).tolist()
                 fields = self._fields()
                 groups = state_keys.key_groups
