@@ -47,15 +47,11 @@ class SessionTimers:
         """Sessions that have not fired since they last changed (their trigger timer)."""
         return self._pending
 
-    def schedule(self, key, key_group: int, time: int, sessions: int, pending: int) -> None:
-        """`key` (in `key_group`) now has `sessions` sessions, `pending` of them waiting to
-        fire, the earliest due at `time`; `sessions` 0 forgets the key."""
-        self.schedule_many([key], [key_group], np.array([time], dtype=np.int64),
-                           np.array([sessions], dtype=np.int64), np.array([pending], dtype=np.int64))
-
     def schedule_many(self, keys: list, key_groups, times: np.ndarray, sessions: np.ndarray,
                       pending: np.ndarray) -> None:
-        """`schedule` for distinct `keys` at once (times, sessions, pending: int64 arrays)."""
+        """Distinct `keys` (in `key_groups`) now have `sessions` sessions each, `pending` of
+        them waiting to fire, the earliest due at `times` (int64 arrays); 0 sessions forgets a
+        key."""
         if not len(keys):
             return
         slot = self._slot
@@ -119,7 +115,7 @@ class SessionTimers:
 
     def pop_due(self, time: int) -> tuple[list, list]:
         """Keys (and their key groups) with a session due at `time`, earliest first (equal
-        times in slot order); they are forgotten until `schedule`d again."""
+        times in slot order); they are forgotten until `schedule_many`d again."""
         due = np.flatnonzero((self._due <= time) & (self._counts > 0))
         if not len(due):
             return [], []

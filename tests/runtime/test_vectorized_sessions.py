@@ -168,13 +168,17 @@ def test_merge_sessions_equals_a_union_find_of_touching_intervals():
 
 def test_session_timers_pop_each_key_once_at_its_latest_scheduled_time():
     timers = SessionTimers()
-    timers.schedule("a", 1, 100, 2, 1)
-    timers.schedule("b", 2, 50, 1, 1)
-    timers.schedule("a", 1, 200, 3, 2)        # moved later: the entry at 100 is stale
+
+    def schedule(key, key_group, time, sessions, pending):
+        timers.schedule_many([key], [key_group], *(np.array([v], dtype=np.int64) for v in (time, sessions, pending)))
+
+    schedule("a", 1, 100, 2, 1)
+    schedule("b", 2, 50, 1, 1)
+    schedule("a", 1, 200, 3, 2)               # moved later: the entry at 100 is stale
     assert (len(timers), timers.num_pending(), timers.next_time()) == (4, 3, 50)
     assert timers.pop_due(150) == (["b"], [2])
     assert timers.next_time() == 200
-    timers.schedule("a", 1, 0, 0, 0)          # no sessions left: forgotten
+    schedule("a", 1, 0, 0, 0)                 # no sessions left: forgotten
     assert (timers.pop_due(MAX_WATERMARK), len(timers), timers.next_time()) == (([], []), 0, None)
 
 
