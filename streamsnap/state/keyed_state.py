@@ -352,9 +352,10 @@ class ValueState(KeyedState):
 
     def get_many(self, keys, *, hot: bool = False) -> list:
         """Values of the batch's distinct keys (`BatchKeys.unique`), defaults where unset.
-        `hot`: these keys recur batch after batch (a session's key, a top-N's group): a
-        backend with a cache in front of its store (RocksDB's write cache) keeps what it reads,
-        so the write that follows and the next batch's read stay in memory. Here everything is in memory anyway."""
+        `hot`: these keys recur batch after batch (a session's key, a user's running total):
+        a backend with a cache in front of its store (RocksDB's write cache) keeps what it
+        reads, so the write that follows and the next batch's read stay in memory. Here
+        everything is in memory anyway."""
         backend = self._backend
         maps = self._maps
         default, plain = self._default, self._default_plain

@@ -155,7 +155,8 @@ class WriteCache:
             self._shrink()
 
     def load_many(self, loads) -> None:
-        """Cache what the database holds for these keys (clean), as `load` one by one."""
+        """Cache these (key, stored bytes) pairs read from the database, clean; a key already
+        cached keeps its entry (it may hold a newer write), as in `load`."""
         entries = self.entries
         size = self.size
         for rkey, raw in loads:
