@@ -479,7 +479,7 @@ class VectorizedWindowOperator(WindowOperator):
         hashes = None if self._known is None else name_hashes(state_keys.unique)
         stored = self._stored(state_keys, group_starts, hashes)
         existed = np.fromiter((v is not None for v in stored), dtype=bool, count=len(stored))
-        old = self._decode([v for v in stored if v is not None])[1] if existed.any() else None
+        old = self._decode(stored)[1] if existed.any() else None     # (the windows that existed)
         return _Groups(state_keys, group_starts, merged, existed, old, hashes, order, bounds)
 
     def _register_fresh(self, state_keys: _Keys, starts: np.ndarray, existed: np.ndarray,
