@@ -141,13 +141,15 @@ class DataStream:
 
     # ------------------------------------------------------------------ building
     def _add(self, kind: NodeKind, name: str, uid: str | None, operator, parallelism: int | None,
-             schema: pa.Schema | StreamSchema | None, partitioner: Partitioner | None = None) -> StreamNode:
+             schema: pa.Schema | StreamSchema | None, partitioner: Partitioner | None = None, *,
+             stage: bool = False) -> StreamNode:
         env = self._env
         if parallelism is None:
             parallelism = env.parallelism  # Flink's rule: the environment's default, not inherited
         env._check_parallelism(parallelism, f"parallelism of '{name}'")
         spec = schema if isinstance(schema, StreamSchema) else StreamSchema.of(schema, name)
-        node = env._graph.add_node(kind, name, uid, operator, parallelism, env.max_parallelism, spec.schema)
+        node = env._graph.add_node(kind, name, uid, operator, parallelism, env.max_parallelism, spec.schema,
+                                   stage=stage)
         node.schema_mode = spec.mode
         node.timestamps = self.timestamp_assigner
         for upstream in self._upstreams:

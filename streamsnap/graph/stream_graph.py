@@ -69,13 +69,17 @@ class StreamGraph:
         self.nodes: dict[int, StreamNode] = {}
         self.edges: list[StreamEdge] = []
         self._uids: set[str] = set()
+        self._numbered = 0    # nodes the job's code added: what an operator's default uid counts
 
     def add_node(self, kind: NodeKind, name: str, uid: str | None, operator, parallelism: int,
-                 max_parallelism: int, schema: pa.Schema | None = None) -> StreamNode:
+                 max_parallelism: int, schema: pa.Schema | None = None, *, stage: bool = False) -> StreamNode:
+        """`stage`: a node the build adds to serve the next one (a local aggregate); it does not
+        count towards default uids, so the operators after it keep the uids (and the
+        savepoint state) they had when the job ran without it."""
         node_id = len(self.nodes)
         if uid is None:
             base = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name.lower()) or "op"
-            uid = f"{base}-{node_id}"
+            uid = f"{base}-{self._numbered}"
             while uid in self._uids:
                 uid += "_"
         elif not isinstance(uid, str) or not uid or any(ch in uid for ch in "/\\\n\r\t "):
@@ -84,6 +88,7 @@ class StreamGraph:
         if uid in self._uids:
             raise ConfigurationError(f"uid {uid!r} is used by two operators; each operator needs its own uid")
         self._uids.add(uid)
+        self._numbered += not stage
         node = StreamNode(node_id, kind, name, uid, operator, parallelism, max_parallelism, schema)
         self.nodes[node_id] = node
         return node

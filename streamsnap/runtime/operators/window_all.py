@@ -95,13 +95,20 @@ def partial_batch(batch: pa.RecordBatch, rows: np.ndarray, starts: np.ndarray, c
     order = np.argsort(index, kind="stable")
     bounds = _group_bounds(index[order])
     merged = _reduce(row_parts(batch, columns, extreme_only, rows, order, bounds), bounds)
-    names, arrays = [START, ROWS], [pa.array(window_starts, pa.int64()), pa.array(merged[0], pa.int64())]
+    names, arrays = partial_columns(window_starts, merged, columns)
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def partial_columns(starts: np.ndarray, merged: list[np.ndarray], columns: tuple) -> tuple[list, list]:
+    """The names and Arrow arrays of partials `merged` (``[rows, (valid, sum, min, max) per
+    column]``, one per group) of windows `starts`: what a global stage reads (`_row_parts`)."""
+    names, arrays = [START, ROWS], [pa.array(starts, pa.int64()), pa.array(merged[0], pa.int64())]
     for i, column in enumerate(columns):
         for field, values in zip(FIELDS, merged[1 + 4 * i:5 + 4 * i]):
             names.append(partial_name(field, column))
             arrays.append(pa.array(values.tolist(), pa.string()) if values.dtype == object
                           else pa.array(values))
-    return pa.RecordBatch.from_arrays(arrays, names=names)
+    return names, arrays
 
 
 class LocalWindowStage(StreamOperator):
@@ -252,4 +259,5 @@ class GlobalWindowAggregateOperatorFactory(VectorizedWindowOperatorFactory):
 
 
 __all__ = ["WINDOW_ALL_KEY", "WindowAllKey", "LocalWindowStage", "LocalWindowAggregateOperator", "GlobalWindowAggregateOperator",
-           "LocalWindowAggregateOperatorFactory", "GlobalWindowAggregateOperatorFactory", "partial_batch"]
+           "LocalWindowAggregateOperatorFactory", "GlobalWindowAggregateOperatorFactory", "partial_batch",
+           "partial_columns"]
