@@ -175,7 +175,7 @@ class WindowedStream:
         skipped (all-null gives None). ``split_distinct=N`` runs distinct counts of a few hot
         keys on every subtask: a partial stage per key and N hash buckets of each distinct
         column, then a sum per key (Flink's split distinct aggregation; api/split_distinct.py)."""
-        from streamsnap.runtime.operators.local_windows import KeyedGlobalWindowAggregateOperatorFactory, splits
+        from streamsnap.runtime.operators.local_windows import TWO_PHASES, splits
         from streamsnap.runtime.operators.vectorized_windows import VectorizedWindowOperatorFactory
 
         from streamsnap.time.windows import EventTimeSessionWindows
@@ -212,9 +212,9 @@ class WindowedStream:
                 else VectorizedWindowOperatorFactory
         declared = options.get("schema") if isinstance(options.get("schema"), pa.Schema) else None
         timestamps = keyed.timestamp_assigner
-        if factory_type is VectorizedWindowOperatorFactory and splits(key, assigner, parsed):
-            keyed, factory_type = self._local_stage(name, options.get("uid"), key, tuple(parsed)), \
-                KeyedGlobalWindowAggregateOperatorFactory
+        if factory_type in TWO_PHASES and splits(key, assigner, parsed):
+            local, factory_type = TWO_PHASES[factory_type]
+            keyed = self._local_stage(local, name, options.get("uid"), key, tuple(parsed))
         factory = factory_type(
             key, assigner, spec.allowed_lateness, tuple(parsed),
             spec.late_tag.name if spec.late_tag is not None else None, timestamps, declared)
@@ -223,20 +223,18 @@ class WindowedStream:
                                               tuple(parsed), schema)
         return window_results(self._add(factory, name, key, keyed=keyed, **options), assigner)
 
-    def _local_stage(self, name: str, uid: str | None, key, aggregates: tuple):
+    def _local_stage(self, factory_type: type, name: str, uid: str | None, key, aggregates: tuple):
         """The local phase of a two-phase aggregate (runtime/operators/local_windows.py), chained
         to the keyed stream's input: the keyed stream the global phase reads."""
         from streamsnap.api.datastream import DataStream, KeyedStream
         from streamsnap.graph.stream_graph import NodeKind
-        from streamsnap.runtime.operators.local_windows import LocalKeyedWindowAggregateOperatorFactory
 
         keyed = self._keyed
         spec = self._spec
         parallelisms = {n.parallelism for n in keyed._upstreams}
         node = DataStream(keyed._env, keyed._upstreams, None, keyed._tag)._add(
             NodeKind.OPERATOR, f"{name} (local)", None if uid is None else f"{uid}-local",
-            LocalKeyedWindowAggregateOperatorFactory(key, spec.assigner, spec.allowed_lateness, aggregates,
-                                                     keyed.timestamp_assigner),
+            factory_type(key, spec.assigner, spec.allowed_lateness, aggregates, keyed.timestamp_assigner),
             parallelisms.pop() if len(parallelisms) == 1 else None, None, stage=True)
         return KeyedStream(keyed._env, (node,), keyed.key)
 

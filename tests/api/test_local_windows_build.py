@@ -50,6 +50,13 @@ def test_aggregates_that_need_every_row_or_a_key_function_run_in_one_phase():
     s.key_by("k").window(W.TumblingProcessingTimeWindows.of(1)).count(name="processing time")
     s.key_by("k").window(W.TumblingEventTimeWindows.of(1)).aggregate_columns(
         {"d": ("count_distinct", "price")}, name="distinct")
-    s.key_by("k").window(W.EventTimeSessionWindows.with_gap(1)).count(name="sessions")
     s.key_by("k").window(W.SlidingEventTimeWindows.of(2, 1)).count(name="sliced")   # slices: their own operator
     assert not [n for n in nodes(env) if n.endswith("(local)")]
+
+
+def test_session_windows_split_too():
+    env = ss.StreamEnvironment(parallelism=2)
+    stream(env).key_by("k").window(W.EventTimeSessionWindows.with_gap(1)).count(name="sessions")
+    graph = nodes(env)
+    assert [type(graph[n].operator).__name__ for n in ("sessions (local)", "sessions")] == \
+        ["LocalSessionAggregateOperatorFactory", "KeyedGlobalSessionAggregateOperatorFactory"]

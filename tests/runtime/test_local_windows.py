@@ -18,8 +18,11 @@ import streamsnap as ss
 from streamsnap.clock import ManualScheduler
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.operators.base import OperatorContext, Output
-from streamsnap.runtime.operators.local_windows import (KeyedGlobalWindowAggregateOperator,
-                                                        LocalKeyedWindowAggregateOperator, key_codes, splits)
+from streamsnap.runtime.operators.local_windows import (KeyedGlobalSessionAggregateOperator,
+                                                        KeyedGlobalWindowAggregateOperator,
+                                                        LocalKeyedWindowAggregateOperator,
+                                                        LocalSessionAggregateOperator, key_codes, splits)
+from streamsnap.runtime.operators.vectorized_sessions import VectorizedSessionOperator
 from streamsnap.runtime.operators.vectorized_windows import ColumnAggregate, VectorizedWindowOperator
 from streamsnap.time.watermarks import MAX_WATERMARK, MIN_WATERMARK
 from tests.runtime.support import Sink
@@ -28,6 +31,7 @@ W = ss.windows
 AGGREGATES = (ColumnAggregate("n", "count", None), ColumnAggregate("total", "sum", "value"),
               ColumnAggregate("low", "min", "value"), ColumnAggregate("high", "max", "value"),
               ColumnAggregate("avg", "mean", "x"), ColumnAggregate("first", "min", "name"))
+SESSION_AGGREGATES = AGGREGATES[:-1]     # (sessions take numeric columns)
 SCHEMA = pa.schema([("k", pa.string()), ("j", pa.int64()), ("ts", pa.int64()), ("value", pa.int64()),
                     ("x", pa.float64()), ("name", pa.string())])
 
@@ -55,8 +59,17 @@ class Batches:
         pass
 
 
+def classes(assigner):
+    """(one-phase, local, global) operator classes and the aggregates they compute."""
+    if isinstance(assigner, W.EventTimeSessionWindows):
+        return (VectorizedSessionOperator, LocalSessionAggregateOperator, KeyedGlobalSessionAggregateOperator,
+                SESSION_AGGREGATES)
+    return (VectorizedWindowOperator, LocalKeyedWindowAggregateOperator, KeyedGlobalWindowAggregateOperator,
+            AGGREGATES)
+
+
 def windows(cls, key, assigner, lateness):
-    op = cls(ctx("window"), key, assigner, lateness, AGGREGATES, "late", "ts")
+    op = cls(ctx("window"), key, assigner, lateness, classes(assigner)[3], "late", "ts")
     main, side = Sink(), Sink()
     op.output = Output([main], {"late": [side]})
     op.initialize_state()
@@ -65,7 +78,8 @@ def windows(cls, key, assigner, lateness):
 
 
 def local(index, key, assigner, lateness):
-    op = LocalKeyedWindowAggregateOperator(ctx("window (local)", index, 2), key, assigner, lateness, AGGREGATES, "ts")
+    _, cls, _, aggregates = classes(assigner)
+    op = cls(ctx("window (local)", index, 2), key, assigner, lateness, aggregates, "ts")
     sent = Batches()
     op.output = Output([sent], {})
     op.open()
@@ -76,8 +90,9 @@ def run_both(steps, key, assigner, lateness):
     """`steps`: ("rows", subtask, rows) or ("watermark", subtask, t). The one-phase operator
     gets every batch and the minimum of the subtasks' watermarks; the two-phase one gets each
     batch through its subtask's local stage. Returns both operators' outputs."""
-    one, one_main, one_side = windows(VectorizedWindowOperator, key, assigner, lateness)
-    two, two_main, two_side = windows(KeyedGlobalWindowAggregateOperator, key, assigner, lateness)
+    one_phase, _, global_phase, _ = classes(assigner)
+    one, one_main, one_side = windows(one_phase, key, assigner, lateness)
+    two, two_main, two_side = windows(global_phase, key, assigner, lateness)
     locals_ = [local(i, key, assigner, lateness) for i in range(2)]
     marks = [MIN_WATERMARK, MIN_WATERMARK]
     for kind, subtask, value in steps:
@@ -125,9 +140,10 @@ def random_steps(rng: random.Random, count: int, keys: int):
     return steps
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1),
-       assigner=st.sampled_from([W.TumblingEventTimeWindows.of(2), W.SlidingEventTimeWindows.of(3, 2)]),
+       assigner=st.sampled_from([W.TumblingEventTimeWindows.of(2), W.SlidingEventTimeWindows.of(3, 2),
+                                 W.EventTimeSessionWindows.with_gap(0.5)]),
        lateness=st.sampled_from([0, 1_500]), keys=st.sampled_from([2, 50]),
        key=st.sampled_from([("k",), ("k", "j")]))
 def test_two_phases_equal_one_phase_through_skewed_watermarks_and_late_rows(seed, assigner, lateness, keys, key):

@@ -12,16 +12,25 @@ in two phases, as Flink's planner splits a window aggregate into a local and a g
   folding partials into its windows. Its state is the one-phase operator's, under the same
   uid, so a savepoint of either restores into the other.
 
+Session windows split the same way (`LocalSessionAggregateOperator`,
+`KeyedGlobalSessionAggregateOperator`): the local stage merges each key's rows of a batch into
+the sessions they form on their own and sends one partial per session with its start and end;
+the global one merges those intervals with the stored sessions as it merges rows' windows.
+Session merging is associative, so this is the merge of the batch's rows as a set, which is
+what the one-phase operator computes (Spark merges sessions in each partition before its
+shuffle, too).
+
 Lateness stays the global operator's decision. Its watermark is the minimum over the local
 subtasks, never ahead of the one a local subtask has seen, so a pair (row, window) on time there
-is on time at the global stage. A batch with a pair the local watermark already passed is
-forwarded as it is, and the global stage judges it exactly as in one phase: which rows go to
-the late side output, and one refiring per batch of a window within the allowed lateness
-(splitting the batch into raw rows and partials would refire such a window twice). A batch
-whose keys barely repeat (fewer than two rows per group) is forwarded as it is too:
-pre-reducing it would cost the local stage a sort and save the global one nothing (Spark skips
-a partial aggregate that does not reduce in the same way). Key functions, processing time and count_distinct are not split
-(`splits`): their operator runs in one phase.
+is on time at the global stage (and a session, which only grows there). A batch with a pair (a
+session) the local watermark already passed is forwarded as it is, and the global stage judges
+it exactly as in one phase: which rows go to the late side output, and one refiring per batch
+of a window within the allowed lateness (splitting the batch into raw rows and partials would
+refire such a window twice). A batch whose keys barely repeat (fewer than two rows per group)
+is forwarded as it is too: pre-reducing it would cost the local stage a sort and save the
+global one nothing (Spark skips a partial aggregate that does not reduce in the same way). Key
+functions, processing time and count_distinct are not split (`splits`), nor sliding windows
+kept as slices (sliced_windows.py): their operator runs in one phase.
 """
 
 from __future__ import annotations
@@ -33,13 +42,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamsnap.graph.keys import KeySelector
+from streamsnap.runtime.batches import Batch, to_record_batch
 from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory
+from streamsnap.runtime.operators.vectorized_sessions import VectorizedSessionOperator, VectorizedSessionOperatorFactory
 from streamsnap.runtime.operators.vectorized_windows import (ColumnAggregate, VectorizedWindowOperator,
                                                              VectorizedWindowOperatorFactory, _group_bounds,
-                                                             _reduce, row_parts)
-from streamsnap.runtime.operators.window_all import (GlobalWindowAggregateOperator, LocalWindowStage,
-                                                     _columns_of, partial_columns)
+                                                             _reduce, _row_values, row_parts)
+from streamsnap.runtime.operators.window_all import (FIELDS, ROWS, START, GlobalWindowAggregateOperator,
+                                                     LocalWindowStage, _columns_of, partial_columns, partial_name)
+from streamsnap.time.lateness import late_windows
+from streamsnap.time.session_merge import merge_sessions
 from streamsnap.time.windows import WindowAssigner
+
+END = "__window_all.end"    # a local session's end (its start is START)
 
 REDUCTION = 2     # rows per (key, window) group a batch needs for its partials to be sent
 
@@ -96,6 +111,57 @@ class LocalKeyedWindowAggregateOperator(LocalWindowStage):
         self.output.emit(pa.RecordBatch.from_arrays(keys + arrays, names=list(self.key.columns) + names))
 
 
+class LocalSessionAggregateOperator(LocalWindowStage):
+    """Phase one of session windows: each key's rows of a batch merged into the sessions they
+    form on their own (`merge_sessions`), one partial per session with its start and end."""
+
+    def __init__(self, ctx: OperatorContext, key: KeySelector, assigner: WindowAssigner, allowed_lateness: int,
+                 aggregates: tuple[ColumnAggregate, ...], timestamps):
+        super().__init__(ctx, assigner, allowed_lateness, timestamps)
+        self.key = key
+        self.gap = assigner.gap_ms
+        self.columns, _ = _columns_of(aggregates)
+
+    def reduce_times(self, batch: pa.RecordBatch, times: np.ndarray) -> None:
+        merged = merge_sessions(key_codes(batch, self.key.columns), times, times + self.gap)
+        if len(merged) * REDUCTION > len(times) or late_windows(merged.end, self.allowed_lateness,
+                                                                self._watermark).any():
+            self.output.emit(batch)     # as it is (module docstring)
+            return
+        parts = [np.ones(len(times), dtype=np.int64)]
+        for c in self.columns:
+            valid, values = _row_values(batch.column(batch.schema.get_field_index(c)))
+            parts += [valid.astype(np.int64), np.where(valid, values, 0), values, values]
+        totals = _reduce([p[merged.order] for p in parts], merged.bounds)
+        first = pa.array(merged.order[merged.bounds])
+        names, arrays = partial_columns(merged.start, totals, self.columns)
+        keys = [batch.column(batch.schema.get_field_index(c)).take(first) for c in self.key.columns]
+        self.output.emit(pa.RecordBatch.from_arrays(keys + arrays + [pa.array(merged.end, pa.int64())],
+                                                    names=list(self.key.columns) + names + [END]))
+
+
+class KeyedGlobalSessionAggregateOperator(VectorizedSessionOperator):
+    """Phase two of session windows: the session operator merging the local stages' sessions
+    (and the batches they sent on as they were) into its keys' sessions."""
+
+    def process(self, batch: Batch) -> None:
+        record_batch = to_record_batch(batch)
+        if END not in record_batch.schema.names:
+            super().process(record_batch)
+            return
+        if not record_batch.num_rows:
+            return
+        counts = record_batch.column(ROWS).to_numpy()
+        self.records_in += int(counts.sum())
+        parts = [counts]
+        for c in self.columns:
+            parts += [record_batch.column(partial_name(f, c)).to_numpy() for f in FIELDS]
+        keys = self.key.batch_keys(record_batch, self.ctx.max_parallelism)
+        late = self._fold(keys, record_batch.column(START).to_numpy(), record_batch.column(END).to_numpy(), parts)
+        self.num_late_records_dropped += int(counts[late].sum())   # none expected (module docstring)
+        self._flush([])
+
+
 class KeyedGlobalWindowAggregateOperator(GlobalWindowAggregateOperator):
     """Phase two: the keyed vectorized window operator folding the local partials (and judging
     the raw rows); its rows keep their key columns."""
@@ -123,12 +189,34 @@ class LocalKeyedWindowAggregateOperatorFactory(OperatorFactory):
 
 
 @dataclass(frozen=True)
+class LocalSessionAggregateOperatorFactory(LocalKeyedWindowAggregateOperatorFactory):
+    def create(self, ctx: OperatorContext) -> LocalSessionAggregateOperator:
+        return LocalSessionAggregateOperator(ctx, self.key, self.assigner, self.allowed_lateness,
+                                             self.aggregates, self.timestamps)
+
+
+@dataclass(frozen=True)
+class KeyedGlobalSessionAggregateOperatorFactory(VectorizedWindowOperatorFactory):
+    def create(self, ctx: OperatorContext) -> KeyedGlobalSessionAggregateOperator:
+        return KeyedGlobalSessionAggregateOperator(ctx, self.key, self.assigner, self.allowed_lateness,
+                                                   self.aggregates, self.late_tag, self.timestamps, self.declared)
+
+
+@dataclass(frozen=True)
 class KeyedGlobalWindowAggregateOperatorFactory(VectorizedWindowOperatorFactory):
     def create(self, ctx: OperatorContext) -> KeyedGlobalWindowAggregateOperator:
         return KeyedGlobalWindowAggregateOperator(ctx, self.key, self.assigner, self.allowed_lateness,
                                                   self.aggregates, self.late_tag, self.timestamps, self.declared)
 
 
-__all__ = ["LocalKeyedWindowAggregateOperator", "KeyedGlobalWindowAggregateOperator",
+# The one-phase factory -> (its local stage's, its global stage's).
+TWO_PHASES = {VectorizedWindowOperatorFactory: (LocalKeyedWindowAggregateOperatorFactory,
+                                                KeyedGlobalWindowAggregateOperatorFactory),
+              VectorizedSessionOperatorFactory: (LocalSessionAggregateOperatorFactory,
+                                                 KeyedGlobalSessionAggregateOperatorFactory)}
+
+__all__ = ["TWO_PHASES", "LocalKeyedWindowAggregateOperator", "KeyedGlobalWindowAggregateOperator",
            "LocalKeyedWindowAggregateOperatorFactory", "KeyedGlobalWindowAggregateOperatorFactory",
+           "LocalSessionAggregateOperator", "KeyedGlobalSessionAggregateOperator",
+           "LocalSessionAggregateOperatorFactory", "KeyedGlobalSessionAggregateOperatorFactory",
            "key_codes", "splits"]

@@ -131,7 +131,7 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
         n = record_batch.num_rows
         times = batch_timestamps(record_batch, self.timestamps, self.ctx.name)
         try:
-            late = self._fold(record_batch, keys, times)
+            late = self._fold(keys, times, times + self.gap, self._row_parts(record_batch))
         except Exception as exc:
             raise user_error(self, f"<RecordBatch of {n} rows, first row "
                                    f"{record_batch.slice(0, 1).to_pylist()}>", exc) from None
@@ -142,24 +142,25 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
                 self.output.emit_side(self.late_tag, record_batch.filter(pa.array(late)).to_pylist())
         self._flush([])
 
-    def _fold(self, batch: pa.RecordBatch, keys, times: np.ndarray) -> np.ndarray:
-        """Merge the batch's rows into their keys' sessions; fire the sessions the watermark
-        already passed; return which rows were late (in a session late as a whole)."""
+    def _fold(self, keys, starts: np.ndarray, ends: np.ndarray, rows: list[np.ndarray]) -> np.ndarray:
+        """Merge the batch's intervals ``[starts, ends)`` (a row's window, or a session a local
+        stage merged: local_windows.py) and their partials `rows` into their keys' sessions;
+        fire the sessions the watermark already passed; return which intervals were late (in
+        a session late as a whole)."""
         state_keys = _Keys(keys.unique, keys.key_groups)
-        rows = self._row_parts(batch)
         old = self._read_sessions(self.windows.get_many(state_keys, hot=True))
         if len(old):
             key = np.r_[old.key, keys.index]
             parts = [np.r_[o, r] for o, r in zip(old.parts, rows)]
         else:
             key, parts = keys.index, rows
-        is_old = np.r_[np.ones(len(old), dtype=bool), np.zeros(len(times), dtype=bool)]
-        merged = merge_sessions(key, np.r_[old.start, times], np.r_[old.end, times + self.gap])
+        is_old = np.r_[np.ones(len(old), dtype=bool), np.zeros(len(starts), dtype=bool)]
+        merged = merge_sessions(key, np.r_[old.start, starts], np.r_[old.end, ends])
         order, bounds = merged.order, merged.bounds
         old_in = np.add.reduceat(is_old[order].astype(np.int64), bounds)
         sizes = np.diff(np.r_[bounds, len(order)])
         touched = sizes > old_in
-        was_pending = np.add.reduceat(np.r_[old.pending, np.zeros(len(times), dtype=bool)][order]
+        was_pending = np.add.reduceat(np.r_[old.pending, np.zeros(len(starts), dtype=bool)][order]
                                       .astype(np.int64), bounds) > 0
         late = (old_in == 0) & late_windows(merged.end, self.allowed_lateness, self._watermark)
         late_rows = late[merged.session_of()[len(old):]]

@@ -121,7 +121,7 @@ class LocalWindowStage(StreamOperator):
     def __init__(self, ctx: OperatorContext, assigner: WindowAssigner, allowed_lateness: int, timestamps):
         super().__init__(ctx)
         self.assigner = assigner
-        self.size = assigner.size_ms
+        self.size = getattr(assigner, "size_ms", None)     # (sessions have no size)
         self.allowed_lateness = allowed_lateness
         self.timestamps = timestamps
         self._watermark = MIN_WATERMARK
@@ -136,13 +136,16 @@ class LocalWindowStage(StreamOperator):
             self.output.emit(record_batch)
             return
         try:
-            times = batch_timestamps(record_batch, self.timestamps, self.ctx.name)
-            rows, starts = self.assigner.assign_window_starts(times)
-            maybe_late = late_windows(starts + self.size, self.allowed_lateness, self._watermark)
-            self.reduce(record_batch, rows, starts, maybe_late)
+            self.reduce_times(record_batch, batch_timestamps(record_batch, self.timestamps, self.ctx.name))
         except Exception as exc:
             raise user_error(self, f"<RecordBatch of {n} rows, first row "
                                    f"{record_batch.slice(0, 1).to_pylist()}>", exc) from None
+
+    def reduce_times(self, batch: pa.RecordBatch, times: np.ndarray) -> None:
+        """Emit what the global stage needs of `batch`, whose rows' event times are `times`:
+        assigned to their windows for `reduce` (session stages merge them instead)."""
+        rows, starts = self.assigner.assign_window_starts(times)
+        self.reduce(batch, rows, starts, late_windows(starts + self.size, self.allowed_lateness, self._watermark))
 
     def reduce(self, batch: pa.RecordBatch, rows: np.ndarray, starts: np.ndarray, maybe_late: np.ndarray) -> None:
         """Emit what the global stage needs of `batch`, whose (row, window) pairs are `rows`,
