@@ -184,6 +184,19 @@ def test_a_batch_whose_keys_do_not_repeat_is_sent_as_it_is():
     assert sent.batches == [batch]
 
 
+def test_after_a_batch_that_does_not_reduce_the_next_ones_go_on_untried_for_a_growing_while():
+    op, sent = local(0, KeySelector.of("k"), W.TumblingEventTimeWindows.of(1), 0)
+    row = {"j": 0, "ts": 5, "value": 1, "x": 1.0, "name": "s"}
+    distinct = pa.RecordBatch.from_pylist([dict(row, k=str(i)) for i in range(10)], schema=SCHEMA)
+    repeating = pa.RecordBatch.from_pylist([dict(row, k="a") for _ in range(10)], schema=SCHEMA)
+    for batch in (distinct, repeating, repeating, distinct, distinct, distinct, repeating, repeating, repeating):
+        op.process(batch)
+    reduced = ["__window_all.start" in b.schema.names for b in sent.batches]
+    # a miss skips 1 batch; a hit resets that; a miss after the skipped one skips 2
+    assert reduced == [False, False, True, False, False, False, False, False, True]
+    assert op.records_in == 90
+
+
 def test_key_codes_are_equal_exactly_for_equal_keys_over_several_columns():
     batch = pa.RecordBatch.from_pylist([{"k": k, "j": j} for k, j in
                                         [("a", 1), ("b", 1), ("a", 1), (None, 1), ("a", 2), (None, 1)]])

@@ -27,10 +27,11 @@ session) the local watermark already passed is forwarded as it is, and the globa
 it exactly as in one phase: which rows go to the late side output, and one refiring per batch
 of a window within the allowed lateness (splitting the batch into raw rows and partials would
 refire such a window twice). A batch whose keys barely repeat (fewer than two rows per group)
-is forwarded as it is too: pre-reducing it would cost the local stage a sort and save the
-global one nothing (Spark skips a partial aggregate that does not reduce in the same way). Key
-functions, processing time and count_distinct are not split (`splits`), nor sliding windows
-kept as slices (sliced_windows.py): their operator runs in one phase.
+is forwarded as it is too, and so are the next few (`LocalKeyedStage`): pre-reducing it would
+cost the local stage a sort and save the global one nothing (Spark gives up a partial
+aggregate that does not reduce in the same way). Key functions, processing time and
+count_distinct are not split (`splits`), nor sliding windows kept as slices (sliced_windows.py):
+their operator runs in one phase.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from streamsnap.time.windows import WindowAssigner
 END = "__window_all.end"    # a local session's end (its start is START)
 
 REDUCTION = 2     # rows per (key, window) group a batch needs for its partials to be sent
+MAX_SKIP = 64     # batches sent on untried, at most, after one that did not reduce
 
 
 def splits(key: KeySelector, assigner: WindowAssigner, aggregates) -> bool:
@@ -81,8 +83,11 @@ def key_codes(batch: pa.RecordBatch, columns: tuple) -> np.ndarray:
     return codes
 
 
-class LocalKeyedWindowAggregateOperator(LocalWindowStage):
-    """Phase one: a batch's rows reduced to one partial per (key, window)."""
+class LocalKeyedStage(LocalWindowStage):
+    """What the keyed local stages share: a batch whose keys barely repeat is sent on as it
+    is, and so are the next ones, a number that doubles (up to `MAX_SKIP`) while batches keep
+    not repeating, so a stream whose keys never repeat costs the local stage next to nothing
+    (the counting Spark does before it gives up a partial aggregate)."""
 
     def __init__(self, ctx: OperatorContext, key: KeySelector, assigner: WindowAssigner, allowed_lateness: int,
                  aggregates: tuple[ColumnAggregate, ...], timestamps):
@@ -90,6 +95,29 @@ class LocalKeyedWindowAggregateOperator(LocalWindowStage):
         self.key = key
         self.columns, self.extreme_only = _columns_of(aggregates)
         self.reduces = splits(key, assigner, aggregates)
+        self._skip = 0        # batches still to send on without trying
+        self._backoff = 1     # batches to skip after the next one that does not reduce
+
+    def process(self, batch: Batch) -> None:
+        if self._skip:
+            self._skip -= 1
+            record_batch = to_record_batch(batch)
+            self.records_in += record_batch.num_rows
+            self.output.emit(record_batch)
+            return
+        super().process(batch)
+
+    def _reduces(self, groups: int, rows: int) -> bool:
+        """Whether `rows` in `groups` are worth pre-reducing; if not, skip the next batches."""
+        if groups * REDUCTION <= rows:
+            self._backoff = 1
+            return True
+        self._skip, self._backoff = self._backoff, min(2 * self._backoff, MAX_SKIP)
+        return False
+
+
+class LocalKeyedWindowAggregateOperator(LocalKeyedStage):
+    """Phase one: a batch's rows reduced to one partial per (key, window)."""
 
     def reduce(self, batch: pa.RecordBatch, rows: np.ndarray, starts: np.ndarray, maybe_late: np.ndarray) -> None:
         if maybe_late.any():        # judged at the global stage as one batch (module docstring)
@@ -100,7 +128,7 @@ class LocalKeyedWindowAggregateOperator(LocalWindowStage):
         order = np.argsort(codes, kind="stable")
         sorted_codes = codes[order]
         bounds = _group_bounds(sorted_codes)
-        if len(bounds) * REDUCTION > len(rows):    # barely repeating keys: the rows as they are
+        if not self._reduces(len(bounds), len(rows)):    # barely repeating keys: the rows as they are
             self.output.emit(batch)
             return
         merged = _reduce(row_parts(batch, self.columns, self.extreme_only, rows, order, bounds), bounds)
@@ -111,21 +139,14 @@ class LocalKeyedWindowAggregateOperator(LocalWindowStage):
         self.output.emit(pa.RecordBatch.from_arrays(keys + arrays, names=list(self.key.columns) + names))
 
 
-class LocalSessionAggregateOperator(LocalWindowStage):
+class LocalSessionAggregateOperator(LocalKeyedStage):
     """Phase one of session windows: each key's rows of a batch merged into the sessions they
     form on their own (`merge_sessions`), one partial per session with its start and end."""
 
-    def __init__(self, ctx: OperatorContext, key: KeySelector, assigner: WindowAssigner, allowed_lateness: int,
-                 aggregates: tuple[ColumnAggregate, ...], timestamps):
-        super().__init__(ctx, assigner, allowed_lateness, timestamps)
-        self.key = key
-        self.gap = assigner.gap_ms
-        self.columns, _ = _columns_of(aggregates)
-
     def reduce_times(self, batch: pa.RecordBatch, times: np.ndarray) -> None:
-        merged = merge_sessions(key_codes(batch, self.key.columns), times, times + self.gap)
-        if len(merged) * REDUCTION > len(times) or late_windows(merged.end, self.allowed_lateness,
-                                                                self._watermark).any():
+        merged = merge_sessions(key_codes(batch, self.key.columns), times, times + self.assigner.gap_ms)
+        if late_windows(merged.end, self.allowed_lateness, self._watermark).any() or \
+                not self._reduces(len(merged), len(times)):
             self.output.emit(batch)     # as it is (module docstring)
             return
         parts = [np.ones(len(times), dtype=np.int64)]
