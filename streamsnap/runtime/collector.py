@@ -4,7 +4,10 @@ A task imports pyarrow, numpy and the job's code and builds its operators before
 record: hundreds of thousands of long-lived objects. Every full (generation 2) collection
 walks all of them, a pause of tens of milliseconds that shows as latency tail. Collecting once
 after set-up and then freezing what is left (`gc.freeze`) moves those objects out of the
-collector's sight; objects made while the task runs are collected as usual.
+collector's sight; objects made while the task runs are collected as usual. A subtask forked by
+its slot inherits the slot's objects already frozen (runtime/slot_supervisor.py), so that
+collection walks only what the subtask built: a child of a process that imported pyspark,
+pyarrow, numpy, pandas and streamsnap collects in 0.2 ms instead of ~60 ms.
 
 A per-row task also makes two dicts per row (the input row and the result) that live until
 their batch is done: with Python's default first-generation threshold (700 allocations) a

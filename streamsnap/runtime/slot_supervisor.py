@@ -22,6 +22,7 @@ No thread runs in this process: the loop waits on the connection and the childre
 
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing
 import os
@@ -142,14 +143,22 @@ class SlotSupervisor:
     # ------------------------------------------------------------------ children
     def _fork(self, deployment: Deployment) -> None:
         context = multiprocessing.get_context("fork")
-        for task_index in self.tasks:
-            receiver, sender = context.Pipe(duplex=False)
-            child = context.Process(target=_run_child,
-                                    args=(deployment, task_index, self.host, sender, os.getpid(), self._sock),
-                                    name=f"streamsnap-subtask-{task_index}", daemon=False)
-            child.start()
-            sender.close()
-            self._children[task_index] = (child, receiver)
+        # Frozen across the fork, what a child inherits (the interpreter, pyspark, pyarrow,
+        # numpy, streamsnap) stays out of its collections: the full collection a subtask runs
+        # after its set-up (runtime/collector.py) walks only what it built itself, and never
+        # writes to the inherited pages (Python's advice for fork without exec).
+        gc.freeze()
+        try:
+            for task_index in self.tasks:
+                receiver, sender = context.Pipe(duplex=False)
+                child = context.Process(target=_run_child,
+                                        args=(deployment, task_index, self.host, sender, os.getpid(), self._sock),
+                                        name=f"streamsnap-subtask-{task_index}", daemon=False)
+                child.start()
+                sender.close()
+                self._children[task_index] = (child, receiver)
+        finally:
+            gc.unfreeze()     # (the slot's own objects are collected as before)
 
     def _on_child_report(self, receiver) -> None:
         task_index = next(i for i, (_, r) in self._children.items() if r is receiver)
