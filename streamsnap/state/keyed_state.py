@@ -196,6 +196,13 @@ def put_many_values(state_name: str, keys, values) -> list:
     return values
 
 
+def take_each(state, keys) -> list:
+    """`ValueState.take_all` key by key: the values read in bulk, then each key cleared."""
+    values = state.get_many(keys)
+    state.put_many(keys, [None] * len(values))
+    return values
+
+
 def check_map_key(state_name: str, key: Any) -> None:
     """Map keys are always msgpack (whatever the value serializer): reject others at once."""
     if key.__class__ not in PLAIN_TYPES and key is not None:
@@ -374,6 +381,13 @@ class ValueState(KeyedState):
                 v = self._live_cell_value(v)
             append(v)
         return out
+
+    def take_all(self, keys) -> list:
+        """`get_many(keys)`, then every one of `keys` cleared: for an operator that drops its
+        whole state at once, `keys` being every key it holds (the final firing of all windows
+        at the end of the input). RocksDB reads and drops such a state whole (by range);
+        here it is `take_each`."""
+        return take_each(self, keys)
 
     def put_many(self, keys, values) -> None:
         """Set the values of the batch's distinct keys; None clears a key.

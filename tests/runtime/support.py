@@ -41,6 +41,10 @@ class RecordingState:
         self.calls.append(("put", len(keys.unique), sum(v is None for v in values)))
         return self.state.put_many(keys, values)
 
+    def take_all(self, keys):
+        self.calls.append(("take", len(keys.unique)))
+        return self.state.take_all(keys)
+
 
 def older_layout_encode(columns, counts=None):
     """`partial_rows.encode` as streamsnap stored window partials before it: msgpack lists (a

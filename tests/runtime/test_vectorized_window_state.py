@@ -193,10 +193,15 @@ def test_each_batch_reads_and_writes_state_once_per_key_and_window():
     rows = [{"key": i % 3, "ts": 500 + i % 500, "value": i} for i in range(3_000)]
     op.process(pa.RecordBatch.from_pylist(rows, schema=SCHEMA))
     assert calls == [("get", 6), ("put", 6, 0)]        # 3 keys x windows [-1 s, 1 s), [0, 2 s)
+    op.process_watermark(10_000)
+    assert calls[2:] == [("get", 6), ("put", 6, 6)]      # fired and dropped: read once, deleted once
+    later = [dict(r, ts=r["ts"] + 20_000) for r in rows]
+    op.process(pa.RecordBatch.from_pylist(later, schema=SCHEMA))
     op.process_watermark(MAX_WATERMARK)
-    assert calls[2:] == [("get", 6), ("put", 6, 6)]
+    # the end of the input: every window fires and goes, the state is taken whole
+    assert calls[4:] == [("get", 6), ("put", 6, 0), ("take", 6)]
     assert sorted((r["key"], r["window_start"], r["n"]) for r in main.rows()) == \
-        [(k, s, 1_000) for k in range(3) for s in (-1_000, 0)]
+        [(k, s, 1_000) for k in range(3) for s in (-1_000, 0, 19_000, 20_000)]
 
 
 def test_a_row_for_a_window_the_watermark_just_reached_refires_it_at_once():

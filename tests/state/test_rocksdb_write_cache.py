@@ -160,8 +160,21 @@ class Harness:
         for states in (self.rocks_states, self.model_states):
             states[name].put_many(batch, values)
 
+    def take_all(self, name: str, extra: list) -> None:
+        """`take_all` on both with every key RocksDB holds in state `name` (its fast path:
+        a scan and range deletions), plus `extra` keys (then key by key)."""
+        keys = list(dict.fromkeys(self.rocks.get_keys(name) + extra))
+        if not keys:
+            return
+        batch = BatchKeys(keys, np.arange(len(keys)), [assign_to_key_group(k, MAX_P) for k in keys])
+        got = [states[name].take_all(batch) for states in (self.rocks_states, self.model_states)]
+        assert got[0] == got[1], (name, keys)
+
     def random_step(self) -> None:
         rng = self.rng
+        if rng.random() < 0.02:
+            self.take_all(rng.choice(["value", "ttl_value"]), rng.sample(KEYS, rng.choice([0, 0, 1])))
+            return
         if rng.random() < 0.05:
             keys = rng.sample(KEYS, rng.randrange(1, 12))
             self.apply_many(rng.choice(["value", "ttl_value"]), keys,
@@ -531,3 +544,49 @@ def test_hot_batch_reads_are_cached_and_their_writes_stay_there_until_a_flush(ne
     restored = new_backend(local_dir=str(tmp_path / "restored"))
     restored.restore([handle], "file://" + str(directory))
     assert restored.get_state(ValueStateDescriptor("v")).get_many(keys) == [10, None, 12, 13, None, 15]
+
+
+def test_take_all_reads_a_whole_state_by_a_scan_and_drops_it_by_range(new_backend, tmp_path):
+    """ValueState.take_all with every key the state holds (dirty cached entries too) returns
+    their values and drops them with range deletions — no tombstone per key — leaving the
+    other states; an incremental snapshot then restores without them. With keys that are not
+    the whole state it reads and clears just those, key by key; under a changelog each
+    deletion is reported."""
+    backend = new_backend()
+    state = backend.get_state(ValueStateDescriptor("v"))
+    other = backend.get_state(ValueStateDescriptor("other"))
+    names = [f"k{i}" for i in range(300)]
+    keys = BatchKeys(names, np.zeros(0, dtype=np.int64), [assign_to_key_group(k, MAX_P) for k in names])
+    state.put_many(keys, list(range(300)))
+    other.put_many(keys, ["o"] * 300)
+    use(backend, "k7")
+    state.update(-7)                                             # dirty in the cache only
+    directory = tmp_path / "one"
+    directory.mkdir()
+    backend.snapshot(1, "file://" + str(directory)).run()
+    backend.notify_checkpoint_complete(1)
+    writes = []
+    original = backend._write_entries
+    backend._write_entries = lambda entries: (writes.append(list(entries)), original(entries))
+    backend._cache._write = backend._write_entries
+    shuffled = BatchKeys(names[::-1], np.zeros(0, dtype=np.int64), keys.key_groups[::-1])
+    assert state.take_all(shuffled) == [-7 if i == 7 else i for i in range(300)][::-1]
+    assert not any(raw is None for batch in writes for _, raw in batch)   # no tombstone per key
+    assert backend.get_keys("v") == [] and state.get_many(keys) == [None] * 300
+    assert other.get_many(keys) == ["o"] * 300
+    directory = tmp_path / "two"
+    directory.mkdir()
+    handle = backend.snapshot(2, "file://" + str(directory)).run()
+    restored = new_backend(local_dir=str(tmp_path / "restored"))
+    restored.restore([handle], "file://" + str(directory))
+    assert restored.get_keys("v") == [] and len(restored.get_keys("other")) == 300
+
+    part = BatchKeys(names[:10], np.zeros(0, dtype=np.int64), keys.key_groups[:10])
+    assert other.take_all(part) == ["o"] * 10                    # not the whole state: key by key
+    assert len(backend.get_keys("other")) == 290
+    backend.track_changes()
+    backend.take_changes()
+    rest = BatchKeys(names[10:], np.zeros(0, dtype=np.int64), keys.key_groups[10:])
+    assert other.take_all(rest) == ["o"] * 290
+    changes = backend.take_changes()
+    assert len(changes) == 290 and set(changes.values()) == {None}

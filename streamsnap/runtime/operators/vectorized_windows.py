@@ -535,7 +535,10 @@ class VectorizedWindowOperator(WindowOperator):
         if not due:
             return
         state_keys = _Keys(due.keys, due.key_groups)
-        stored = self.windows.get_many(state_keys)
+        # The end of the input: every window fires and goes, so the state is read and dropped
+        # whole (`take_all`: on RocksDB a scan and a range deletion per key group).
+        whole = time == MAX_WATERMARK and self.event_time
+        stored = self.windows.take_all(state_keys) if whole else self.windows.get_many(state_keys)
         present = [i for i, v in enumerate(stored) if v is not None] if None in stored \
             else range(len(stored))            # (windows and index agree: all are there)
         if present:
@@ -564,7 +567,8 @@ class VectorizedWindowOperator(WindowOperator):
                 cleaned = np.flatnonzero(clean).tolist()
                 self.distinct.clear([names[i] for i in cleaned], [state_keys.key_groups[i] for i in cleaned])
             if clean.all():
-                self.windows.put_many(state_keys, [None] * len(present))
+                if not whole:       # (taken whole, nothing is left to delete)
+                    self.windows.put_many(state_keys, [None] * len(present))
             elif (clean | fire).any():      # only the windows that changed: dropped, or fired
                 changed = np.flatnonzero(clean | fire).tolist()
                 fields = self._fields()

@@ -336,6 +336,35 @@ class RocksDBKeyedStateBackend:
         self._cache.forget(rkeys)
         self._db.delete_range(prefix, upper)
 
+    def _take_whole(self, sid: bytes, rkeys: list[bytes]) -> list[bytes | None] | None:
+        """The stored bytes of `rkeys` (aligned with them) when they are every entry of state
+        `sid` here, which are then dropped by a range tombstone per key group; None, with
+        nothing changed, when the state holds other entries too (or a changelog needs each
+        deletion)."""
+        if self._cache.tracking_changes:
+            return None
+        self._cache.flush()
+        found_keys: list = []
+        found: list = []
+        for kg_bytes in sorted(self._kg_prefixes.values()):   # key groups in key order
+            prefix = kg_bytes + sid
+            options = self._rocksdict.ReadOptions()
+            options.set_iterate_upper_bound(_successor(prefix))
+            for rkey, raw in self._db.items(from_key=prefix, read_opt=options):
+                found_keys.append(rkey)
+                found.append(raw)
+        order = sorted(range(len(rkeys)), key=rkeys.__getitem__)
+        if len(found_keys) != len(rkeys) or found_keys != [rkeys[i] for i in order]:
+            return None
+        out: list = [None] * len(rkeys)
+        for i, raw in zip(order, found):
+            out[i] = raw
+        self._cache.forget(found_keys)
+        for kg_bytes in self._kg_prefixes.values():
+            prefix = kg_bytes + sid
+            self._db.delete_range(prefix, _successor(prefix))
+        return out
+
     def _scan(self, prefix: bytes, strip: int) -> Iterator[tuple[bytes, bytes]]:
         """(key without its first `strip` bytes, value) of every entry starting with `prefix`
         (after flushing the write cache, so the database has every entry)."""

@@ -18,7 +18,7 @@ from typing import Any
 from streamsnap.state.backends.rocksdb.encoding import TTL_PREFIX_LEN, _array_header, encode_value, split_ttl_list, stamp, stamp_time
 from streamsnap.state.backends.rocksdb.states import RocksDBListState, RocksDBMapState, RocksDBReducingState, RocksDBState, RocksDBValueState
 from streamsnap.state.descriptors import LIST, MAP, REDUCING, VALUE
-from streamsnap.state.keyed_state import get_all_per_key, put_all_per_key
+from streamsnap.state.keyed_state import get_all_per_key, put_all_per_key, take_each
 from streamsnap.state.serialization import unpack_value
 
 _MISSING: Any = object()
@@ -87,6 +87,11 @@ class RocksDBTtlValueState(_Ttl, RocksDBValueState):
             v = self._read_entry(rkey, raw)
             out.append(self._default_value() if v is _MISSING else v)
         return out
+
+
+    def take_all(self, keys) -> list:
+        """Key by key (`take_each`): a stored value carries its timestamp, checked as read."""
+        return take_each(self, keys)
 
 
 class RocksDBTtlReducingState(_Ttl, RocksDBReducingState):
