@@ -230,13 +230,19 @@ KAFKA = textwrap.dedent('''
     url, bootstrap, source, sink, ckpt = sys.argv[1:6]
     spark = SparkSession.builder.remote(url).getOrCreate()
 ''') + SCRIPT_EVENT_AND_SUM + textwrap.dedent('''
+    class SlowSum(RunningSum):
+        def process_element(self, row, ctx):    # ~4 s of work per subtask: the kill lands mid-run
+            if row["i"] % 6 == 0:
+                time.sleep(0.002)
+            yield from super().process_element(row, ctx)
+
     env = ss.StreamEnvironment(parallelism=2, spark=spark,
                                checkpointing=ss.CheckpointConfig(interval=0.3, directory=ckpt),
                                restart=ss.RestartStrategy.fixed_delay(attempts=1, delay=0.0),
                                network=ss.NetworkConfig(batch_size=256, credits=2, output_queue_frames=2))
     (env.from_source(ss.sources.Kafka(bootstrap, [source], stop_at="latest", batch_size=256), name="events",
                      uid="events")
-        .key_by("key").process(RunningSum(), name="sum", uid="sum")
+        .key_by("key").process(SlowSum(), name="sum", uid="sum")
         .sink_to(ss.sinks.Kafka(bootstrap, sink, key="key", semantic="exactly_once"), name="kafka", uid="kafka"))
     client = env.execute_async("connect kafka")
     deadline = time.monotonic() + 120
