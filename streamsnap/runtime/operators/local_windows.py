@@ -26,7 +26,7 @@ is on time at the global stage (and a session, which only grows there). A batch 
 session) the local watermark already passed is forwarded as it is, and the global stage judges
 it exactly as in one phase: which rows go to the late side output, and one refiring per batch
 of a window within the allowed lateness (splitting the batch into raw rows and partials would
-refire such a window twice). A batch whose keys barely repeat (fewer than two rows per group)
+refire such a window twice). A batch whose keys barely repeat (fewer than four rows per group)
 is forwarded as it is too, and so are the next few (`LocalKeyedStage`): pre-reducing it would
 cost the local stage a sort and save the global one nothing (Spark gives up a partial
 aggregate that does not reduce in the same way). Key functions, processing time and
@@ -57,7 +57,7 @@ from streamsnap.time.windows import WindowAssigner
 
 END = "__window_all.end"    # a local session's end (its start is START)
 
-REDUCTION = 2     # rows per (key, window) group a batch needs for its partials to be sent
+REDUCTION = 4     # rows per (key, window) group a batch needs for its partials to be sent
 MAX_SKIP = 64     # batches sent on untried, at most, after one that did not reduce
 
 
