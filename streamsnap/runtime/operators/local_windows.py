@@ -44,11 +44,12 @@ import pyarrow.compute as pc
 
 from streamsnap.graph.keys import KeySelector
 from streamsnap.runtime.batches import Batch, to_record_batch
-from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory
-from streamsnap.runtime.operators.vectorized_sessions import VectorizedSessionOperator, VectorizedSessionOperatorFactory
+from streamsnap.runtime.operators.base import OperatorContext, OperatorFactory, user_error
+from streamsnap.runtime.operators.vectorized_sessions import (VectorizedSessionOperator, VectorizedSessionOperatorFactory,
+                                                              single_row_parts)
 from streamsnap.runtime.operators.vectorized_windows import (ColumnAggregate, VectorizedWindowOperator,
                                                              VectorizedWindowOperatorFactory, _group_bounds,
-                                                             _reduce, _row_values, row_parts)
+                                                             _reduce, row_parts)
 from streamsnap.runtime.operators.window_all import (FIELDS, ROWS, START, GlobalWindowAggregateOperator,
                                                      LocalWindowStage, _columns_of, partial_columns, partial_name)
 from streamsnap.time.lateness import late_windows
@@ -149,11 +150,7 @@ class LocalSessionAggregateOperator(LocalKeyedStage):
                 not self._reduces(len(merged), len(times)):
             self.output.emit(batch)     # as it is (module docstring)
             return
-        parts = [np.ones(len(times), dtype=np.int64)]
-        for c in self.columns:
-            valid, values = _row_values(batch.column(batch.schema.get_field_index(c)))
-            parts += [valid.astype(np.int64), np.where(valid, values, 0), values, values]
-        totals = _reduce([p[merged.order] for p in parts], merged.bounds)
+        totals = _reduce([p[merged.order] for p in single_row_parts(batch, self.columns)], merged.bounds)
         first = pa.array(merged.order[merged.bounds])
         names, arrays = partial_columns(merged.start, totals, self.columns)
         keys = [batch.column(batch.schema.get_field_index(c)).take(first) for c in self.key.columns]
@@ -177,8 +174,13 @@ class KeyedGlobalSessionAggregateOperator(VectorizedSessionOperator):
         parts = [counts]
         for c in self.columns:
             parts += [record_batch.column(partial_name(f, c)).to_numpy() for f in FIELDS]
-        keys = self.key.batch_keys(record_batch, self.ctx.max_parallelism)
-        late = self._fold(keys, record_batch.column(START).to_numpy(), record_batch.column(END).to_numpy(), parts)
+        try:
+            keys = self.key.batch_keys(record_batch, self.ctx.max_parallelism)
+            late = self._fold(keys, record_batch.column(START).to_numpy(), record_batch.column(END).to_numpy(),
+                              parts)
+        except Exception as exc:
+            raise user_error(self, f"<{record_batch.num_rows} local sessions, first "
+                                   f"{record_batch.slice(0, 1).to_pylist()}>", exc) from None
         self.num_late_records_dropped += int(counts[late].sum())   # none expected (module docstring)
         self._flush([])
 

@@ -71,6 +71,16 @@ class _Sessions:
         return len(self.key)
 
 
+def single_row_parts(batch: pa.RecordBatch, columns: tuple) -> list[np.ndarray]:
+    """Single-row partials ``[rows, (valid, sum, min, max) per column]`` of a batch's numeric
+    `columns` (the session operator's input, and its local stage's: local_windows.py)."""
+    parts = [np.ones(batch.num_rows, dtype=np.int64)]
+    for c in columns:
+        valid, values = _row_values(batch.column(batch.schema.get_field_index(c)))
+        parts += [valid.astype(np.int64), np.where(valid, values, 0), values, values]
+    return parts
+
+
 def _summary(end: np.ndarray, pending: np.ndarray, allowed_lateness: int) -> np.ndarray:
     """Each session's next due time: its trigger's (end - 1) while pending, else its cleanup."""
     due = np.minimum(end - 1 + allowed_lateness, MAX_WATERMARK)
@@ -115,12 +125,7 @@ class VectorizedSessionOperator(VectorizedWindowOperator):
                          np.asarray(columns[2], dtype=bool), [np.asarray(c) for c in columns[3:]])
 
     def _row_parts(self, batch: pa.RecordBatch) -> list[np.ndarray]:
-        """Single-row partials ``[rows, (valid, sum, min, max) per column]``."""
-        parts = [np.ones(batch.num_rows, dtype=np.int64)]
-        for c in self.columns:
-            valid, values = _row_values(batch.column(batch.schema.get_field_index(c)))
-            parts += [valid.astype(np.int64), np.where(valid, values, 0), values, values]
-        return parts
+        return single_row_parts(batch, self.columns)
 
     # ------------------------------------------------------------------ elements
     def process(self, batch: Batch) -> None:
@@ -233,4 +238,4 @@ class VectorizedSessionOperatorFactory(VectorizedWindowOperatorFactory):
 
 
 
-__all__ = ["SESSIONS", "VectorizedSessionOperator", "VectorizedSessionOperatorFactory"]
+__all__ = ["SESSIONS", "single_row_parts", "VectorizedSessionOperator", "VectorizedSessionOperatorFactory"]
