@@ -235,6 +235,56 @@ def test_top_n_batches_emit_what_top_n_emits_row_by_row_however_the_rows_are_bat
     assert batched.output == per_row.output
 
 
+@given(data=st.data())
+@settings(max_examples=examples(150), deadline=None)
+def test_top_n_batches_rank_any_order_columns_as_top_n_does_row_by_row(data):
+    """The batch form's integer ranks (one stable Arrow sort of the stored and the batch's
+    rows) against the per-row TopN: order columns of every kind (int, float, string, bool,
+    timestamp), each direction, few values so rows tie on all of them (a stored row stays
+    ahead of a batch row it ties with, batch rows in arrival order), rankings carried from
+    batch to batch. A NaN sends its batch row by row, which must agree too."""
+    import datetime
+    from unittest import mock
+
+    from streamsnap.runtime.operators.top_n import TopN, TopNBatches
+    from streamsnap.testing import harness
+
+    columns = {"price": st.integers(-2, 2), "score": st.sampled_from([0.5, -0.0, 0.0, 1.5]),
+               "name": st.sampled_from(["", "a", "b", "é"]), "hot": st.booleans(),
+               "at": st.sampled_from([datetime.datetime(2026, 11, 30, h) for h in (1, 2)])}
+    by = data.draw(st.lists(st.sampled_from(sorted(columns)), min_size=1, max_size=3, unique=True))
+    descending = data.draw(st.lists(st.booleans(), min_size=len(by), max_size=len(by)))
+    nan = data.draw(st.booleans()) and "score" in by
+    top = data.draw(st.integers(1, 4))
+    rows = []
+    for i in range(data.draw(st.integers(1, 50))):
+        row = {"k": data.draw(st.integers(0, 2)), "i": i, **{c: data.draw(v) for c, v in columns.items()}}
+        if nan and data.draw(st.integers(0, 9)) == 0:
+            row["score"] = float("nan")
+        rows.append(row)
+    schema = pa.schema([("k", pa.int64()), ("i", pa.int64()), ("price", pa.int64()), ("score", pa.float64()),
+                        ("name", pa.string()), ("hot", pa.bool_()), ("at", pa.timestamp("us"))])
+    o = RowOrder.of(by, descending, "test", "by", schema)
+    per_row = harness(TopN(top, o), key_by="k")
+    for row in rows:
+        per_row.process(row)
+    backend = data.draw(st.sampled_from(["hashmap", "rocksdb"]))    # rocksdb: values through msgpack
+    batched = harness(TopNBatches(top, o, "rank", schema.append(pa.field("rank", pa.int64()))), key_by="k",
+                      state_backend=backend)
+    sizes = data.draw(st.lists(st.integers(1, 15), min_size=1, max_size=10))
+    with mock.patch.object(TopNBatches, "_row_by_row", autospec=True,
+                           side_effect=TopNBatches._row_by_row) as row_by_row:
+        start = 0
+        while start < len(rows):
+            size = sizes[start % len(sizes)]
+            batched.process_batch(rows[start:start + size])
+            start += size
+    key = lambda r: tuple(("nan" if isinstance(v, float) and v != v else v) for v in r.values())
+    assert [key(r) for r in batched.output] == [key(r) for r in per_row.output]
+    if not nan:
+        assert row_by_row.call_count == 0
+
+
 def test_emitted_rows_taken_from_the_batch_and_made_from_state_keep_their_order():
     """`emitted`: the batch's own rows are taken from it, the stored ones built from their
     values, interleaved back in emission order; a batch of another schema builds them all."""

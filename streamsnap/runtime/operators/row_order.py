@@ -15,6 +15,7 @@ from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamsnap.errors import ConfigurationError, DataError
 from streamsnap.runtime.schemas import describe_row
@@ -112,6 +113,19 @@ class RowOrder:
         ranks[order] = np.cumsum(step) - 1
         return ranks
 
+    def stable_order(self, columns: list[pa.Array]) -> np.ndarray | None:
+        """Row positions best first, given one Arrow array per order column; rows that tie
+        keep their position order (one stable Arrow sort, any type Arrow orders: numbers,
+        strings, timestamps, dates, decimals). None when a column holds a null or a NaN, which
+        have no place in this order, or is of another type (the per-row comparison decides
+        those)."""
+        for values in columns:
+            if not _sortable(values.type) or values.null_count or (pa.types.is_floating(values.type) and pc.any(pc.is_nan(values)).as_py()):
+                return None
+        table = pa.RecordBatch.from_arrays(columns, names=[str(i) for i in range(len(columns))])
+        keys = [(str(i), "descending" if d else "ascending") for i, d in enumerate(self.descending)]
+        return pc.sort_indices(table, sort_keys=keys).to_numpy().astype(np.int64)
+
     def check(self, row: dict, operator: str) -> None:
         """Fails on a row without a value to rank by (DataError naming operator, column, row)."""
         try:
@@ -127,6 +141,12 @@ class RowOrder:
                     f"({'missing' if column not in row else 'null'})\n  row: {describe_row(row)}\n"
                     f"  fix: filter such rows out or fill the column before ranking",
                     operator=operator, field=column, row=row)
+
+
+def _sortable(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_string(t)
+            or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+            or pa.types.is_temporal(t) or pa.types.is_decimal(t))
 
 
 def _all_str(values: np.ndarray) -> bool:

@@ -13,18 +13,26 @@ column rank in arrival order (the earlier ahead), so the result is deterministic
 Two ways to run it, with the same output and the same state ("top-n"): `TopNBatches`, when the
 stream's schema is known, a KeyedBatchFunction that reads each key's ranking once per batch and
 writes back only the rankings that changed (`get_many`/`put_many`: one multi-get and one write
-batch on RocksDB), then ranks the batch's rows in order in Python; `TopN`, a
-KeyedProcessFunction, per row, for rows of unknown schema.
+batch on RocksDB); `TopN`, a KeyedProcessFunction, per row, for rows of unknown schema.
+
+The batch form still decides the batch's rows one by one in arrival order (each entry emits what
+it emits row by row), but on integers: one stable Arrow sort of the stored ranked rows and the
+batch's rows gives every row its place in the order, so a ranking is a list of ints, a row
+enters by bisection, and the rows emitted are taken by position from the batch or built from
+stored values. Only the batch's rows that end in a changed ranking become Python values (Nexmark
+q19's operator: 1.7-1.9x faster than comparing rows' values). Order columns with a null or NaN,
+or batches not of the declared types, are decided comparing values (`_row_by_row`).
 
 The batch form keeps each ranked row as the list of its values in the schema's column order,
 not as a dict: a ranking is encoded and decoded whole at every change (msgpack of ten lists is
-~40 % cheaper to write and ~70 % to read than of ten dicts, and ~30 % smaller), and candidate
-rows are made from the batch's columns without a dict each. Rankings of dicts (the per-row
-form's, or an older savepoint's) are read as lists by the schema's names; the per-row form
-cannot name the values of a list ranking and says so.
+~40 % cheaper to write and ~70 % to read than of ten dicts, and ~30 % smaller). Rankings of
+dicts (the per-row form's, or an older savepoint's) are read as lists by the schema's names;
+the per-row form cannot name the values of a list ranking and says so.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left
 
 import numpy as np
 import pyarrow as pa
@@ -119,12 +127,80 @@ class TopNBatches(TopN, KeyedBatchFunction):
         self.positions = RowOrder(tuple(names.index(c) for c in order.columns), order.descending)
 
     def process_batch(self, batch, keys):
-        n, order, name, rank_column = self.n, self.order, self._name, self.rank_column
         tops = self._top.get_many(keys)
         names = self.data.names
         for u, top in enumerate(tops):
             if top and top[0].__class__ is dict:    # the per-row form's rows: by the schema's names
                 tops[u] = [[row.get(c) for c in names] for row in top]
+        missing = set(names) - set(batch.schema.names)
+        if missing:
+            raise ConfigurationError(
+                f"top_n '{self._name}': a batch lacks the columns {sorted(missing)} of the stream's "
+                f"declared schema; declare the schema its batches have")
+        own = batch.select(names)
+        pool = [row for top in tops if top for row in top]
+        order = ranks_in_order(own, pool, self.data, self.order) if own.schema.equals(self.data) else None
+        if order is None:
+            return self._row_by_row(batch, keys, tops)
+        return self._by_ranks(own, keys, tops, pool, order)
+
+    def _by_ranks(self, own, keys, tops, pool, order):
+        """The batch decided on integer ranks (`ranks_in_order`): each key's ranking is the
+        list of its rows' ranks, a row enters by bisection, and the rows emitted are taken
+        from the stored rows and the batch by position; only the rankings that changed are
+        made into value lists again, for the state."""
+        n = self.n
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order), dtype=np.int64)
+        stored = len(pool)
+        held = rank[:stored].tolist()
+        rankings, at = [], 0
+        for top in tops:
+            size = len(top) if top else 0
+            rankings.append(held[at:at + size])
+            at += size
+        changed: dict[int, None] = {}
+        out: list[int] = []        # ranks of the rows emitted, in emission order
+        entered: list[int] = []    # per row that entered: the position it entered at
+        sizes: list[int] = []      # and its key's ranking's length after it
+        for u, r in zip(keys.index.tolist(), rank[stored:].tolist()):
+            top = rankings[u]
+            if len(top) >= n and r > top[-1]:
+                continue           # not ahead of the key's last ranked row
+            at = bisect_left(top, r)
+            top.insert(at, r)
+            del top[n:]
+            changed[u] = None
+            out.extend(top[at:])
+            entered.append(at)
+            sizes.append(len(top))
+        if not changed:
+            return None
+        rows = pool + [None] * own.num_rows      # by position: stored value lists, then the batch's
+        kept = [order[top] for top in (rankings[u] for u in changed)]
+        fresh = np.unique(np.concatenate(kept))
+        fresh = fresh[fresh >= stored]
+        if len(fresh):
+            values = own.take(pa.array(fresh - stored)).columns
+            for p, row in zip(fresh.tolist(), map(list, zip(*(c.to_pylist() for c in values)))):
+                rows[p] = row
+        self._top.put_many(keys.subset(list(changed)), [[rows[p] for p in top.tolist()] for top in kept])
+        if not out:
+            return None
+        # An entry at position `at` emitted its ranking from there on: ranks at+1 .. size.
+        starts, counts = np.asarray(entered, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
+        counts -= starts
+        first = np.cumsum(counts) - counts
+        ranks = np.arange(len(out), dtype=np.int64) + np.repeat(starts + 1 - first, counts)
+        return taken_in_order(order[np.asarray(out, dtype=np.int64)], pool, own, self.data, ranks,
+                              self.schema, self.rank_column)
+
+    def _row_by_row(self, batch, keys, tops):
+        """The batch decided in order by comparing rows' values: for order columns with a null
+        (which fails, naming it) or a NaN, or a batch whose column types are not the declared
+        schema's."""
+        n, order, name, rank_column = self.n, self.order, self._name, self.rank_column
+        names = self.data.names
         index = keys.index.tolist()
         # First by the order columns alone: a row not better than its key's last ranked row
         # as the batch starts cannot enter later in it either (the ranking only improves), so
@@ -142,12 +218,7 @@ class TopNBatches(TopN, KeyedBatchFunction):
         if not candidates:
             return None
         taken = batch if len(candidates) == batch.num_rows else batch.take(pa.array(candidates, pa.int64()))
-        try:
-            rows = list(map(list, zip(*(taken.column(c).to_pylist() for c in names))))
-        except KeyError:
-            raise ConfigurationError(
-                f"top_n '{name}': a batch lacks the columns {sorted(set(names) - set(batch.schema.names))} "
-                f"of the stream's declared schema; declare the schema its batches have") from None
+        rows = list(map(list, zip(*(taken.column(c).to_pylist() for c in names))))
         origin = {id(row): i for row, i in zip(rows, candidates)}
         changed: dict[int, None] = {}
         out: list[list] = []       # the rows emitted, in order, each with its rank in `ranks`
@@ -167,6 +238,35 @@ class TopNBatches(TopN, KeyedBatchFunction):
         if changed:
             self._top.put_many(keys.subset(list(changed)), [tops[u] for u in changed])
         return emitted(out, ranks, origin, batch, self.data, self.schema, rank_column) if out else None
+
+
+def ranks_in_order(own: pa.RecordBatch, pool: list[list], data: pa.Schema, order: RowOrder) -> np.ndarray | None:
+    """Positions of the stored ranked rows (`pool`, value lists in `data`'s column order: 0..)
+    and of the batch's rows (`own`, of schema `data`: len(pool)..), best first. A stable sort,
+    so rows that tie stay in position order: a stored row ahead of a batch row it ties with,
+    batch rows in arrival order, as `insert` ranks them. None when an order column holds a
+    null or a NaN (`RowOrder.stable_order`)."""
+    columns = []
+    for name in order.columns:
+        position = data.get_field_index(name)
+        stored = pa.array([row[position] for row in pool], type=data.field(position).type)
+        columns.append(pa.concat_arrays([stored, own.column(position)]) if pool else own.column(position))
+    return order.stable_order(columns)
+
+
+def taken_in_order(positions: np.ndarray, pool: list[list], own: pa.RecordBatch, data: pa.Schema,
+                   ranks: list[int], schema: pa.Schema, rank_column: str) -> pa.RecordBatch:
+    """The rows at `positions` (below len(pool): a stored row, made from its values; from
+    there: the batch's row) with their `ranks`, as a batch of `schema`."""
+    stored = len(pool)
+    kept = np.unique(positions[positions < stored])
+    if not len(kept):
+        return with_ranks(own.take(pa.array(positions - stored)).columns, ranks, schema, rank_column)
+    made = pa.RecordBatch.from_arrays(_list_columns([pool[p] for p in kept.tolist()], data), schema=data)
+    # Stored rows first (by their place in `kept`), then the batch's.
+    where = np.where(positions < stored, np.searchsorted(kept, positions), positions - stored + len(kept))
+    rows = pa.concat_batches([made, own]).take(pa.array(where))
+    return with_ranks(rows.columns, ranks, schema, rank_column)
 
 
 def emitted(rows: list[list], ranks: list[int], origin: dict, batch: pa.RecordBatch, data: pa.Schema,
@@ -201,4 +301,5 @@ def _in_emission_order(parts: list[pa.RecordBatch], own: np.ndarray) -> pa.Recor
     return pa.concat_batches(parts).take(pa.array(order))
 
 
-__all__ = ["TopN", "TopNBatches", "check_n", "emitted", "insert", "ranked", "with_ranks"]
+__all__ = ["TopN", "TopNBatches", "check_n", "emitted", "insert", "ranked", "ranks_in_order",
+           "taken_in_order", "with_ranks"]
