@@ -19,10 +19,11 @@ Lateness is the global operator's decision, as with one operator: a row is late 
 global watermark has passed its windows' cleanup time when it arrives. The global watermark is
 the minimum over its inputs, so it is never ahead of the local subtask's own (the watermarks a
 local subtask forwarded before a batch are all it has seen): a row none of whose windows is
-late by the local watermark cannot be late at the global stage, and is pre-aggregated. The
-others (rare: only rows behind their subtask's watermark) go on as raw rows, and the global
-stage judges them row by row — dropping them, sending them to the late side output, or
-re-firing a window within the allowed lateness — exactly as a single operator would.
+late by the local watermark cannot be late at the global stage, and is pre-aggregated. A batch
+with any other row (rare: only rows behind their subtask's watermark) goes on whole, as raw
+rows, and the global stage judges it as a single operator would — dropping late rows, sending
+them to the late side output, or re-firing a window within the allowed lateness once for the
+batch (split into raw rows and partials, the batch would re-fire such a window twice).
 Processing-time windows and count_distinct (whose sets must see every value) are not
 pre-aggregated: the local stage forwards the batches as they are.
 """
@@ -168,13 +169,9 @@ class LocalWindowAggregateOperator(LocalWindowStage):
         self.reduces = assigner.is_event_time and not any(a.function == "count_distinct" for a in aggregates)
 
     def reduce(self, batch: pa.RecordBatch, rows: np.ndarray, starts: np.ndarray, maybe_late: np.ndarray) -> None:
-        if maybe_late.any():
-            raw = np.zeros(batch.num_rows, dtype=bool)
-            raw[rows[maybe_late]] = True
-            self.output.emit(batch.filter(pa.array(raw)))
-            keep = ~raw[rows]
-            rows, starts = rows[keep], starts[keep]
-        if len(rows):
+        if maybe_late.any():     # judged at the global stage as one batch (module docstring)
+            self.output.emit(batch)
+        elif len(rows):
             self.output.emit(partial_batch(batch, rows, starts, self.columns, self.extreme_only))
 
 
