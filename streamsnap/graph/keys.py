@@ -174,12 +174,57 @@ class KeySelector:
             uniques = encoded.dictionary
             return BatchKeys(uniques.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
                              assign_key_groups(uniques, max_parallelism).tolist())
+        if self.function is None:
+            factorized = self._factorized(batch, max_parallelism)
+            if factorized is not None:
+                return factorized
         keys = self.keys_of_batch(batch, batch.to_pylist() if self.function is not None else [])
         positions: dict = {}
         index = np.fromiter((positions.setdefault(k, len(positions)) for k in keys), dtype=np.int64,
                             count=len(keys))
         unique = list(positions)
         return BatchKeys(unique, index, assign_key_groups(unique, max_parallelism).tolist())
+
+    def _factorized(self, batch: pa.RecordBatch, max_parallelism: int) -> BatchKeys | None:
+        """`batch_keys` of several integer, boolean, string or binary columns without a tuple
+        per row: each column dictionary-encoded by Arrow, the codes combined into one integer
+        per row and factorized by numpy; tuples are made for the distinct keys only, and their
+        key groups hashed from the columns (as `key_groups` routes the rows). None for other
+        column types (floats: 0.0 and -0.0 are one key in Python, two values to Arrow)."""
+        names = batch.schema.names
+        missing = [c for c in self.columns if c not in names]
+        if missing:
+            raise KeyError(f"key_by: batch has no column {missing[0]!r} (columns: {', '.join(names)})")
+        columns = []
+        for c in self.columns:
+            column = batch.column(c)
+            if pa.types.is_dictionary(column.type):
+                column = column.dictionary_decode()
+            t = column.type
+            if not (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_string(t)
+                    or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+                return None
+            columns.append(column)
+        if not self.allow_null:
+            self._check_columns(batch)
+        codes = np.zeros(batch.num_rows, dtype=np.int64)
+        width = 1
+        for column in columns:
+            encoded = pc.dictionary_encode(column, null_encoding="encode")    # None is a key too
+            size = max(len(encoded.dictionary), 1)
+            width *= size
+            if width >= 1 << 62:
+                return None
+            codes = codes * size + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")            # distinct keys by first appearance
+        position = np.empty(len(order), dtype=np.int64)
+        position[order] = np.arange(len(order), dtype=np.int64)
+        rows = pa.array(first[order])
+        distinct = [column.take(rows) for column in columns]
+        unique = list(zip(*(column.to_pylist() for column in distinct)))
+        groups = (hash_keys_columns(distinct) % np.uint64(max_parallelism)).astype(np.int64)
+        return BatchKeys(unique, position[inverse.reshape(-1)], groups.tolist())
 
     def key_groups(self, batch: Batch, max_parallelism: int, keys: list | None = None) -> np.ndarray:
         """Key group of every row of `batch` (vectorized for Arrow batches keyed by columns)."""

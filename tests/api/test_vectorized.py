@@ -46,6 +46,47 @@ def test_batch_keys_factorize_in_first_appearance_order(key):
     assert keys.key_groups == [assign_to_key_group(k, 32) for k in keys.unique]
 
 
+COLUMN_KINDS = {"int": (st.integers(-3, 3), pa.int64()), "small": (st.integers(0, 2), pa.int8()),
+                "bool": (st.booleans(), pa.bool_()), "str": (st.sampled_from(["", "a", "b", "é"]), pa.string()),
+                "bytes": (st.sampled_from([b"", b"x", b"\x00"]), pa.binary()),
+                "dict": (st.sampled_from(["p", "q"]), pa.dictionary(pa.int32(), pa.string())),
+                "float": (st.sampled_from([0.0, -0.0, 1.5]), pa.float64())}
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(data=st.data())
+def test_batch_keys_of_several_columns_equal_the_per_row_keys_for_every_column_kind(data):
+    """Several key columns are factorized by Arrow and numpy (floats per row): the distinct
+    keys in order of first appearance, each row's position, and the key groups the rows are
+    routed by, all as the per-row tuples give them; nulls are keys where allowed."""
+    kinds = data.draw(st.lists(st.sampled_from(sorted(COLUMN_KINDS)), min_size=2, max_size=3))
+    allow_null = data.draw(st.booleans())
+    names = [f"c{i}" for i in range(len(kinds))]
+    count = data.draw(st.integers(1, 40))
+    columns = []
+    for kind in kinds:
+        values, arrow_type = COLUMN_KINDS[kind]
+        drawn = [None if allow_null and data.draw(st.integers(0, 5)) == 0 else data.draw(values)
+                 for _ in range(count)]
+        columns.append(pa.array(drawn, type=arrow_type))
+    batch = pa.RecordBatch.from_arrays(columns, names=names)
+    selector = KeySelector.of(names, allow_null=allow_null)
+    keys = selector.batch_keys(batch, 128)
+    per_row = selector.keys_of_rows(batch.to_pylist())
+    assert keys.unique == list(dict.fromkeys(per_row))
+    assert [keys.unique[i] for i in keys.index] == per_row
+    assert keys.key_groups == [assign_to_key_group(k, 128) for k in keys.unique]
+    assert keys.key_groups == [int(g) for g in dict(zip(per_row, selector.key_groups(batch, 128))).values()]
+
+
+def test_a_null_in_a_key_column_fails_naming_it_when_nulls_are_not_keys():
+    batch = pa.RecordBatch.from_pylist([{"k": 1, "j": "a"}, {"k": None, "j": "b"}])
+    with pytest.raises(ss.NullKeyError, match="'k'"):
+        KeySelector.of(["k", "j"]).batch_keys(batch, 32)
+    with pytest.raises(KeyError, match="no column 'x'"):
+        KeySelector.of(["k", "x"]).batch_keys(batch, 32)
+
+
 def test_bulk_state_access_respects_running_snapshots(tmp_path):
     backend = HashMapKeyedStateBackend("op", 16, key_group_range_for_subtask(16, 1, 0))
     state = backend.get_state(ss.ValueStateDescriptor("total", default=0))
