@@ -33,6 +33,8 @@ the per-row form cannot name the values of a list ranking and says so.
 from __future__ import annotations
 
 from bisect import bisect_left
+from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
@@ -176,15 +178,21 @@ class TopNBatches(TopN, KeyedBatchFunction):
             sizes.append(len(top))
         if not changed:
             return None
-        rows = pool + [None] * own.num_rows      # by position: stored value lists, then the batch's
-        kept = [order[top] for top in (rankings[u] for u in changed)]
-        fresh = np.unique(np.concatenate(kept))
-        fresh = fresh[fresh >= stored]
+        # The changed rankings' rows by position: stored value lists, then the batch's (each
+        # batch row is in one ranking at most, so `fresh` has no repeats).
+        lengths = [len(rankings[u]) for u in changed]
+        kept = order[np.fromiter(chain.from_iterable(rankings[u] for u in changed), dtype=np.int64,
+                                 count=sum(lengths))]
+        rows = pool + [None] * own.num_rows
+        fresh = kept[kept >= stored]
         if len(fresh):
             values = own.take(pa.array(fresh - stored)).columns
             for p, row in zip(fresh.tolist(), map(list, zip(*(c.to_pylist() for c in values)))):
                 rows[p] = row
-        self._top.put_many(keys.subset(list(changed)), [[rows[p] for p in top.tolist()] for top in kept])
+        kept_rows = [rows[p] for p in kept.tolist()]
+        bounds = np.cumsum([0] + lengths).tolist()
+        self._top.put_many(keys.subset(list(changed)),
+                           [kept_rows[a:b] for a, b in zip(bounds, bounds[1:])])
         if not out:
             return None
         # An entry at position `at` emitted its ranking from there on: ranks at+1 .. size.
@@ -246,12 +254,13 @@ def ranks_in_order(own: pa.RecordBatch, pool: list[list], data: pa.Schema, order
     so rows that tie stay in position order: a stored row ahead of a batch row it ties with,
     batch rows in arrival order, as `insert` ranks them. None when an order column holds a
     null or a NaN (`RowOrder.stable_order`)."""
-    columns = []
-    for name in order.columns:
-        position = data.get_field_index(name)
-        stored = pa.array([row[position] for row in pool], type=data.field(position).type)
-        columns.append(pa.concat_arrays([stored, own.column(position)]) if pool else own.column(position))
-    return order.stable_order(columns)
+    positions = [data.get_field_index(name) for name in order.columns]
+    if not pool:
+        return order.stable_order([own.column(p) for p in positions])
+    values = zip(*map(itemgetter(*positions), pool)) if len(positions) > 1 else \
+        ([row[positions[0]] for row in pool],)
+    return order.stable_order([pa.concat_arrays([pa.array(column, type=data.field(p).type), own.column(p)])
+                               for p, column in zip(positions, values)])
 
 
 def taken_in_order(positions: np.ndarray, pool: list[list], own: pa.RecordBatch, data: pa.Schema,
