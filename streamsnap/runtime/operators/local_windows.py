@@ -99,14 +99,11 @@ class LocalKeyedStage(LocalWindowStage):
         self._skip = 0        # batches still to send on without trying
         self._backoff = 1     # batches to skip after the next one that does not reduce
 
-    def process(self, batch: Batch) -> None:
+    def skips(self) -> bool:
         if self._skip:
             self._skip -= 1
-            record_batch = to_record_batch(batch)
-            self.records_in += record_batch.num_rows
-            self.output.emit(record_batch)
-            return
-        super().process(batch)
+            return True
+        return False
 
     def _reduces(self, groups: int, rows: int) -> bool:
         """Whether `rows` in `groups` are worth pre-reducing; if not, skip the next batches."""

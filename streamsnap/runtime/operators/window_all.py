@@ -133,7 +133,7 @@ class LocalWindowStage(StreamOperator):
         self.records_in += n
         if not n:
             return
-        if not self.reduces:
+        if not self.reduces or self.skips():
             self.output.emit(record_batch)
             return
         try:
@@ -141,6 +141,10 @@ class LocalWindowStage(StreamOperator):
         except Exception as exc:
             raise user_error(self, f"<RecordBatch of {n} rows, first row "
                                    f"{record_batch.slice(0, 1).to_pylist()}>", exc) from None
+
+    def skips(self) -> bool:
+        """Whether to send this batch on as it is without trying to reduce it."""
+        return False
 
     def reduce_times(self, batch: pa.RecordBatch, times: np.ndarray) -> None:
         """Emit what the global stage needs of `batch`, whose rows' event times are `times`:
