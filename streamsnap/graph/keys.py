@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from streamsnap.errors import ConfigurationError, NullKeyError
 from streamsnap.runtime.batches import Batch
 from streamsnap.runtime.schemas import describe_row
-from streamsnap.state.key_groups import assign_key_groups, hash_keys_columns
+from streamsnap.state.key_groups import assign_key_groups, hash_keys_columns, hashable_type
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,14 @@ class KeySelector:
             raise ConfigurationError(
                 f"key_by on {where}: no column {', '.join(repr(m) for m in missing)}; "
                 f"the stream's columns are {', '.join(schema.names)}")
+        for column in self.columns:
+            t = schema.field(column).type
+            if not hashable_type(t):
+                raise ConfigurationError(
+                    f"key_by on {where}: the key column {column!r} is of type {t}, which keys cannot "
+                    f"be (keys are integers, booleans, floats, strings, binaries or structs of "
+                    f"those); cast it first, e.g. map_batches turning a date or timestamp into "
+                    f"int64 (epoch days or milliseconds) or a string")
 
     # -- runtime
     def key_of_row(self, row: dict):

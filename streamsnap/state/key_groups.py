@@ -240,6 +240,18 @@ def _hash_arrow(arr: pa.Array) -> np.ndarray:
         f"timestamps to int64) before keying by it")
 
 
+def hashable_type(t: pa.DataType) -> bool:
+    """Whether a key column of Arrow type `t` can be hashed (`_hash_arrow`'s types)."""
+    if pa.types.is_dictionary(t):
+        return hashable_type(t.value_type)
+    if pa.types.is_struct(t):
+        return all(hashable_type(t.field(i).type) for i in range(t.num_fields))
+    return (pa.types.is_null(t) or pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t)
+            or pa.types.is_string(t) or pa.types.is_large_string(t) or _is_string_view(t)
+            or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+            or _is_binary_view(t))
+
+
 def _hash_distinct(arr: pa.Array, hash_values) -> np.ndarray:
     """Strings and bytes hash in Python, one value at a time: hash each distinct value once
     (a key column repeats its keys: words, user ids) when the column is long enough to pay for

@@ -108,6 +108,19 @@ def test_key_by_on_a_missing_column_names_it_and_the_columns_there_are():
         mapped.key_by("key")
 
 
+def test_key_by_a_column_no_key_can_be_fails_at_build_naming_it_and_the_cast():
+    """A date, timestamp or decimal column cannot be hashed into key groups: refused when the
+    job is built, naming the column and its type, not inside a Spark task; keyable ones pass."""
+    env = ss.StreamEnvironment()
+    schema = pa.schema([("user", pa.int64()), ("day", pa.date32()), ("at", pa.timestamp("ms")),
+                        ("tag", pa.dictionary(pa.int32(), pa.string())), ("price", pa.float64())])
+    stream = env.from_source(gen(), name="events").map(lambda r: r, output_schema=schema)
+    for key, column, kind in [("day", "day", "date32"), (["user", "at"], "at", "timestamp")]:
+        with pytest.raises(ss.ConfigurationError, match=f"key column '{column}' is of type {kind}.*int64"):
+            stream.key_by(key)
+    stream.key_by(["user", "tag", "price"])
+
+
 def test_operator_arguments():
     env = ss.StreamEnvironment(parallelism=2, max_parallelism=8)
     stream = env.from_source(gen())
