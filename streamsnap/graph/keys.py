@@ -102,6 +102,16 @@ class KeySelector:
             field = next((c for c in self.columns if row.get(c) is None), None)
             raise self._null_key(row, field)
 
+    def _check_batch(self, batch: pa.RecordBatch) -> None:
+        """The key columns are in `batch` (KeyError naming the first missing one) and, unless
+        None is a key, hold no null (NullKeyError naming the row)."""
+        names = batch.schema.names
+        missing = [c for c in self.columns if c not in names]
+        if missing:
+            raise KeyError(f"key_by: batch has no column {missing[0]!r} (columns: {', '.join(names)})")
+        if not self.allow_null:
+            self._check_columns(batch)
+
     def _check_columns(self, batch: pa.RecordBatch) -> None:
         for c in self.columns:
             column = batch.column(c)
@@ -157,12 +167,7 @@ class KeySelector:
         """Keys of an Arrow batch's rows, read column-wise (no per-row dict lookups)."""
         if self.function is not None:
             return self.keys_of_rows(rows)
-        names = batch.schema.names
-        for c in self.columns:
-            if c not in names:
-                raise KeyError(f"key_by: batch has no column {c!r} (columns: {', '.join(names)})")
-        if not self.allow_null:
-            self._check_columns(batch)
+        self._check_batch(batch)
         if len(self.columns) == 1:
             return batch.column(self.columns[0]).to_pylist()
         return list(zip(*(batch.column(c).to_pylist() for c in self.columns)))
@@ -170,11 +175,7 @@ class KeySelector:
     def batch_keys(self, batch: pa.RecordBatch, max_parallelism: int) -> BatchKeys:
         """Factorize a batch's keys; column keys are encoded by Arrow, without Python per row."""
         if self.function is None and len(self.columns) == 1:
-            names = batch.schema.names
-            if self.columns[0] not in names:
-                raise KeyError(f"key_by: batch has no column {self.columns[0]!r} (columns: {', '.join(names)})")
-            if not self.allow_null:
-                self._check_columns(batch)
+            self._check_batch(batch)
             column = batch.column(self.columns[0])
             if pa.types.is_dictionary(column.type):
                 column = column.dictionary_decode()
@@ -199,10 +200,7 @@ class KeySelector:
         per row and factorized by numpy; tuples are made for the distinct keys only, and their
         key groups hashed from the columns (as `key_groups` routes the rows). None for other
         column types (floats: 0.0 and -0.0 are one key in Python, two values to Arrow)."""
-        names = batch.schema.names
-        missing = [c for c in self.columns if c not in names]
-        if missing:
-            raise KeyError(f"key_by: batch has no column {missing[0]!r} (columns: {', '.join(names)})")
+        self._check_batch(batch)
         columns = []
         for c in self.columns:
             column = batch.column(c)
@@ -213,8 +211,6 @@ class KeySelector:
                     or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)):
                 return None
             columns.append(column)
-        if not self.allow_null:
-            self._check_columns(batch)
         codes = np.zeros(batch.num_rows, dtype=np.int64)
         width = 1
         for column in columns:
@@ -237,12 +233,7 @@ class KeySelector:
     def key_groups(self, batch: Batch, max_parallelism: int, keys: list | None = None) -> np.ndarray:
         """Key group of every row of `batch` (vectorized for Arrow batches keyed by columns)."""
         if keys is None and isinstance(batch, pa.RecordBatch) and self.function is None:
-            names = batch.schema.names
-            missing = [c for c in self.columns if c not in names]
-            if missing:
-                raise KeyError(f"key_by: batch has no column {missing[0]!r} (columns: {', '.join(names)})")
-            if not self.allow_null:
-                self._check_columns(batch)
+            self._check_batch(batch)
             if len(self.columns) == 1:
                 return assign_key_groups(batch.column(self.columns[0]), max_parallelism)
             hashes = hash_keys_columns([batch.column(c) for c in self.columns])
