@@ -206,7 +206,7 @@ class KeySelector:
             column = batch.column(c)
             if pa.types.is_dictionary(column.type):
                 column = column.dictionary_decode()
-            t = column.type
+            t = column.type     # the types Arrow encodes and takes exactly (views not yet)
             if not (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_string(t)
                     or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)):
                 return None

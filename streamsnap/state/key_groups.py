@@ -205,32 +205,64 @@ def _combine_arrays(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
     return acc
 
 
+def key_kind(t: pa.DataType) -> str | None:
+    """How a key column of Arrow type `t` hashes: "null", "dictionary", "integer" (booleans
+    too), "floating", "string", "binary" or "struct"; None for a type keys cannot be."""
+    if pa.types.is_null(t):
+        return "null"
+    if pa.types.is_dictionary(t):
+        return "dictionary"
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return "integer"
+    if pa.types.is_floating(t):
+        return "floating"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or _is_string_view(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) \
+            or _is_binary_view(t):
+        return "binary"
+    if pa.types.is_struct(t):
+        return "struct"
+    return None
+
+
+def hashable_type(t: pa.DataType) -> bool:
+    """Whether a key column of Arrow type `t` can be hashed, its dictionary values and struct
+    fields included."""
+    kind = key_kind(t)
+    if kind == "dictionary":
+        return hashable_type(t.value_type)
+    if kind == "struct":
+        return all(hashable_type(t.field(i).type) for i in range(t.num_fields))
+    return kind is not None
+
+
 def _hash_arrow(arr: pa.Array) -> np.ndarray:
     t = arr.type
     n = len(arr)
-    if pa.types.is_null(t):
+    kind = key_kind(t)
+    if kind == "null":
         return np.full(n, NONE_HASH, dtype=np.uint64)
-    if pa.types.is_dictionary(t):
+    if kind == "dictionary":
         dictionary_hashes = _hash_arrow(arr.dictionary)
         indices = arr.indices
         out = dictionary_hashes[pc.fill_null(indices, 0).to_numpy(zero_copy_only=False)] \
             if len(dictionary_hashes) else np.full(n, NONE_HASH, dtype=np.uint64)
         return _apply_nulls(out, indices)
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+    if kind == "integer":
         filled = arr if arr.null_count == 0 else pc.fill_null(arr, False if pa.types.is_boolean(t) else 0)
         values = filled.to_numpy(zero_copy_only=False)
         if values.dtype == np.bool_:
             values = values.astype(np.int64)
         return _apply_nulls(_hash_int_array(values), arr)
-    if pa.types.is_floating(t):
+    if kind == "floating":
         values = pc.fill_null(arr, 0.0).to_numpy(zero_copy_only=False)
         return _apply_nulls(_hash_float_array(values), arr)
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or _is_string_view(t):
+    if kind == "string":
         return _hash_distinct(arr, _hash_strings)
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) \
-            or _is_binary_view(t):
+    if kind == "binary":
         return _hash_distinct(arr, _hash_binaries)
-    if pa.types.is_struct(t):
+    if kind == "struct":
         fields = arr.flatten()
         out = _combine_arrays([_hash_arrow(f) for f in fields], n)
         return _apply_nulls(out, arr)
@@ -238,18 +270,6 @@ def _hash_arrow(arr: pa.Array) -> np.ndarray:
         f"cannot hash a key column of Arrow type {t}: supported are integer, boolean, floating, "
         f"string, binary, dictionary, null and struct columns; cast the column (for instance "
         f"timestamps to int64) before keying by it")
-
-
-def hashable_type(t: pa.DataType) -> bool:
-    """Whether a key column of Arrow type `t` can be hashed (`_hash_arrow`'s types)."""
-    if pa.types.is_dictionary(t):
-        return hashable_type(t.value_type)
-    if pa.types.is_struct(t):
-        return all(hashable_type(t.field(i).type) for i in range(t.num_fields))
-    return (pa.types.is_null(t) or pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t)
-            or pa.types.is_string(t) or pa.types.is_large_string(t) or _is_string_view(t)
-            or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
-            or _is_binary_view(t))
 
 
 def _hash_distinct(arr: pa.Array, hash_values) -> np.ndarray:

@@ -280,3 +280,21 @@ def test_long_string_and_bytes_columns_hash_each_distinct_value_once_and_match_s
 def test_a_long_column_of_distinct_strings_hashes_like_scalars():
     values = [f"user-{i}" if i % 5 else None for i in range(1000)]
     assert list(hash_keys(pa.array(values))) == [hash_key(v) for v in values]
+
+
+@pytest.mark.parametrize("arrow_type", [
+    pa.int8(), pa.uint64(), pa.bool_(), pa.float32(), pa.string(), pa.large_string(), pa.binary(),
+    pa.binary(3), pa.null(), pa.dictionary(pa.int32(), pa.string()), pa.struct([("a", pa.int64()), ("b", pa.string())]),
+    pa.date32(), pa.timestamp("ms"), pa.decimal128(5, 2), pa.list_(pa.int64()),
+    pa.dictionary(pa.int32(), pa.date32()), pa.struct([("a", pa.int64()), ("t", pa.timestamp("us"))])])
+def test_hashable_type_says_exactly_which_key_columns_hash(arrow_type):
+    """What key_by checks at build time (`hashable_type`) is what the hashing then takes."""
+    from streamsnap.state.key_groups import hashable_type
+
+    column = pa.nulls(2, type=arrow_type)
+    try:
+        hash_keys_columns([column])
+        hashes = True
+    except TypeError:
+        hashes = False
+    assert hashable_type(arrow_type) == hashes
