@@ -196,7 +196,9 @@ class DataStream:
         """Partition by key: a column name, a list of column names, or a function of the row.
 
         A row whose key is None fails the job (naming the operator, key field and row), as in
-        Flink; allow_null_keys=True makes None one more key instead.
+        Flink; allow_null_keys=True makes None one more key instead. Key columns are integers,
+        booleans, floats, strings or binaries (or structs, dictionaries of those); another type
+        (a date, a timestamp, a decimal) is refused here when the schema is known: cast it.
         """
         if not isinstance(allow_null_keys, bool):
             raise ConfigurationError(f"key_by: allow_null_keys must be True or False, got {allow_null_keys!r}")

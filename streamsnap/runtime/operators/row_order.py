@@ -120,7 +120,9 @@ class RowOrder:
         have no place in this order, or is of another type (the per-row comparison decides
         those)."""
         for values in columns:
-            if not _sortable(values.type) or values.null_count or (pa.types.is_floating(values.type) and pc.any(pc.is_nan(values)).as_py()):
+            if not _sortable(values.type) or values.null_count:
+                return None
+            if pa.types.is_floating(values.type) and pc.any(pc.is_nan(values)).as_py():
                 return None
         table = pa.RecordBatch.from_arrays(columns, names=[str(i) for i in range(len(columns))])
         keys = [(str(i), "descending" if d else "ascending") for i, d in enumerate(self.descending)]

@@ -140,8 +140,10 @@ class TopNBatches(TopN, KeyedBatchFunction):
                 f"top_n '{self._name}': a batch lacks the columns {sorted(missing)} of the stream's "
                 f"declared schema; declare the schema its batches have")
         own = batch.select(names)
+        if not own.schema.equals(self.data):
+            return self._row_by_row(batch, keys, tops)
         pool = [row for top in tops if top for row in top]
-        order = ranks_in_order(own, pool, self.data, self.order) if own.schema.equals(self.data) else None
+        order = ranks_in_order(own, pool, self.data, self.order)
         if order is None:
             return self._row_by_row(batch, keys, tops)
         return self._by_ranks(own, keys, tops, pool, order)
